@@ -1,0 +1,1 @@
+"""Metadata stores (ZooKeeper, SQLite) behind one interface; see ``store.py``."""

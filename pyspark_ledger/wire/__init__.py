@@ -1,0 +1,1 @@
+"""Generated wire protocol modules (committed; see tools/generate_proto.py)."""
