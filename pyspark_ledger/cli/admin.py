@@ -1,0 +1,115 @@
+"""Admin sub-commands over the metadata store: ``bookies`` and ``ledgers list|show|delete``."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from contextlib import contextmanager
+from typing import Iterator
+
+from pyspark_ledger.cli.output import print_json, print_record, print_table
+from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.model import LedgerMetadata
+from pyspark_ledger.metadata.store import MetadataStore
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    bookies = commands.add_parser("bookies", help="list the live bookies")
+    bookies.set_defaults(handler=cmd_bookies)
+
+    ledgers = commands.add_parser("ledgers", help="list, show or delete ledgers")
+    actions = ledgers.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("list", help="all ledger ids with state and size").set_defaults(handler=cmd_ledgers_list)
+    show = actions.add_parser("show", help="one ledger's metadata and fragments")
+    show.add_argument("ledger_id", type=int)
+    show.set_defaults(handler=cmd_ledgers_show)
+    delete = actions.add_parser("delete", help="delete a ledger's metadata (bookies reclaim its space)")
+    delete.add_argument("ledger_id", type=int)
+    delete.set_defaults(handler=cmd_ledgers_delete)
+
+
+@contextmanager
+def metadata_store(args: argparse.Namespace) -> Iterator[MetadataStore]:
+    if not args.metadata:
+        raise InvalidConfigurationError(
+            "no metadata store given: pass --metadata URI or set LEDGER_METADATA "
+            "(e.g. sqlite:///tmp/ledger/metadata.db or zk://127.0.0.1:2181/ledgers)"
+        )
+    store = open_metadata_store(args.metadata)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def ledger_summary(md: LedgerMetadata) -> dict:
+    return {
+        "ledger_id": md.ledger_id,
+        "state": md.state,
+        "ensemble": f"E={md.ensemble_size} Qw={md.write_quorum} Qa={md.ack_quorum}",
+        "last_entry_id": md.last_entry_id if md.is_closed else "",
+        "length": md.length if md.is_closed else "",
+        "fragments": len(md.fragments),
+        "created": dt.datetime.fromtimestamp(md.ctime_ms / 1000, dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def ledger_document(md: LedgerMetadata, version: int) -> dict:
+    doc = ledger_summary(md)
+    doc.update(
+        ensemble_size=md.ensemble_size, write_quorum=md.write_quorum, ack_quorum=md.ack_quorum,
+        digest_type=md.digest_type, version=version,
+        custom_metadata={k: v.decode("utf-8", "backslashreplace") for k, v in md.custom_metadata.items()},
+        fragments=[{"first_entry_id": f.first_entry_id, "bookies": list(f.bookies)} for f in md.fragments],
+    )
+    del doc["ensemble"]
+    return doc
+
+
+def cmd_bookies(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store:
+        rows = [
+            {"bookie_id": reg.bookie_id, "mode": "read-only" if reg.read_only else "writable",
+             "metrics": reg.info.get("metrics_url", "")}
+            for reg in sorted(store.bookies().values(), key=lambda r: r.bookie_id)
+        ]
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, ["bookie_id", "mode", "metrics"])
+    return 0
+
+
+def cmd_ledgers_list(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store:
+        rows = [ledger_summary(store.read_ledger(ledger_id).value) for ledger_id in store.list_ledgers()]
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, ["ledger_id", "state", "ensemble", "last_entry_id", "length", "fragments", "created"])
+    return 0
+
+
+def cmd_ledgers_show(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store:
+        versioned = store.read_ledger(args.ledger_id)
+    doc = ledger_document(versioned.value, versioned.version)
+    if args.json:
+        print_json(doc)
+        return 0
+    fragments = doc.pop("fragments")
+    print_record(doc)
+    print()
+    print_table([{"first_entry_id": f["first_entry_id"], "bookies": ", ".join(f["bookies"])} for f in fragments],
+                ["first_entry_id", "bookies"])
+    return 0
+
+
+def cmd_ledgers_delete(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store:
+        store.delete_ledger(args.ledger_id)
+    if args.json:
+        print_json({"deleted": args.ledger_id})
+    else:
+        print(f"deleted ledger {args.ledger_id}")
+    return 0

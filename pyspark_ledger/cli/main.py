@@ -1,0 +1,58 @@
+"""Entry point of the ``ledger`` command: argument parsing and error reporting.
+
+Each sub-command lives in its own module and registers itself through
+``add_parser(subparsers)``; this module only dispatches and turns
+``LedgerError`` into one clear line on stderr with a non-zero exit status.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from pyspark_ledger import __version__
+from pyspark_ledger.cli import admin
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ledger",
+        description="pyspark-ledger: a replicated, durable log store (BookKeeper-style).",
+    )
+    parser.add_argument("--version", action="version", version=f"pyspark-ledger {__version__}")
+    parser.add_argument(
+        "--metadata", default=os.environ.get("LEDGER_METADATA"), metavar="URI",
+        help="metadata service URI: sqlite:///abs/path/metadata.db or zk://host:port/chroot "
+             "(default: $LEDGER_METADATA)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    admin.add_parsers(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except InvalidConfigurationError as exc:
+        print(f"ledger: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except LedgerError as exc:
+        print(f"ledger: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
