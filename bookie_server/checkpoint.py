@@ -1,0 +1,154 @@
+"""Checkpoints: make entry logs, index and ledger state durable, then move the journal mark.
+
+A checkpoint
+  1. takes the journal mark (end of the last fsync'd journal batch): every
+     record before it has already been applied to the entry logs, index and
+     ledger state in memory;
+  2. under the storage lock, copies the dirty index pages and the ledger state;
+  3. fsyncs the entry logs (covering every entry those copies point to),
+     writes and fsyncs the index pages, atomically replaces the state snapshot;
+  4. atomically replaces the mark file (temp, fsync, rename, fsync dir);
+  5. deletes journal files wholly before the mark.
+Adds keep running meanwhile: whatever they change after step 1 is replayed
+from the journal after a crash, and replay is idempotent.
+
+A failed checkpoint is sticky (``failure``): after a failed fsync the kernel
+may have dropped dirty pages, so no later checkpoint may move the mark past
+them. The owner then stops taking adds; a restart replays the journal.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from pathlib import Path
+
+import crc32c
+
+from bookie_server.entry_log import EntryLogger
+from bookie_server.files import atomic_write
+from bookie_server.index import LedgerIndex
+from bookie_server.journal import Journal, JournalMark
+from bookie_server.journal_replay import NO_MARK
+from bookie_server.ledger_state import LedgerStates
+from pyspark_ledger.errors import CorruptStorageError, StorageError
+
+log = logging.getLogger(__name__)
+
+_MARK = struct.Struct(">4sQQ")
+_MARK_MAGIC = b"PLMK"
+CRASH_POINT_ENV = "BOOKIE_CRASH_POINT"
+
+
+def crash_point(name: str) -> None:
+    """Test hook: exit at once, like kill -9, when env BOOKIE_CRASH_POINT names this point."""
+    if os.environ.get(CRASH_POINT_ENV) == name:
+        os._exit(137)
+
+
+def read_mark(path: Path) -> JournalMark:
+    """The last persisted mark, or the start of the journal if none was ever persisted."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return NO_MARK
+    except OSError as exc:
+        raise StorageError(f"cannot read the checkpoint mark {path}: {exc}") from exc
+    if len(data) != _MARK.size + 4 or int.from_bytes(data[-4:], "big") != crc32c.crc32c(data[:-4]):
+        raise CorruptStorageError(f"checkpoint mark {path} is damaged; restore the data directory from a replica")
+    magic, file_id, offset = _MARK.unpack_from(data)
+    if magic != _MARK_MAGIC:
+        raise CorruptStorageError(f"checkpoint mark {path} has a wrong magic {magic!r}")
+    return JournalMark(file_id, offset)
+
+
+def write_mark(path: Path, mark: JournalMark) -> None:
+    data = _MARK.pack(_MARK_MAGIC, mark.file_id, mark.offset)
+    atomic_write(path, data + crc32c.crc32c(data).to_bytes(4, "big"))
+
+
+class Checkpointer:
+    """Runs checkpoints one at a time: on demand, on ``request()``, and every ``interval_s`` (0 = never)."""
+
+    def __init__(self, *, mark_path: Path, snapshot_path: Path, journal: Journal, entry_logger: EntryLogger,
+                 index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float) -> None:
+        self._mark_path = mark_path
+        self._snapshot_path = snapshot_path
+        self._journal = journal
+        self._entry_logger = entry_logger
+        self._index = index
+        self._states = states
+        self._lock = lock
+        self._interval_s = interval_s or None
+        self._run_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._failure: StorageError | None = None
+        self._last_mark: JournalMark | None = None
+        self._thread = threading.Thread(target=self._run, name="bookie-checkpoint", daemon=True)
+
+    @property
+    def failure(self) -> StorageError | None:
+        return self._failure
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self) -> None:
+        """Ask the background thread for a checkpoint soon (e.g. the index cache is full)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def checkpoint(self) -> None:
+        """Run one checkpoint now; raise StorageError if it (or an earlier one) failed."""
+        with self._run_lock:
+            if self._failure is not None:
+                raise StorageError(f"no checkpoint after a failed one ({self._failure}); restart the bookie")
+            try:
+                self._checkpoint()
+            except Exception as exc:  # OSError, StorageError, or a bug: the mark must not move any more
+                self._failure = StorageError(f"checkpoint failed: {exc}; the bookie takes no more adds until "
+                                             "it is restarted (restart replays the journal)")
+                raise self._failure from exc
+
+    def _checkpoint(self) -> None:
+        mark = self._journal.mark()
+        crash_point("checkpoint_after_mark_taken")
+        with self._lock:
+            pages = self._index.dirty_pages()
+            snapshot = self._states.snapshot()
+        if mark == self._last_mark and not pages and snapshot is None:
+            return  # nothing happened since the last checkpoint
+        try:
+            self._entry_logger.sync()
+            self._index.write_pages(pages)
+            if snapshot is not None:
+                LedgerStates.persist(self._snapshot_path, snapshot)
+        except BaseException:
+            with self._lock:
+                self._states.mark_dirty()
+            raise
+        with self._lock:
+            self._index.mark_clean(pages)
+        crash_point("checkpoint_before_mark_persist")
+        write_mark(self._mark_path, mark)
+        self._last_mark = mark
+        self._journal.remove_files_before(mark.file_id)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self.checkpoint()
+            except StorageError:
+                log.exception("background checkpoint failed; stopping background checkpoints")
+                return

@@ -1,0 +1,113 @@
+"""Low-level file helpers of the storage engine: full writes, fsync, atomic replace, numbered files.
+
+These functions raise ``OSError`` like the calls they wrap; the storage
+modules translate it into ``StorageError`` at their boundary.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Sequence
+
+try:
+    IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (ValueError, OSError):  # pragma: no cover - every Linux has it
+    IOV_MAX = 1024
+
+Buffer = bytes | bytearray | memoryview
+
+
+def write_all(fd: int, chunks: Sequence[Buffer]) -> int:
+    """Write every chunk, in order, at the file position; return the byte count.
+
+    One ``writev`` per IOV_MAX chunks; short writes are resumed so that a
+    partial write is never mistaken for a complete one.
+    """
+    total = 0
+    for start in range(0, len(chunks), IOV_MAX):
+        group = chunks[start:start + IOV_MAX]
+        expected = sum(map(len, group))
+        written = os.writev(fd, group)
+        if written < expected:
+            _finish_short_write(fd, group, written)
+        total += expected
+    return total
+
+
+def _finish_short_write(fd: int, group: Sequence[Buffer], written: int) -> None:
+    for chunk in group:
+        if written >= len(chunk):
+            written -= len(chunk)
+            continue
+        view = memoryview(chunk)[written:]
+        written = 0
+        while view:
+            count = os.write(fd, view)
+            if count <= 0:
+                raise OSError(f"write made no progress on fd {fd}")
+            view = view[count:]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries (new, renamed or removed files) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole."""
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, [data])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    fsync_dir(path.parent)
+
+
+def make_dirs(directory: Path) -> None:
+    """Create ``directory`` (and parents) and make its entry durable in its parent."""
+    if directory.is_dir():
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    fsync_dir(directory.parent)
+
+
+def numbered_files(directory: Path, suffix: str) -> list[tuple[int, Path]]:
+    """Files named ``<hex id><suffix>`` in ``directory``, sorted by id."""
+    found = []
+    for path in directory.iterdir():
+        name = path.name
+        if not name.endswith(suffix):
+            continue
+        try:
+            found.append((int(name[: -len(suffix)], 16), path))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def numbered_name(file_id: int, suffix: str) -> str:
+    return f"{file_id:016x}{suffix}"
+
+
+def lock_directory(lock_path: Path) -> int:
+    """Take an exclusive lock so one process at a time uses a data directory; return its fd."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def unlock_directory(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)

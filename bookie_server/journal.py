@@ -1,0 +1,202 @@
+"""The journal writer: one thread that group-commits queued records to append-only files.
+
+Callers ``submit`` already-encoded records with a completion callback. The
+journal thread takes every pending submission (up to the batch limits, waiting
+at most ``journal_max_wait_ms`` after the first was queued), writes them with
+one ``writev``, fsyncs once, then calls each callback with ``True``.
+
+Failure policy: if a write or fsync fails, every submission of that batch and
+every queued one completes with ``False``, the journal stops for good
+(``failure`` is set, later ``submit`` calls return ``False``) and the bytes
+already in the file stay as they are: a torn last batch is truncated away by
+replay at the next start. An fsync is never retried, since after a failed
+fsync the kernel may have dropped the dirty pages.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all
+from bookie_server.storage_config import StorageConfig
+from pyspark_ledger.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+JOURNAL_SUFFIX = ".txn"
+SyncListener = Callable[[int, int, float], None]
+
+
+class JournalMark(NamedTuple):
+    """A position in the journal: everything before it is durable in the journal."""
+
+    file_id: int
+    offset: int
+
+
+class _Submission(NamedTuple):
+    chunks: Sequence[Buffer]
+    nbytes: int
+    nrecords: int
+    queued_at: float
+    callback: Callable[[bool], None]
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    return numbered_files(directory, JOURNAL_SUFFIX)
+
+
+def journal_path(directory: Path, file_id: int) -> Path:
+    return directory / numbered_name(file_id, JOURNAL_SUFFIX)
+
+
+class Journal:
+    """Appends records to ``<dir>/<id>.txn`` files, starting a new file at ``first_file_id``."""
+
+    def __init__(self, config: StorageConfig, first_file_id: int,
+                 on_sync: SyncListener | None = None) -> None:
+        self._dir: Path = config.journal_dir
+        self._max_wait_s = config.journal_max_wait_ms / 1000.0
+        self._max_records = config.journal_max_batch_records
+        self._max_bytes = config.journal_max_batch_bytes
+        self._file_size = config.journal_file_size
+        self._on_sync = on_sync
+        self._cond = threading.Condition()
+        self._queue: deque[_Submission] = deque()
+        self._closing = False
+        self._failure: StorageError | None = None
+        self._file_id = first_file_id
+        self._fd = self._create_file(first_file_id)
+        self._offset = 0
+        self._synced = JournalMark(first_file_id, 0)
+        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        self._thread.start()
+
+    @property
+    def failure(self) -> StorageError | None:
+        return self._failure
+
+    def submit(self, chunks: Sequence[Buffer], nbytes: int, nrecords: int,
+               callback: Callable[[bool], None]) -> bool:
+        """Queue records; ``callback(durable)`` runs on the journal thread once they are fsync'd
+        (True) or failed (False). Returns False, without queueing, if the journal is stopped."""
+        with self._cond:
+            if self._closing or self._failure is not None:
+                return False
+            self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback))
+            self._cond.notify()
+        return True
+
+    def mark(self) -> JournalMark:
+        """The position just after the last fsync'd batch."""
+        with self._cond:
+            return self._synced
+
+    def remove_files_before(self, file_id: int) -> int:
+        """Delete journal files wholly before ``file_id`` (never the current one); return how many."""
+        removed = 0
+        for found_id, path in journal_files(self._dir):
+            if found_id < min(file_id, self._file_id):
+                path.unlink(missing_ok=True)
+                removed += 1
+        if removed:
+            fsync_dir(self._dir)
+        return removed
+
+    def close(self) -> None:
+        """Write out everything queued, stop the thread and close the file. Idempotent."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # --- journal thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                return
+            self._commit(batch)
+
+    def _take_batch(self) -> list[_Submission]:
+        with self._cond:
+            while not self._queue and not self._closing:
+                self._cond.wait()
+            if not self._queue:
+                return []
+            batch = [self._queue.popleft()]
+            records, nbytes = batch[0].nrecords, batch[0].nbytes
+            deadline = batch[0].queued_at + self._max_wait_s
+            while records < self._max_records and nbytes < self._max_bytes:
+                if not self._queue:
+                    remaining = deadline - time.monotonic()
+                    if self._closing or remaining <= 0 or not self._cond.wait(remaining):
+                        break
+                    continue
+                nxt = self._queue[0]
+                if records + nxt.nrecords > self._max_records or nbytes + nxt.nbytes > self._max_bytes:
+                    break
+                batch.append(self._queue.popleft())
+                records += nxt.nrecords
+                nbytes += nxt.nbytes
+            return batch
+
+    def _commit(self, batch: list[_Submission]) -> None:
+        nbytes = sum(item.nbytes for item in batch)
+        try:
+            if self._offset >= self._file_size:
+                self._rotate()
+            chunks = [chunk for item in batch for chunk in item.chunks]
+            written = write_all(self._fd, chunks)
+            started = time.monotonic()
+            os.fdatasync(self._fd)
+            fsync_seconds = time.monotonic() - started
+        except Exception as exc:  # OSError, or a bug: either way nothing in the batch is known durable
+            self._fail(batch, exc)
+            return
+        self._offset += written
+        with self._cond:
+            self._synced = JournalMark(self._file_id, self._offset)
+        for item in batch:
+            _call(item.callback, True)
+        if self._on_sync is not None:
+            _call(self._on_sync, sum(item.nrecords for item in batch), nbytes, fsync_seconds)
+
+    def _rotate(self) -> None:
+        fd = self._create_file(self._file_id + 1)
+        os.close(self._fd)
+        self._fd, self._file_id, self._offset = fd, self._file_id + 1, 0
+
+    def _create_file(self, file_id: int) -> int:
+        fd = os.open(journal_path(self._dir, file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fsync_dir(self._dir)
+        return fd
+
+    def _fail(self, batch: list[_Submission], exc: Exception) -> None:
+        path = journal_path(self._dir, self._file_id)
+        failure = StorageError(f"journal write/fsync to {path} failed ({exc}); the bookie takes no more "
+                               "adds until it is restarted (restart replays the journal)")
+        failure.__cause__ = exc
+        log.error("%s", failure)
+        with self._cond:
+            self._failure = failure
+            batch = batch + list(self._queue)
+            self._queue.clear()
+        for item in batch:
+            _call(item.callback, False)
+
+
+def _call(function: Callable[..., None], *args: object) -> None:
+    try:
+        function(*args)
+    except Exception:  # a listener's bug must not stop the journal
+        log.exception("journal callback %r failed", function)

@@ -1,0 +1,108 @@
+"""The journal's record format: encoding for the writer, parsing and resynchronising for replay.
+
+A journal file is a sequence of records, each::
+
+    0  magic  b"PLJR"
+    4  crc32c u32 big-endian over bytes 8 .. end of record
+    8  length u32: bytes after the 13-byte header
+    12 kind   u8
+    13 payload (length bytes)
+
+Payloads: ADD = ledger id u64, entry id i64, entry body; LEDGER_KEY and
+FENCE = ledger id u64, master key. A ledger's LEDGER_KEY record precedes its
+first ADD; a FENCE record also creates the ledger if needed, so it carries the key.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+from bookie_server.files import Buffer
+
+MAGIC = b"PLJR"
+ADD = 1
+LEDGER_KEY = 2
+FENCE = 3
+KINDS = (ADD, LEDGER_KEY, FENCE)
+
+HEADER_SIZE = 13
+MAX_PAYLOAD = 2**31  # bigger lengths are corruption, not data
+_CRC = struct.Struct(">I")
+_LENGTH_KIND = struct.Struct(">IB")
+_ADD_FIXED = struct.Struct(">IBQq")  # length, kind, ledger id, entry id
+_LEDGER_ID = struct.Struct(">Q")
+_ENTRY_IDS = struct.Struct(">Qq")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    kind: int
+    ledger_id: int
+    entry_id: int  # -1 unless kind == ADD
+    data: bytes  # the entry body (ADD) or the master key
+    end: int  # file offset just after this record
+
+
+def encode_add(ledger_id: int, entry_id: int, body: Buffer) -> list[Buffer]:
+    """The record of one add, as chunks for ``writev`` (the body is not copied)."""
+    fixed = _ADD_FIXED.pack(_ENTRY_IDS.size + len(body), ADD, ledger_id, entry_id)
+    crc = crc32c.crc32c(body, value=crc32c.crc32c(fixed))
+    return [MAGIC + _CRC.pack(crc) + fixed, body]
+
+
+def encode_ledger_key(ledger_id: int, master_key: bytes) -> bytes:
+    return _encode_small(LEDGER_KEY, _LEDGER_ID.pack(ledger_id) + master_key)
+
+
+def encode_fence(ledger_id: int, master_key: bytes) -> bytes:
+    return _encode_small(FENCE, _LEDGER_ID.pack(ledger_id) + master_key)
+
+
+def _encode_small(kind: int, payload: bytes) -> bytes:
+    covered = _LENGTH_KIND.pack(len(payload), kind) + payload
+    return MAGIC + _CRC.pack(crc32c.crc32c(covered)) + covered
+
+
+def parse_record(buf: Buffer, offset: int, size: int) -> JournalRecord | str:
+    """The record at ``offset`` of ``buf[:size]``, or a string saying why there is none."""
+    if size - offset < HEADER_SIZE:
+        return f"only {size - offset} bytes left, a record header needs {HEADER_SIZE}"
+    if buf[offset:offset + 4] != MAGIC:
+        return "no record magic"
+    (crc,) = _CRC.unpack_from(buf, offset + 4)
+    length, kind = _LENGTH_KIND.unpack_from(buf, offset + 8)
+    end = offset + HEADER_SIZE + length
+    if length > MAX_PAYLOAD or end > size:
+        return f"record length {length} runs past the end of the file"
+    if kind not in KINDS:
+        return f"unknown record kind {kind}"
+    covered = buf[offset + 8:end]
+    if crc32c.crc32c(covered) != crc:
+        return "checksum mismatch"
+    return _decode(kind, covered[5:], end)
+
+
+def _decode(kind: int, payload: bytes, end: int) -> JournalRecord | str:
+    if kind == ADD:
+        if len(payload) < _ENTRY_IDS.size:
+            return "add record too short"
+        ledger_id, entry_id = _ENTRY_IDS.unpack_from(payload)
+        return JournalRecord(ADD, ledger_id, entry_id, payload[_ENTRY_IDS.size:], end)
+    if len(payload) < _LEDGER_ID.size:
+        return "ledger record too short"
+    (ledger_id,) = _LEDGER_ID.unpack_from(payload)
+    return JournalRecord(kind, ledger_id, -1, payload[_LEDGER_ID.size:], end)
+
+
+def find_next_record(buf: Buffer, start: int, size: int) -> int | None:
+    """The offset of the first valid record at or after ``start``, or None."""
+    position = start
+    while True:
+        position = buf.find(MAGIC, position, size)
+        if position < 0:
+            return None
+        if isinstance(parse_record(buf, position, size), JournalRecord):
+            return position
+        position += 1

@@ -1,0 +1,325 @@
+"""The bookie's storage engine façade: adds, fences, reads and long polls over journal + entry logs + index.
+
+Write path (``add_entries``): validate the batch without the lock; under one
+lock check keys and fencing, append the batch's bodies to the entry log with
+one write, update the index and ledger state, and submit the batch's journal
+records as one submission; the future resolves once the journal thread has
+fsync'd them. Entries are readable as soon as they are stored; the add is
+acknowledged (OK) only once durable.
+
+Failure policy: if the journal, the entry log or a checkpoint fails, the
+storage stops taking adds and fences (they answer IO_ERROR, see ``failure``)
+but keeps serving reads; a restart replays the journal from the last mark.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import hmac
+import logging
+import shutil
+import threading
+from typing import Callable, Sequence
+
+from bookie_server.checkpoint import Checkpointer, read_mark
+from bookie_server.entry_log import EntryLogger
+from bookie_server.files import lock_directory, make_dirs, unlock_directory
+from bookie_server.index import LedgerIndex
+from bookie_server.journal import Journal
+from bookie_server.journal_format import encode_fence, encode_ledger_key
+from bookie_server.journal_replay import replay_journal
+from bookie_server.ledger_state import LedgerRecord, LedgerStates
+from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
+from bookie_server.storage_requests import (AddOp, LedgerView, PreparedAdd, StoredEntry, prepare_add, valid_key,
+                                            valid_ledger_id)
+from bookie_server.storage_replay import ReplayApplier
+from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+__all__ = ["AddOp", "BookieStorage", "LedgerView", "StorageConfig"]
+
+log = logging.getLogger(__name__)
+
+
+class _AdmittedBatch:
+    __slots__ = ("accepted", "chunks", "entries")
+
+    def __init__(self) -> None:
+        self.accepted: list[int] = []  # positions of the accepted adds in the request
+        self.chunks: list = []  # their journal records, in order (ledger keys first where new)
+        self.entries: list[StoredEntry] = []
+
+
+class BookieStorage:
+    """A bookie's durable store of ledger entries in one data directory (see the module docstring)."""
+
+    def __init__(self, config: StorageConfig,
+                 on_journal_sync: Callable[[int, int, float], None] | None = None) -> None:
+        """Open (creating directories), replay the journal from the last mark, start the journal and
+        checkpoint threads. Raises JournalCorruptError on corruption before the journal's tail, StorageError
+        if the directory is in use or unusable. ``on_journal_sync(records, bytes, fsync_seconds)`` is called
+        on the journal thread after each group commit."""
+        if not isinstance(config, StorageConfig):
+            raise InvalidConfigurationError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
+        self._config = config
+        self._lock = threading.Lock()
+        self._lac_waiters: dict[int, list] = {}  # ledger id -> [Condition, waiter count]
+        self._closed = False
+        self._store_failure: StorageError | None = None
+        self._lock_fd = self._entry_log = self._journal = self._checkpointer = None
+        try:
+            self._open(on_journal_sync)
+        except BaseException as exc:
+            self._release()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot open bookie storage in {config.data_dir}: {exc}") from exc
+            raise
+
+    def _open(self, on_journal_sync: Callable[[int, int, float], None] | None) -> None:
+        config = self._config
+        for directory in (config.data_dir, config.journal_dir, config.entry_log_dir, config.index_dir):
+            make_dirs(directory)
+        self._lock_fd = _lock(config)
+        self._states = LedgerStates.load(config.data_dir / LEDGER_SNAPSHOT_NAME)
+        self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
+        self._index = LedgerIndex(config.index_dir, config.index_cache_bytes)
+        with self._lock:
+            applier = ReplayApplier(self._states, self._store)
+            result = replay_journal(config.journal_dir, read_mark(config.data_dir / MARK_FILE_NAME),
+                                    config.skip_journal_corruption, applier.apply)
+            applier.flush()
+        log.info("bookie storage %s: replayed %d journal records from %d files", config.data_dir,
+                 result.records, result.files)
+        self._journal = Journal(config, result.next_file_id, on_journal_sync)
+        self._checkpointer = Checkpointer(
+            mark_path=config.data_dir / MARK_FILE_NAME, snapshot_path=config.data_dir / LEDGER_SNAPSHOT_NAME,
+            journal=self._journal, entry_logger=self._entry_log, index=self._index, states=self._states,
+            lock=self._lock, interval_s=config.checkpoint_interval_s)
+        self._checkpointer.start()
+
+    # --- writes -----------------------------------------------------------------------
+
+    def add_entries(self, adds: Sequence[AddOp]) -> concurrent.futures.Future[list[int]]:
+        """Store a batch; the future gives one status per add, in order, once the accepted ones are durable.
+
+        The future is completed on the journal thread: done-callbacks must be quick and must not block.
+        """
+        future = _running_future()
+        prepared = [prepare_add(add) for add in adds]
+        statuses = [pb.BAD_REQUEST] * len(prepared)
+        with self._lock:
+            batch = self._admit_batch(adds, prepared, statuses)
+            submitted = bool(batch.entries) and self._store_and_submit(
+                batch, _completion(future, statuses, batch.accepted))
+        if not submitted:
+            for position in batch.accepted:
+                statuses[position] = pb.IO_ERROR
+            future.set_result(statuses)
+        return future
+
+    def _admit_batch(self, adds: Sequence[AddOp], prepared: list[PreparedAdd | None],
+                     statuses: list[int]) -> _AdmittedBatch:
+        """Decide each well-formed add's status; collect the accepted ones and their journal records."""
+        batch = _AdmittedBatch()
+        refused = self._refusal() is not None
+        for position, (add, prep) in enumerate(zip(adds, prepared)):
+            if prep is None:
+                continue
+            status, record = (pb.IO_ERROR, None) if refused else self._admit(add, batch.chunks)
+            statuses[position] = status
+            if record is not None:
+                batch.accepted.append(position)
+                batch.chunks.extend(prep.journal_chunks)
+                batch.entries.append(StoredEntry(record, add.ledger_id, add.entry_id, add.body,
+                                                 prep.last_add_confirmed))
+        return batch
+
+    def _admit(self, add: AddOp, chunks: list) -> tuple[int, LedgerRecord | None]:
+        record = self._states.get(add.ledger_id)
+        if record is None:
+            record = self._states.create(add.ledger_id, add.master_key)
+            chunks.append(encode_ledger_key(add.ledger_id, add.master_key))
+        elif not hmac.compare_digest(record.master_key, add.master_key):
+            return pb.UNAUTHORIZED, None
+        elif record.fenced and not add.recovery:
+            return pb.FENCED, None
+        return pb.OK, record
+
+    def _store_and_submit(self, batch: _AdmittedBatch, callback: Callable[[bool], None]) -> bool:
+        try:
+            self._store(batch.entries)
+        except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt
+            self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
+                                               "until it is restarted (restart replays the journal)")
+            log.error("%s", self._store_failure)
+            return False
+        records = len(batch.chunks) - len(batch.entries)  # an add is 2 chunks, a ledger key record 1
+        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), records, callback)
+
+    def _store(self, entries: list[StoredEntry]) -> None:
+        """Append entries to the entry log, index them and update ledger state (lock held)."""
+        locations = self._entry_log.append_batch([(e.ledger_id, e.entry_id, e.body) for e in entries])
+        advanced = set()
+        for entry, location in zip(entries, locations):
+            self._index.put(entry.ledger_id, entry.entry_id, location)
+            if self._states.record_entry(entry.record, entry.entry_id, entry.last_add_confirmed):
+                advanced.add(entry.ledger_id)
+        for ledger_id in advanced.intersection(self._lac_waiters):
+            self._lac_waiters[ledger_id][0].notify_all()
+        if self._index.over_capacity and self._checkpointer is not None:
+            self._checkpointer.request()
+
+    def fence(self, ledger_id: int, master_key: bytes) -> concurrent.futures.Future[int]:
+        """Durably fence the ledger (creating it fenced if unknown); resolves OK once fsync'd."""
+        future = _running_future()
+        if not valid_ledger_id(ledger_id) or not valid_key(master_key):
+            future.set_result(pb.BAD_REQUEST)
+            return future
+        with self._lock:
+            status = self._fence_locked(ledger_id, master_key, future)
+        if status is not None:
+            future.set_result(status)
+        return future
+
+    def _fence_locked(self, ledger_id: int, master_key: bytes, future: concurrent.futures.Future) -> int | None:
+        if self._refusal() is not None:
+            return pb.IO_ERROR
+        record = self._states.get(ledger_id)
+        if record is None:
+            record = self._states.create(ledger_id, master_key)  # F4: an unknown ledger is created fenced
+        elif not hmac.compare_digest(record.master_key, bytes(master_key)):
+            return pb.UNAUTHORIZED
+        self._states.fence(record)
+        chunk = encode_fence(ledger_id, bytes(master_key))
+
+        def done(durable: bool) -> None:
+            future.set_result(pb.OK if durable else pb.IO_ERROR)
+        return None if self._journal.submit([chunk], len(chunk), 1, done) else pb.IO_ERROR
+
+    # --- reads ------------------------------------------------------------------------
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The stored body; NoSuchLedger/NoSuchEntry only when truly absent, CorruptStorageError if damaged."""
+        with self._lock:
+            if self._closed:
+                raise StorageError("bookie storage is closed")
+            if not valid_ledger_id(ledger_id) or self._states.get(ledger_id) is None:
+                raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+            location = self._index.get(ledger_id, entry_id) if 0 <= entry_id < 2**63 else None
+        if location is None:
+            raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id} on this bookie")
+        return self._entry_log.read(location, ledger_id, entry_id)
+
+    def ledger(self, ledger_id: int) -> LedgerView | None:
+        with self._lock:
+            return self._view(ledger_id)
+
+    def _view(self, ledger_id: int) -> LedgerView | None:
+        record = self._states.get(ledger_id)
+        if record is None:
+            return None
+        return LedgerView(ledger_id, record.fenced, record.last_add_confirmed, record.last_entry_id)
+
+    def check_master_key(self, ledger_id: int, master_key: bytes) -> int:
+        with self._lock:
+            record = self._states.get(ledger_id)
+        if record is None:
+            return pb.NO_SUCH_LEDGER
+        return pb.OK if hmac.compare_digest(record.master_key, bytes(master_key)) else pb.UNAUTHORIZED
+
+    def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LedgerView | None:
+        """Return once the ledger's LAC > previous_lac, or at the timeout, with the current view."""
+        with self._lock:
+            waiter = self._lac_waiters.setdefault(ledger_id, [threading.Condition(self._lock), 0])
+            waiter[1] += 1
+            try:
+                waiter[0].wait_for(lambda: self._closed or self._lac_above(ledger_id, previous_lac),
+                                   min(max(0.0, timeout_s), threading.TIMEOUT_MAX))
+            finally:
+                waiter[1] -= 1
+                if waiter[1] == 0:
+                    del self._lac_waiters[ledger_id]
+            return self._view(ledger_id)
+
+    def _lac_above(self, ledger_id: int, previous_lac: int) -> bool:
+        record = self._states.get(ledger_id)
+        return record is not None and record.last_add_confirmed > previous_lac
+
+    # --- maintenance ------------------------------------------------------------------
+
+    @property
+    def failure(self) -> StorageError | None:
+        """Why adds are refused (journal, entry log or checkpoint failure, or closed), else None."""
+        with self._lock:
+            return self._refusal()
+
+    def _refusal(self) -> StorageError | None:
+        if self._closed:
+            return StorageError("bookie storage is closed")
+        return self._store_failure or self._journal.failure or self._checkpointer.failure
+
+    def checkpoint(self) -> None:
+        if self._closed:
+            raise StorageError("bookie storage is closed")
+        self._checkpointer.checkpoint()
+
+    def disk_usage(self) -> tuple[int, int]:
+        usage = shutil.disk_usage(self._config.data_dir)
+        return usage.free, usage.total
+
+    def close(self) -> None:
+        """Stop taking requests, drain the journal, checkpoint, stop threads, close files. Idempotent.
+
+        Call it once the servicer stopped: a read racing with close may fail with StorageError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for waiter in self._lac_waiters.values():
+                waiter[0].notify_all()
+        self._checkpointer.stop()
+        self._journal.close()
+        if self._store_failure is None and self._journal.failure is None and self._checkpointer.failure is None:
+            try:
+                self._checkpointer.checkpoint()
+            except StorageError:
+                log.exception("final checkpoint failed; the journal will be replayed at the next start")
+        self._release()
+
+    def _release(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+        if self._journal is not None:
+            self._journal.close()
+        if self._entry_log is not None:
+            self._entry_log.close()
+        if self._lock_fd is not None:
+            unlock_directory(self._lock_fd)
+            self._lock_fd = None
+
+
+def _lock(config: StorageConfig) -> int:
+    path = config.data_dir / LOCK_FILE_NAME
+    try:
+        return lock_directory(path)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise StorageError(f"data directory {config.data_dir} is in use by another bookie (lock {path} is "
+                               "held); stop it first or use another data_dir") from exc
+        raise
+
+
+def _running_future() -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()  # results are always delivered; callers cannot cancel
+    return future
+
+
+def _completion(future: concurrent.futures.Future, statuses: list[int],
+                accepted: list[int]) -> Callable[[bool], None]:
+    def complete(durable: bool) -> None:
+        code = pb.OK if durable else pb.IO_ERROR
+        for position in accepted:
+            statuses[position] = code
+        future.set_result(statuses)
+    return complete

@@ -1,0 +1,92 @@
+"""The settings of a bookie's storage engine, validated when built.
+
+Every size is in bytes and every duration in the unit its name says. A bad
+value raises ``InvalidConfigurationError`` naming the field and what to use.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark_ledger.errors import InvalidConfigurationError
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+# Files and directories under data_dir (the journal may live elsewhere).
+JOURNAL_DIR_NAME = "journal"
+ENTRY_LOG_DIR_NAME = "entry_logs"
+INDEX_DIR_NAME = "index"
+LEDGER_SNAPSHOT_NAME = "ledgers.snapshot"
+MARK_FILE_NAME = "lastmark"
+LOCK_FILE_NAME = "storage.lock"
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Where a bookie keeps its data and how it batches and rotates files.
+
+    ``journal_max_wait_ms``: after the first record of a group commit is
+    queued, the journal waits at most this long for more records before it
+    writes and fsyncs (0 = write at once; under load the wait is usually
+    already over when the journal thread comes back from the previous fsync).
+    ``index_cache_bytes``: memory for cached index pages; when dirty pages
+    exceed it a checkpoint is requested to flush them.
+    """
+
+    data_dir: Path
+    journal_dir: Path | None = None
+    journal_max_wait_ms: float = 2.0
+    journal_max_batch_records: int = 10_000
+    journal_max_batch_bytes: int = 32 * MIB
+    journal_file_size: int = 512 * MIB
+    entry_log_size: int = 1 * GIB
+    checkpoint_interval_s: float = 30.0
+    skip_journal_corruption: bool = False
+    index_cache_bytes: int = 64 * MIB
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", _as_path("data_dir", self.data_dir))
+        if self.journal_dir is None:
+            object.__setattr__(self, "journal_dir", self.data_dir / JOURNAL_DIR_NAME)
+        else:
+            object.__setattr__(self, "journal_dir", _as_path("journal_dir", self.journal_dir))
+        _check_number("journal_max_wait_ms", self.journal_max_wait_ms, minimum=0)
+        _check_int("journal_max_batch_records", self.journal_max_batch_records, minimum=1)
+        _check_int("journal_max_batch_bytes", self.journal_max_batch_bytes, minimum=1)
+        _check_int("journal_file_size", self.journal_file_size, minimum=1)
+        _check_int("entry_log_size", self.entry_log_size, minimum=1)
+        _check_number("checkpoint_interval_s", self.checkpoint_interval_s, minimum=0)
+        _check_int("index_cache_bytes", self.index_cache_bytes, minimum=1)
+        if not isinstance(self.skip_journal_corruption, bool):
+            raise InvalidConfigurationError(
+                f"skip_journal_corruption must be True or False, got {self.skip_journal_corruption!r}"
+            )
+
+    @property
+    def entry_log_dir(self) -> Path:
+        return self.data_dir / ENTRY_LOG_DIR_NAME
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / INDEX_DIR_NAME
+
+
+def _as_path(name: str, value: object) -> Path:
+    if isinstance(value, Path):
+        return value
+    if isinstance(value, str) and value:
+        return Path(value)
+    raise InvalidConfigurationError(f"{name} must be a directory path, got {value!r}")
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_number(name: str, value: object, *, minimum: float) -> None:
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            or value < minimum):
+        raise InvalidConfigurationError(f"{name} must be a finite number >= {minimum}, got {value!r}")

@@ -1,0 +1,227 @@
+"""The writer's pending adds: acks per bookie, in-order confirmation, ensemble changes.
+
+Seed 000, "Writing to ledgers": an entry goes to its write set; once Qa
+bookies of that write set acknowledged it, it is confirmed -- but only after
+every lower entry was (W1). The last add confirmed (LAC) is the highest
+contiguous confirmed entry. When a bookie fails, the writer replaces it and
+starts a new fragment at the first unconfirmed entry; while that ensemble
+change is in progress no confirmation is released (W2). Afterwards acks the
+replaced bookies gave for unconfirmed entries no longer count (those entries
+now belong to the new fragment, where the replacement does not have them yet),
+and every unconfirmed entry whose write set contains a replaced index is re-sent.
+
+Bookies are named by id; an ack from a bookie that is not (or no longer) at
+a write-set position of the entry in the current ensemble is ignored. Also
+used by recovery for its write-back (``add_recovered``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.protocol.schedule import Quorums
+
+
+@dataclass(frozen=True, slots=True)
+class AddPlan:
+    """Send entry ``entry_id`` (header LAC and cumulative length given) to ``targets``."""
+
+    entry_id: int
+    last_add_confirmed: int
+    length: int
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmedAdd:
+    entry_id: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleChangeRequest:
+    """Replace ``failed`` (index -> bookie id) in ``ensemble`` from ``first_unconfirmed_entry`` on."""
+
+    failed: Mapping[int, str]
+    ensemble: tuple[str, ...]
+    first_unconfirmed_entry: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    entry_id: int
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleChangeOutcome:
+    """After an ensemble change: entries to re-send, confirmations now released, and
+    another change if failed bookies remain in the ensemble (W3)."""
+
+    resends: tuple[Resend, ...]
+    confirmed: tuple[ConfirmedAdd, ...]
+    next_change: EnsembleChangeRequest | None
+
+
+@dataclass(slots=True)
+class _Pending:
+    entry_id: int
+    length: int
+    write_set: tuple[int, ...]
+    acked: set[int] = field(default_factory=set)
+
+
+class AddTracker:
+    """Pending adds of one ledger handle, for the current ensemble."""
+
+    def __init__(self, ensemble: Sequence[str], write_quorum: int, ack_quorum: int, *,
+                 last_add_confirmed: int = -1, length: int = 0) -> None:
+        self.quorums = Quorums(len(ensemble), write_quorum, ack_quorum)
+        if last_add_confirmed < -1 or length < 0:
+            raise InvalidConfigurationError(
+                f"need last_add_confirmed >= -1 and length >= 0, got {last_add_confirmed}, {length}"
+            )
+        self._set_ensemble(ensemble)
+        self._lac = last_add_confirmed
+        self._confirmed_length = length
+        self._pushed_length = length
+        self._pending: dict[int, _Pending] = {}
+        self._failed: set[int] = set()
+        self._changing = False
+        self._stopped_reason = ""
+
+    def _set_ensemble(self, ensemble: Sequence[str]) -> None:
+        bookies = tuple(str(bookie) for bookie in ensemble)
+        if len(bookies) != self.quorums.ensemble_size or len(set(bookies)) != len(bookies):
+            raise InvalidConfigurationError(
+                f"ensemble must be {self.quorums.ensemble_size} distinct bookies, got {bookies}"
+            )
+        self._ensemble = bookies
+        self._index_of = {bookie: index for index, bookie in enumerate(bookies)}
+
+    # --- queries ------------------------------------------------------------
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        return self._ensemble
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        """Total length of the confirmed entries (what a close records)."""
+        return self._confirmed_length
+
+    @property
+    def next_entry_id(self) -> int:
+        return self._lac + len(self._pending) + 1
+
+    @property
+    def pending_entry_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(self._pending))
+
+    @property
+    def changing_ensemble(self) -> bool:
+        return self._changing
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self._stopped_reason)
+
+    # --- events ---------------------------------------------------------------
+    def add(self, payload_size: int) -> AddPlan:
+        """Assign the next entry id to a payload of ``payload_size`` bytes."""
+        if not isinstance(payload_size, int) or payload_size < 0:
+            raise InvalidConfigurationError(f"payload size must be an integer >= 0, got {payload_size!r}")
+        return self._push(self.next_entry_id, self._pushed_length + payload_size)
+
+    def add_recovered(self, entry_id: int, length: int) -> AddPlan:
+        """Recovery write-back: push an entry read back, with its header's length."""
+        if entry_id != self.next_entry_id or length < self._pushed_length:
+            raise InvalidConfigurationError(
+                f"write-back must continue at entry {self.next_entry_id} with length >="
+                f" {self._pushed_length}, got entry {entry_id} length {length}"
+            )
+        return self._push(entry_id, length)
+
+    def _push(self, entry_id: int, length: int) -> AddPlan:
+        if self._stopped_reason:
+            raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
+        pending = _Pending(entry_id, length, self.quorums.write_set(entry_id))
+        self._pending[entry_id] = pending
+        self._pushed_length = length
+        targets = tuple(self._ensemble[i] for i in pending.write_set if i not in self._failed)
+        return AddPlan(entry_id, self._lac, length, targets)
+
+    def ack(self, entry_id: int, bookie_id: str) -> tuple[ConfirmedAdd, ...]:
+        """Record that ``bookie_id`` durably stored ``entry_id``; return newly confirmed adds."""
+        pending = self._pending.get(entry_id)
+        index = self._index_of.get(bookie_id)
+        if pending is None or index is None or index not in pending.write_set:
+            return ()
+        pending.acked.add(index)
+        return self._release()
+
+    def _release(self) -> tuple[ConfirmedAdd, ...]:
+        if self._changing or self._stopped_reason:
+            return ()
+        released = []
+        head = self._pending.get(self._lac + 1)
+        while head is not None and len(head.acked) >= self.quorums.ack_quorum:
+            del self._pending[head.entry_id]
+            self._lac, self._confirmed_length = head.entry_id, head.length
+            released.append(ConfirmedAdd(head.entry_id, head.length))
+            head = self._pending.get(self._lac + 1)
+        return tuple(released)
+
+    def failed(self, bookie_id: str) -> EnsembleChangeRequest | None:
+        """A write to ``bookie_id`` failed. Returns the change to make, or None when one is
+        already in progress (the failure joins the next change) or the bookie is not in
+        the ensemble any more."""
+        index = self._index_of.get(bookie_id)
+        if self._stopped_reason or index is None or index in self._failed:
+            return None
+        self._failed.add(index)
+        if self._changing:
+            return None
+        self._changing = True
+        return self._change_request()
+
+    def _change_request(self) -> EnsembleChangeRequest:
+        failed = {index: self._ensemble[index] for index in sorted(self._failed)}
+        return EnsembleChangeRequest(failed, self._ensemble, self._lac + 1)
+
+    def ensemble_changed(self, new_ensemble: Sequence[str]) -> EnsembleChangeOutcome:
+        """The new ensemble is in effect (the metadata CAS succeeded)."""
+        if not self._changing:
+            raise InvalidConfigurationError("ensemble_changed called with no ensemble change in progress")
+        old = self._ensemble
+        self._set_ensemble(new_ensemble)
+        replaced = {i for i, bookie in enumerate(self._ensemble) if bookie != old[i]}
+        self._failed -= replaced
+        resends = []
+        for entry_id in sorted(self._pending):
+            pending = self._pending[entry_id]
+            pending.acked -= replaced
+            targets = tuple(self._ensemble[i] for i in pending.write_set if i in replaced)
+            if targets:
+                resends.append(Resend(entry_id, targets))
+        if self._failed:
+            return EnsembleChangeOutcome(tuple(resends), (), self._change_request())
+        self._changing = False
+        return EnsembleChangeOutcome(tuple(resends), self._release(), None)
+
+    def stop(self, reason: str) -> tuple[int, ...]:
+        """Stop taking adds (close, fencing, failed ensemble change: W4, W5).
+
+        Returns the pending entry ids, which the caller fails; the confirmed
+        prefix is untouched. Idempotent: a second call returns ().
+        """
+        if self._stopped_reason:
+            return ()
+        self._stopped_reason = reason or "the ledger handle was stopped"
+        dropped = tuple(sorted(self._pending))
+        self._pending.clear()
+        return dropped

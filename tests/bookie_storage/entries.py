@@ -1,0 +1,27 @@
+"""Deterministic test entries for the storage tests (shared by the tests and the child process)."""
+from __future__ import annotations
+
+import hashlib
+
+from bookie_server.storage import AddOp
+from pyspark_ledger.entry import EntryCodec, master_key
+
+KEY = master_key(b"storage-test-password")
+OTHER_KEY = master_key(b"someone-else")
+CODEC = EntryCodec()
+
+
+def payload(ledger_id: int, entry_id: int) -> bytes:
+    """100..2100 bytes that depend on the ledger and entry ids."""
+    seed = hashlib.sha256(f"{ledger_id}/{entry_id}".encode()).digest()
+    return seed * (3 + (seed[0] * 256 + seed[1]) % 64)
+
+
+def body(ledger_id: int, entry_id: int, lac: int | None = None) -> bytes:
+    lac = entry_id - 1 if lac is None else lac
+    return CODEC.encode(ledger_id, entry_id, lac, 0, payload(ledger_id, entry_id))
+
+
+def add_op(ledger_id: int, entry_id: int, key: bytes = KEY, *, lac: int | None = None,
+           recovery: bool = False) -> AddOp:
+    return AddOp(ledger_id, entry_id, key, body(ledger_id, entry_id, lac), recovery)

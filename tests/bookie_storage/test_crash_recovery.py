@@ -1,0 +1,138 @@
+"""Crash recovery with real processes: kill -9, torn journal tails, mid-journal corruption, crash points."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bookie_server.journal_format import ADD
+from bookie_server.storage import LedgerView
+from pyspark_ledger.errors import JournalCorruptError, NoSuchEntryError
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from tests.bookie_storage.entries import add_op, body
+from tests.bookie_storage.helpers import flip_byte, journal_records, run_child, stream_then_kill
+
+
+def assert_all_readable(storage, acks) -> None:
+    assert acks, "the child acknowledged nothing"
+    for ledger_id, entry_id in sorted(acks):
+        assert storage.read_entry(ledger_id, entry_id) == body(ledger_id, entry_id), (ledger_id, entry_id)
+
+
+def add_records(data_dir: Path):
+    return [(path, offset, record) for path, offset, record in journal_records(data_dir) if record.kind == ADD]
+
+
+def test_kill_9_during_concurrent_adds_loses_no_acknowledged_entry(open_storage, data_dir):
+    child = stream_then_kill(data_dir, 4000, "--threads", "4", "--batch", "20", "--checkpoint-interval", "0.05",
+                             "--journal-file-size", str(256 * 1024), "--entry-log-size", str(512 * 1024))
+    assert child.returncode == -9
+    storage = open_storage()
+    assert_all_readable(storage, child.acks)
+    for ledger_id in {ledger_id for ledger_id, _ in child.acks}:
+        highest = max(entry_id for lid, entry_id in child.acks if lid == ledger_id)
+        assert storage.ledger(ledger_id).last_entry_id >= highest
+
+
+@pytest.mark.parametrize("damage", ["truncate_mid_record", "append_zeros", "flip_byte_in_last_record"])
+def test_torn_journal_tail_is_ignored_and_truncated(open_storage, data_dir, damage):
+    child = run_child(data_dir, "--entries", "20")
+    assert child.acks == {(1, entry_id) for entry_id in range(20)}
+    path, last_offset, last = add_records(data_dir)[-1]
+    assert last.entry_id == 19
+    size = path.stat().st_size
+    if damage == "truncate_mid_record":
+        os.truncate(path, last_offset + 30)
+    elif damage == "append_zeros":
+        with open(path, "ab") as file:
+            file.write(bytes(8192))
+    else:
+        flip_byte(path, last.end - 10)
+
+    storage = open_storage()
+    assert_all_readable(storage, {(1, entry_id) for entry_id in range(19)})
+    if damage == "append_zeros":
+        assert storage.read_entry(1, 19) == body(1, 19)
+        assert path.stat().st_size == size
+    else:  # the torn record was never acknowledged by a real bookie: it is gone
+        with pytest.raises(NoSuchEntryError):
+            storage.read_entry(1, 19)
+        assert path.stat().st_size == last_offset
+    assert storage.add_entries([add_op(1, 20)]).result(30) == [pb.OK]
+    storage.close()
+    assert open_storage().read_entry(1, 20) == body(1, 20)  # the truncated file is clean for later starts
+
+
+def test_garbage_in_the_middle_stops_startup_unless_skipped(open_storage, data_dir):
+    run_child(data_dir, "--entries", "20")
+    path, offset, record = add_records(data_dir)[5]
+    assert record.entry_id == 5
+    with open(path, "r+b") as file:
+        file.seek(offset + 20)
+        file.write(b"\xde\xad\xbe\xef" * 8)
+
+    with pytest.raises(JournalCorruptError) as caught:
+        open_storage()
+    message = str(caught.value)
+    assert str(path) in message and f"offset {offset}" in message and "skip_journal_corruption" in message
+
+    storage = open_storage(skip_journal_corruption=True)
+    with pytest.raises(NoSuchEntryError):
+        storage.read_entry(1, 5)
+    assert_all_readable(storage, {(1, entry_id) for entry_id in range(20) if entry_id != 5})
+
+
+def test_bad_record_in_an_older_journal_file_stops_startup(open_storage, data_dir):
+    run_child(data_dir, "--entries", "10")
+    run_child(data_dir, "--entries", "10", "--first-entry", "10")  # replays file 1, writes file 2
+    records = add_records(data_dir)
+    files = sorted({path for path, _, _ in records})
+    assert len(files) == 2
+    older = [(offset, record) for path, offset, record in records if path == files[0]]
+    last_offset, last = older[-1]
+    flip_byte(files[0], last.end - 5)  # would be a torn tail if this were the newest file
+    with pytest.raises(JournalCorruptError, match=f"{files[0]}.*offset {last_offset}"):
+        open_storage()
+    storage = open_storage(skip_journal_corruption=True)
+    assert_all_readable(storage, {(1, entry_id) for entry_id in range(9)} | {(1, e) for e in range(10, 20)})
+
+
+@pytest.mark.parametrize("crash_point", ["checkpoint_after_mark_taken", "checkpoint_before_mark_persist"])
+def test_crash_during_checkpoint_restores_everything(open_storage, data_dir, crash_point):
+    first = run_child(data_dir, "--ledgers", "1", "2", "--entries", "30", "--batch", "7", "--finish", "close")
+    second = run_child(data_dir, "--ledgers", "1", "2", "3", "--first-entry", "30", "--entries", "30",
+                       "--batch", "7", "--fence", "2", "4", "--finish", "checkpoint",
+                       env={"BOOKIE_CRASH_POINT": crash_point})
+    assert second.returncode == 137  # the crash point ended the process
+    assert second.fenced == {2, 4}
+    acks = first.acks | second.acks
+    assert len(acks) == 2 * 60 + 30
+
+    for _ in range(2):  # a second start replays the same journal again: replay is idempotent
+        storage = open_storage()
+        assert_all_readable(storage, acks)
+        assert storage.ledger(1) == LedgerView(1, False, 58, 59)
+        assert storage.ledger(2) == LedgerView(2, True, 58, 59)
+        assert storage.ledger(3) == LedgerView(3, False, 58, 59)
+        assert storage.ledger(4) == LedgerView(4, True, -1, -1)
+        with pytest.raises(NoSuchEntryError):
+            storage.read_entry(3, 0)
+        storage.close()
+
+
+def test_fence_survives_a_crash(open_storage, data_dir):
+    child = run_child(data_dir, "--ledgers", "1", "--entries", "3", "--fence", "1", "9")
+    assert child.fenced == {1, 9}
+    storage = open_storage()
+    assert storage.ledger(1) == LedgerView(1, True, 1, 2)
+    assert storage.ledger(9) == LedgerView(9, True, -1, -1)
+    assert storage.add_entries([add_op(1, 3), add_op(9, 0)]).result(30) == [pb.FENCED, pb.FENCED]
+
+
+def test_restart_after_a_crash_that_followed_replay(open_storage, data_dir):
+    run_child(data_dir, "--ledgers", "1", "2", "--entries", "25", "--batch", "4")
+    run_child(data_dir, "--ledgers", "2", "--entries", "0")  # replays, then crashes before any checkpoint
+    storage = open_storage()
+    assert_all_readable(storage, {(ledger_id, e) for ledger_id in (1, 2) for e in range(25)})
+    assert storage.ledger(2) == LedgerView(2, False, 23, 24)
