@@ -1,1 +1,30 @@
-"""Metadata stores (ZooKeeper, SQLite) behind one interface; see ``store.py``."""
+"""Metadata stores (ZooKeeper, SQLite) behind one interface; see ``store.py``.
+
+``open_metadata_store(uri)`` is the one way to get a store::
+
+    sqlite:///abs/path/metadata.db[?lease_seconds=10&poll_interval=0.5]
+    zk://host:port[,host:port]/chroot[?session_timeout=10]
+"""
+from __future__ import annotations
+
+from pyspark_ledger.metadata.store import (BookieRegistration, MetadataStore, Registration,
+                                           Versioned, Watch)
+from pyspark_ledger.metadata.uri import SqliteTarget, ZooKeeperTarget, parse_metadata_uri
+
+
+def open_metadata_store(uri: str) -> MetadataStore:
+    """Connect to (or create) the store named by ``uri``.
+
+    InvalidConfigurationError if the URI is malformed; MetadataError if the
+    store cannot be opened or reached.
+    """
+    target = parse_metadata_uri(uri)
+    if isinstance(target, SqliteTarget):
+        from pyspark_ledger.metadata.sqlite import SqliteMetadataStore
+        return SqliteMetadataStore(target)
+    from pyspark_ledger.metadata.zookeeper import ZooKeeperMetadataStore
+    return ZooKeeperMetadataStore(target)
+
+
+__all__ = ["BookieRegistration", "MetadataStore", "Registration", "SqliteTarget", "Versioned",
+           "Watch", "ZooKeeperTarget", "open_metadata_store", "parse_metadata_uri"]

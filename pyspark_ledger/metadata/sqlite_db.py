@@ -1,0 +1,170 @@
+"""The SQLite file behind ``sqlite:///...``: connection, schema, transactions.
+
+One connection per store object, shared by its threads under a lock. Several
+processes share the file safely: WAL journal, ``synchronous=FULL`` (a commit
+is on disk when it returns), a busy timeout, and ``BEGIN IMMEDIATE`` for every
+read-modify-write so compare-and-set checks and writes are atomic across
+processes. Every sqlite3/OS error leaves as a ``MetadataError`` naming the URI.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from typing import Iterator
+
+from pyspark_ledger.errors import MetadataError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_SECONDS = 15.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledgers (
+    ledger_id INTEGER PRIMARY KEY,
+    data BLOB NOT NULL,
+    version INTEGER NOT NULL,
+    modified INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    parent TEXT NOT NULL,
+    value BLOB NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kv_by_parent ON kv (parent, key);
+CREATE TABLE IF NOT EXISTS bookies (
+    bookie_id TEXT PRIMARY KEY,
+    read_only INTEGER NOT NULL,
+    info BLOB NOT NULL,
+    expires_at REAL NOT NULL,
+    token TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+
+class SqliteDatabase:
+    """A locked connection to the metadata file with translated errors."""
+
+    def __init__(self, path: str, uri: str) -> None:
+        self.path = path
+        self.uri = uri
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        with self._translated("open"):
+            os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS,
+                                   isolation_level=None, check_same_thread=False)
+            try:
+                self._prepare(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection for single-statement reads."""
+        with self._lock, self._translated("read"):
+            yield self._open_connection()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+        with self._lock, self._translated("write"):
+            conn = self._open_connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                _rollback_quietly(conn)
+                raise
+            _commit(conn)
+
+    def next_counter(self, conn: sqlite3.Connection, name: str) -> int:
+        """Increment counter ``name`` (first value 0) inside a write transaction."""
+        row = conn.execute(
+            "INSERT INTO counters (name, value) VALUES (?, 0) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value", (name,)
+        ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def _open_connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise MetadataError(f"metadata store {self.uri} is closed")
+        return self._conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise MetadataError(f"{self.path} cannot use the WAL journal (got {mode!r}); "
+                                "put the metadata file on a local file system")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._check_schema_version(conn)
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+        _commit(conn)
+
+    def _check_schema_version(self, conn: sqlite3.Connection) -> None:
+        found = conn.execute("PRAGMA user_version").fetchone()[0]
+        if found > SCHEMA_VERSION:
+            raise MetadataError(
+                f"{self.path} was written by a newer pyspark-ledger (schema {found}, this one "
+                f"reads {SCHEMA_VERSION}); upgrade pyspark-ledger")
+
+    @contextlib.contextmanager
+    def _translated(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise self._unusable(action, exc) from exc
+            raise MetadataError(
+                f"metadata store {self.uri}: {action} failed: another process held {self.path} "
+                f"locked for over {BUSY_TIMEOUT_SECONDS:g} s; retry, or find the stuck process") from exc
+        except sqlite3.Error as exc:
+            raise self._unusable(action, exc) from exc
+        except OSError as exc:
+            raise MetadataError(
+                f"metadata store {self.uri}: cannot {action} {self.path}: {exc}") from exc
+
+
+    def _unusable(self, action: str, exc: sqlite3.Error) -> MetadataError:
+        return MetadataError(f"metadata store {self.uri}: {action} failed: {exc} "
+                             f"(is {self.path} a pyspark-ledger metadata file on a local disk?)")
+
+
+def _rollback_quietly(conn: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("ROLLBACK")
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        _rollback_quietly(conn)
+        raise

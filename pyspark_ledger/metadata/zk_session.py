@@ -1,0 +1,161 @@
+"""A kazoo session for one ZooKeeper metadata store, with errors translated.
+
+Connects (bounded), creates the chroot and the layout's roots if missing,
+runs every request with a bounded wait, and turns every kazoo exception into
+the ``pyspark_ledger.errors`` tree with a message naming the URI. It owns the
+store's one background task thread, which runs watch refreshes and user
+callbacks, and the reconnect hooks: after the connection comes back (same or
+new session) each hook runs there, so watches are set again and ephemeral
+registrations re-created.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (BadVersionError, KazooException, NoNodeError, NodeExistsError,
+                              NotEmptyError, RolledBackError)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from pyspark_ledger.errors import (LedgerError, MetadataError, MetadataExistsError,
+                                   MetadataVersionConflictError)
+from pyspark_ledger.metadata import layout
+from pyspark_ledger.metadata.uri import ZooKeeperTarget
+from pyspark_ledger.metadata.workers import TaskThread, run_callback
+
+log = logging.getLogger(__name__)
+MIN_OP_TIMEOUT = 2.0  # seconds a request or the first connect may wait, at least
+RECONNECT_MAX_DELAY = 1.0  # kazoo's default backoff grows to 60 s; reconnect within a session
+
+
+class ZooKeeperSession:
+    """One kazoo client, chrooted, with bounded calls and reconnect hooks."""
+
+    def __init__(self, target: ZooKeeperTarget) -> None:
+        self.uri = target.uri
+        self.session_timeout = target.session_timeout
+        self.op_timeout = max(target.session_timeout, MIN_OP_TIMEOUT)
+        self.tasks = TaskThread(f"zk-metadata-{target.connect_string}")
+        self._hooks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._disconnected = False
+        self._closed = False
+        reconnect = KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY)
+        self.client = KazooClient(hosts=target.connect_string, timeout=target.session_timeout,
+                                  connection_retry=reconnect)
+        self._connect(target.chroot)
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
+    def call(self, what: str, method: Callable[..., Any], *args: Any,
+             missing: LedgerError | None = None, exists: LedgerError | None = None,
+             conflict: LedgerError | None = None, **kwargs: Any) -> Any:
+        """Run a kazoo ``*_async`` method and wait (bounded) for its result.
+
+        ``missing``/``exists``/``conflict`` are raised for NoNode/NodeExists/
+        BadVersion; other failures become MetadataError naming ``what``.
+        """
+        self._check_open(what)
+        try:
+            result = method(*args, **kwargs)
+        except (KazooException, KazooTimeoutError) as exc:
+            raise self._translate(exc, what, missing, exists, conflict) from exc
+        return self.wait(what, result, missing=missing, exists=exists, conflict=conflict)
+
+    def wait(self, what: str, result: Any, *, missing: LedgerError | None = None,
+             exists: LedgerError | None = None, conflict: LedgerError | None = None) -> Any:
+        """Wait (bounded) for a kazoo async result, translating its failure like ``call``."""
+        try:
+            return result.get(timeout=self.op_timeout)
+        except (KazooException, KazooTimeoutError) as exc:
+            raise self._translate(exc, what, missing, exists, conflict) from exc
+
+    def check_transaction(self, what: str, results: list[Any], **outcomes: LedgerError | None) -> None:
+        """Raise the translated error of the operation that failed a transaction, if any."""
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise self._translate(result, what, outcomes.get("missing"), outcomes.get("exists"),
+                                      outcomes.get("conflict")) from result
+
+    def add_reconnect_hook(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            self._hooks.append(hook)
+
+    def remove_reconnect_hook(self, hook: Callable[[], None]) -> None:
+        with self._lock:
+            if hook in self._hooks:
+                self._hooks.remove(hook)
+
+    def close(self) -> None:
+        """End the session (its ephemeral nodes go with it) and join the task thread."""
+        self._closed = True
+        self.client.remove_listener(self._on_state)
+        try:
+            self.client.stop()
+        finally:
+            self.tasks.close()
+            self.client.close()
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise MetadataError(f"{what}: metadata store {self.uri} is closed")
+
+    def _connect(self, chroot: str) -> None:
+        connect_timeout = self.op_timeout
+        try:
+            self.client.start(timeout=connect_timeout)
+        except (KazooException, KazooTimeoutError) as exc:
+            raise MetadataError(
+                f"cannot connect to ZooKeeper at {self.uri} within {connect_timeout:g} s; "
+                "check that ZooKeeper is running and the host:port list is right") from exc
+        try:
+            if chroot:
+                self.call(f"create chroot {chroot}", self.client.ensure_path_async, chroot)
+                self.client.chroot = chroot  # every later path is relative to it
+            for root in layout.ROOTS:
+                self.call(f"create {root}", self.client.ensure_path_async, root)
+        except BaseException:
+            self.client.stop()
+            self.client.close()
+            raise
+        self.client.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread: record and hand work to our thread only.
+        if state == KazooState.CONNECTED:
+            if self._disconnected:
+                self._disconnected = False
+                self.tasks.submit(self._run_hooks)
+            return
+        self._disconnected = True
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session of %s expired; watches and registrations are restored "
+                        "when a new session is established", self.uri)
+
+    def _run_hooks(self) -> None:
+        with self._lock:
+            hooks = list(self._hooks)
+        for hook in hooks:
+            run_callback(hook, what="ZooKeeper reconnect")
+
+    def _translate(self, exc: Exception, what: str, missing: LedgerError | None,
+                   exists: LedgerError | None, conflict: LedgerError | None) -> LedgerError:
+        if isinstance(exc, NoNodeError):
+            return missing or MetadataError(f"{what}: a parent node is missing in {self.uri}")
+        if isinstance(exc, NodeExistsError):
+            return exists or MetadataExistsError(f"{what}: already exists in {self.uri}")
+        if isinstance(exc, BadVersionError):
+            return conflict or MetadataVersionConflictError(
+                f"{what}: the stored version changed in {self.uri}; re-read and retry")
+        if isinstance(exc, NotEmptyError):
+            return MetadataError(f"{what}: it has children in {self.uri}; delete them first")
+        return MetadataError(
+            f"{what}: ZooKeeper at {self.uri} failed or did not answer within "
+            f"{self.op_timeout:g} s ({type(exc).__name__}: {exc}); a write may or may not "
+            "have been applied — re-read before retrying")
