@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
 from pyspark_ledger.cli.output import print_json, print_record, print_table
-from pyspark_ledger.errors import InvalidConfigurationError
-from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.errors import InvalidConfigurationError, MetadataError, NoSuchLedgerError
+from pyspark_ledger.metadata import open_metadata_store, parse_metadata_uri
+from pyspark_ledger.metadata.uri import SqliteTarget
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import MetadataStore
 
@@ -34,6 +36,12 @@ def metadata_store(args: argparse.Namespace) -> Iterator[MetadataStore]:
         raise InvalidConfigurationError(
             "no metadata store given: pass --metadata URI or set LEDGER_METADATA "
             "(e.g. sqlite:///tmp/ledger/metadata.db or zk://127.0.0.1:2181/ledgers)"
+        )
+    target = parse_metadata_uri(args.metadata)
+    if isinstance(target, SqliteTarget) and not os.path.exists(target.path):
+        raise MetadataError(
+            f"metadata store {args.metadata} does not exist: check the path, or start a cluster first "
+            "(bookie-server --metadata URI creates it)"
         )
     store = open_metadata_store(args.metadata)
     try:
@@ -82,12 +90,21 @@ def cmd_bookies(args: argparse.Namespace) -> int:
 
 def cmd_ledgers_list(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
-        rows = [ledger_summary(store.read_ledger(ledger_id).value) for ledger_id in store.list_ledgers()]
+        rows = [ledger_summary(md) for md in _existing_ledgers(store)]
     if args.json:
         print_json(rows)
     else:
         print_table(rows, ["ledger_id", "state", "ensemble", "last_entry_id", "length", "fragments", "created"])
     return 0
+
+
+def _existing_ledgers(store: MetadataStore) -> Iterator[LedgerMetadata]:
+    """Metadata of every listed ledger, skipping those deleted while we list."""
+    for ledger_id in store.list_ledgers():
+        try:
+            yield store.read_ledger(ledger_id).value
+        except NoSuchLedgerError:
+            continue
 
 
 def cmd_ledgers_show(args: argparse.Namespace) -> int:

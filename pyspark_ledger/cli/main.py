@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `ledger ledgers list | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""The admin commands of `ledger`, run as a user would: a subprocess against a real SQLite store."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.model import CLOSED, Fragment, LedgerMetadata
+
+ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
+
+
+def run_ledger(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k != "LEDGER_METADATA"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "pyspark_ledger.cli.main", *args], capture_output=True,
+                          text=True, env=full_env, timeout=60)
+
+
+@pytest.fixture()
+def store_uri(tmp_path):
+    uri = f"sqlite:///{tmp_path}/metadata.db"
+    with open_metadata_store(uri) as store:
+        first = store.new_ledger_id()
+        store.create_ledger(LedgerMetadata(first, 3, 3, 2, (Fragment(0, ENSEMBLE),), ctime_ms=1_700_000_000_000,
+                                           custom_metadata={"app": b"demo"}))
+        second = store.new_ledger_id()
+        store.create_ledger(LedgerMetadata(
+            second, 3, 2, 2, (Fragment(0, ENSEMBLE), Fragment(12, ("127.0.0.1:3184",) + ENSEMBLE[1:])),
+            state=CLOSED, last_entry_id=20, length=4096, ctime_ms=1_700_000_000_000))
+    return uri
+
+
+def test_ledgers_list_as_table_and_json(store_uri):
+    table = run_ledger("--metadata", store_uri, "ledgers", "list")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["LEDGER_ID", "STATE", "ENSEMBLE"]
+    assert [line.split()[1] for line in lines[1:]] == ["OPEN", "CLOSED"]
+    rows = json.loads(run_ledger("--metadata", store_uri, "--json", "ledgers", "list").stdout)
+    assert [(r["state"], r["last_entry_id"], r["length"]) for r in rows] == [("OPEN", "", ""), ("CLOSED", 20, 4096)]
+
+
+def test_ledgers_show_lists_fragments(store_uri):
+    doc = json.loads(run_ledger("--metadata", store_uri, "--json", "ledgers", "show", "1").stdout)
+    assert doc["fragments"] == [
+        {"first_entry_id": 0, "bookies": list(ENSEMBLE)},
+        {"first_entry_id": 12, "bookies": ["127.0.0.1:3184", *ENSEMBLE[1:]]},
+    ]
+    assert (doc["write_quorum"], doc["ack_quorum"], doc["state"]) == (2, 2, "CLOSED")
+    table = run_ledger("--metadata", store_uri, "ledgers", "show", "0")
+    assert "custom_metadata  {'app': 'demo'}" in table.stdout
+    assert "127.0.0.1:3181, 127.0.0.1:3182, 127.0.0.1:3183" in table.stdout
+
+
+def test_ledgers_delete_then_missing(store_uri):
+    deleted = run_ledger("--metadata", store_uri, "ledgers", "delete", "0")
+    assert deleted.returncode == 0 and "deleted ledger 0" in deleted.stdout
+    missing = run_ledger("--metadata", store_uri, "ledgers", "show", "0")
+    assert missing.returncode == 1
+    assert "ledger 0 does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_metadata_from_environment(store_uri):
+    listed = run_ledger("--json", "ledgers", "list", env={"LEDGER_METADATA": store_uri})
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 2
+
+
+def test_bookies_lists_registrations(store_uri):
+    with open_metadata_store(store_uri) as store:
+        registration = store.register_bookie("127.0.0.1:3181", {"metrics_url": "http://127.0.0.1:9000/metrics"})
+        store.register_bookie("127.0.0.1:3182", {}, read_only=True)
+        rows = json.loads(run_ledger("--metadata", store_uri, "--json", "bookies").stdout)
+        registration.close()
+    assert rows == [
+        {"bookie_id": "127.0.0.1:3181", "mode": "writable", "metrics": "http://127.0.0.1:9000/metrics"},
+        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", "metrics": ""},
+    ]
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (("ledgers", "list"), 2, "no metadata store given"),
+    (("--metadata", "mysql://x/y", "ledgers", "list"), 2, "mysql://x/y"),
+    (("--metadata", "sqlite:////nonexistent/dir/m.db", "bookies"), 1, "does not exist"),
+    (("--metadata", "sqlite:////tmp/x.db", "ledgers", "show", "abc"), 2, "invalid int value"),
+    ((), 2, "usage: ledger"),
+])
+def test_bad_input_gives_a_clear_error(args, code, message):
+    result = run_ledger(*args)
+    assert result.returncode == code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
