@@ -1,0 +1,57 @@
+"""The ``bookie-server`` command (also ``python -m bookie_server``).
+
+Exit status: 0 after a clean stop (SIGTERM/SIGINT), 1 when the bookie cannot
+start (one line on stderr says why), 2 for invalid flags. Once serving it
+prints one line to stdout::
+
+    bookie 127.0.0.1:3181 ready address=127.0.0.1:3181 metrics=http://127.0.0.1:9000/metrics
+"""
+from __future__ import annotations
+
+import faulthandler
+import logging
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from bookie_server.config import configure_logging, parse_args
+from pyspark_ledger.errors import LedgerError
+
+_log = logging.getLogger("bookie_server")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    configure_logging(config.log_level)
+    from bookie_server.server import BookieServer  # late: keeps --help and flag errors fast
+
+    server = BookieServer(config)
+    stop_requested = threading.Event()
+    _install_signal_handlers(stop_requested)
+    try:
+        server.start()
+    except (LedgerError, OSError) as exc:
+        print(f"bookie-server: bookie {server.bookie_id} cannot start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    metrics = server.metrics_url or "off"
+    print(f"bookie {server.bookie_id} ready address={server.address} metrics={metrics}", flush=True)
+    stop_requested.wait()
+    _log.info("bookie %s received a stop signal", server.bookie_id)
+    server.stop()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a repeated stop signal must not turn exit 0 into a kill
+        signal.signal(signum, signal.SIG_IGN)
+    return 0
+
+
+def _install_signal_handlers(stop_requested: threading.Event) -> None:
+    def request_stop(_signum, _frame) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` dumps every thread's stack
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""One AddStream call: adds read on a dedicated thread, answered as they become durable.
+
+The gRPC handler thread runs ``AddStreamSession.responses``: it starts a
+reader thread that takes each AddBatch, checks it (size, ids, master key),
+admits up to ``max_inflight_adds`` adds and hands them to
+``storage.add_entries`` as one batch. When a batch's future completes (on the
+journal thread) its statuses are queued; the handler thread merges whatever
+is queued into one AddResultBatch. Answers therefore come in durability
+order, not request order, and never block the journal thread.
+
+The stream ends when the client half-closes (after the last answer), when the
+client cancels, or when the bookie drains (after the in-flight adds are
+answered; later adds get READ_ONLY "shutting down").
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Iterator
+
+import grpc
+
+from bookie_server.limits import InflightLimiter, check_add, explain_bad_add
+from bookie_server.metrics import STATUS_NAMES, BookieMetrics
+from bookie_server.storage import AddOp, BookieStorage
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+_log = logging.getLogger(__name__)
+_WAKE = object()
+_REFUSED = "refused"
+_STORED = "stored"
+READER_JOIN_TIMEOUT_S = 5.0
+
+
+class AddStreamSession:
+    """State of one AddStream RPC (see the module docstring)."""
+
+    def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str,
+                 max_entry_size: int, max_inflight_adds: int, peer: str = "") -> None:
+        self._storage = storage
+        self._metrics = metrics
+        self._bookie_id = bookie_id
+        self._max_entry_size = max_entry_size
+        self._limiter = InflightLimiter(max_inflight_adds)
+        self._peer = peer
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._reader_done = False
+        self._rpc_done = False
+        self.reader: threading.Thread | None = None
+
+    # --- the handler thread --------------------------------------------------------
+    def responses(self, request_iterator: Iterator[pb.AddBatch], context: grpc.ServicerContext
+                  ) -> Iterator[pb.AddResultBatch]:
+        """Yield result batches until the stream is over; starts the reader thread."""
+        if not context.add_callback(self._on_rpc_done):
+            self._rpc_done = True  # the call already ended
+        self.reader = threading.Thread(target=self._read_requests, args=(request_iterator,),
+                                       name=f"add-stream-reader {self._peer}", daemon=True)
+        self.reader.start()
+        while not self._finished():
+            response = self._build_response(self._take_queued())
+            if response.results:
+                yield response
+        if not context.is_active():
+            # gRPC already ended the call (e.g. it aborted it on an undecodable AddBatch). Returning now
+            # would make gRPC send a second status, which never completes and hangs server shutdown;
+            # one more (unsent) response makes its loop stop instead.
+            yield pb.AddResultBatch()
+
+    def drain(self) -> None:
+        """Stop admitting adds; the stream ends once the admitted ones are answered."""
+        self._limiter.close()
+        self._results.put(_WAKE)
+
+    def join_reader(self, timeout: float = READER_JOIN_TIMEOUT_S) -> bool:
+        """Join the reader thread; False if it is still blocked after ``timeout``."""
+        if self.reader is None:
+            return True
+        self.reader.join(timeout)
+        return not self.reader.is_alive()
+
+    def _finished(self) -> bool:
+        if self._rpc_done:
+            return True
+        idle = self._limiter.count == 0 and self._results.empty()
+        return idle and (self._reader_done or self._limiter.drained())
+
+    def _take_queued(self) -> list:
+        items = [self._results.get()]
+        while not self._results.empty():
+            items.append(self._results.get_nowait())
+        return items
+
+    def _build_response(self, items: list) -> pb.AddResultBatch:
+        response = pb.AddResultBatch()
+        add_result = response.results.add
+        for item in items:
+            if item is _WAKE:
+                continue
+            if item[0] == _REFUSED:
+                for ledger_id, entry_id, status, message in item[1]:
+                    add_result(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+                continue
+            _, ops, statuses, error = item
+            for op, status in zip(ops, statuses):
+                if status == pb.OK:
+                    add_result(ledger_id=op.ledger_id, entry_id=op.entry_id, status=status)
+                else:
+                    add_result(ledger_id=op.ledger_id, entry_id=op.entry_id, status=status,
+                               message=error or self._describe(op, status))
+        return response
+
+    def _describe(self, op: AddOp, status: int) -> str:
+        where = f"ledger {op.ledger_id} entry {op.entry_id}"
+        if status == pb.BAD_REQUEST:
+            return explain_bad_add(op.ledger_id, op.entry_id, op.master_key, op.body)
+        if status == pb.FENCED:
+            return f"ledger {op.ledger_id} is fenced on bookie {self._bookie_id}: {where} was not added"
+        if status == pb.UNAUTHORIZED:
+            return f"master key does not match the one stored for ledger {op.ledger_id}: {where} was not added"
+        if status == pb.IO_ERROR:
+            return f"bookie {self._bookie_id} could not make {where} durable (journal failure): outcome unknown"
+        return f"{where}: {STATUS_NAMES.get(status, status)}"
+
+    def _on_rpc_done(self) -> None:
+        self._rpc_done = True
+        self._results.put(_WAKE)
+
+    # --- the reader thread ---------------------------------------------------------
+    def _read_requests(self, request_iterator: Iterator[pb.AddBatch]) -> None:
+        try:
+            for batch in request_iterator:
+                self._take_batch(batch)
+        except grpc.RpcError:
+            _log.debug("add stream from %s cancelled by the client", self._peer)
+        except Exception:  # noqa: BLE001 - a bad stream must never take the bookie down
+            _log.exception("add stream from %s failed; closing it", self._peer)
+        finally:
+            self._reader_done = True
+            self._results.put(_WAKE)
+
+    def _take_batch(self, batch: pb.AddBatch) -> None:
+        started = time.monotonic()
+        ops: list[AddOp] = []
+        refused: list[tuple[int, int, int, str]] = []
+        max_size = self._max_entry_size
+        for add in batch.adds:
+            ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
+            problem = check_add(ledger_id, entry_id, master_key, body, max_size)
+            if problem is None:
+                ops.append(AddOp(ledger_id, entry_id, master_key, body, add.recovery))
+            else:
+                refused.append((ledger_id, entry_id, pb.BAD_REQUEST, problem))
+        ops = self._admit(ops, refused)
+        if refused:
+            self._refuse(refused)
+        if ops:
+            self._submit(ops, started)
+
+    def _admit(self, ops: list[AddOp], refused: list) -> list[AddOp]:
+        """Take in-flight slots for ``ops``; the rest are refused (TOO_MANY_REQUESTS / READ_ONLY)."""
+        if not ops:
+            return ops
+        granted = self._limiter.try_acquire(len(ops))
+        if granted is None:
+            message = f"bookie {self._bookie_id} is shutting down and takes no more adds"
+            refused.extend((op.ledger_id, op.entry_id, pb.READ_ONLY, message) for op in ops)
+            return []
+        if granted < len(ops):
+            message = (f"more than {self._limiter.limit} adds in flight on this stream "
+                       f"(--max-inflight-adds): wait for answers and retry")
+            refused.extend((op.ledger_id, op.entry_id, pb.TOO_MANY_REQUESTS, message) for op in ops[granted:])
+        return ops[:granted]
+
+    def _refuse(self, refused: list[tuple[int, int, int, str]]) -> None:
+        first = refused[0]
+        _log.info("refused %d add(s) from %s, first: ledger %d entry %d %s: %s", len(refused), self._peer,
+                  first[0], first[1], STATUS_NAMES.get(first[2]), first[3])
+        for _, _, status, _ in refused:
+            self._metrics.adds_refused(status, 1)
+        self._results.put((_REFUSED, refused))
+
+    def _submit(self, ops: list[AddOp], started: float) -> None:
+        self._metrics.adds_submitted(len(ops))
+        try:
+            future = self._storage.add_entries(ops)
+        except Exception as exc:  # noqa: BLE001 - storage closed or broken: answer, never crash
+            _log.error("storage refused a batch of %d adds (ledger %d entry %d first): %s",
+                       len(ops), ops[0].ledger_id, ops[0].entry_id, exc)
+            self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}")
+            return
+        future.add_done_callback(lambda done: self._on_stored(ops, started, done))
+
+    def _log_refusals(self, ops: list[AddOp], statuses: list[int]) -> None:
+        refused = [(op, status) for op, status in zip(ops, statuses) if status != pb.OK]
+        if refused:
+            op, status = refused[0]
+            _log.info("storage refused %d add(s) from %s, first: ledger %d entry %d %s", len(refused), self._peer,
+                      op.ledger_id, op.entry_id, STATUS_NAMES.get(status, status))
+
+    def _on_stored(self, ops: list[AddOp], started: float, future) -> None:
+        try:
+            statuses = future.result()
+            error = ""
+        except Exception as exc:  # noqa: BLE001 - every waiting add gets an answer
+            _log.error("storing %d adds (ledger %d entry %d first) failed: %s",
+                       len(ops), ops[0].ledger_id, ops[0].entry_id, exc)
+            statuses, error = [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}"
+        self._stored(ops, started, statuses, error)
+
+    def _stored(self, ops: list[AddOp], started: float, statuses: list[int], error: str) -> None:
+        stored_bytes = sum(len(op.body) for op, status in zip(ops, statuses) if status == pb.OK)
+        if statuses.count(pb.OK) != len(statuses):
+            self._log_refusals(ops, statuses)
+        self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
+        self._results.put((_STORED, ops, statuses, error))
+        self._limiter.release(len(ops))
+        self._results.put(_WAKE)

@@ -1,0 +1,186 @@
+"""The bookie server's configuration: one dataclass and the command line that fills it.
+
+``parse_args(argv)`` turns ``bookie-server`` flags into a ``ServerConfig``; an
+invalid flag makes argparse print a message naming the flag and exit with
+status 2. ``ServerConfig.storage_config()`` maps the journal and checkpoint
+knobs onto the storage engine's ``StorageConfig``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+MiB = 1024 * 1024
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_MAX_ENTRY_SIZE = 5 * MiB
+DEFAULT_MAX_INFLIGHT_ADDS = 10_000
+DEFAULT_METRICS_PORT = 0
+DEFAULT_SHUTDOWN_GRACE_S = 10.0
+DEFAULT_GRPC_WORKERS = 64
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data_dir: Path
+    port: int
+    metadata_uri: str
+    journal_dir: Path | None = None
+    host: str = DEFAULT_HOST
+    bookie_id: str = ""                      # "" = host:port
+    metrics_port: int = DEFAULT_METRICS_PORT  # 0 = a free port, -1 = no metrics endpoint
+    max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+    max_inflight_adds: int = DEFAULT_MAX_INFLIGHT_ADDS
+    journal_max_wait_ms: float = 2.0
+    journal_max_batch_records: int = 10_000
+    journal_max_batch_bytes: int = 32 * MiB
+    journal_file_size: int = 512 * MiB
+    entry_log_size: int = 1024 * MiB
+    checkpoint_interval_s: float = 30.0
+    skip_journal_corruption: bool = False
+    allow_new_data_dir: bool = False
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
+    grpc_workers: int = DEFAULT_GRPC_WORKERS
+    log_level: str = "INFO"
+
+    @property
+    def effective_bookie_id(self) -> str:
+        return self.bookie_id or f"{self.host}:{self.port}"
+
+    def storage_config(self):
+        """The storage engine's configuration for these flags."""
+        from bookie_server.storage import StorageConfig  # late: keeps --help fast
+
+        return StorageConfig(
+            data_dir=self.data_dir,
+            journal_dir=self.journal_dir,
+            journal_max_wait_ms=self.journal_max_wait_ms,
+            journal_max_batch_records=self.journal_max_batch_records,
+            journal_max_batch_bytes=self.journal_max_batch_bytes,
+            journal_file_size=self.journal_file_size,
+            entry_log_size=self.entry_log_size,
+            checkpoint_interval_s=self.checkpoint_interval_s,
+            skip_journal_corruption=self.skip_journal_corruption,
+        )
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _port(text: str) -> int:
+    value = _int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {text!r}")
+    return value
+
+
+def _metrics_port(text: str) -> int:
+    value = _int(text)
+    if not -1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be -1 (off), 0 (any free port) or a port, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def _bookie_id(text: str) -> str:
+    if not text or "/" in text or text.strip() != text:
+        raise argparse.ArgumentTypeError(
+            f"must be a non-empty id without '/' or surrounding spaces, got {text!r}")
+    return text
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Appends '(default: X)' to every optional flag whose help does not state its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.required or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if isinstance(action, argparse._StoreTrueAction):
+            return text + " (default: off)"
+        return text + " (default: %(default)s)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bookie-server",
+        description="Run one pyspark-ledger bookie: a gRPC storage server for ledger entries.",
+        formatter_class=_DefaultsFormatter,
+    )
+    add = parser.add_argument
+    add("--data-dir", required=True, type=Path, help="directory for entry logs, index and cookie")
+    add("--port", required=True, type=_port, help="gRPC port to listen on")
+    add("--metadata", required=True, dest="metadata_uri",
+        help="metadata store URI: sqlite:///abs/path.db or zk://host:port/chroot")
+    add("--journal-dir", type=Path, default=None, help="journal directory (default: DATA_DIR/journal)")
+    add("--host", default=DEFAULT_HOST, help="address to listen on (gRPC and metrics)")
+    add("--bookie-id", type=_bookie_id, default=None, help="bookie id (default: HOST:PORT)")
+    add("--metrics-port", type=_metrics_port, default=DEFAULT_METRICS_PORT,
+        help="Prometheus /metrics HTTP port on HOST; 0 = any free port (printed at start), -1 = off")
+    add("--max-entry-size", type=_positive_int, default=DEFAULT_MAX_ENTRY_SIZE,
+        help="largest accepted entry body in bytes")
+    add("--max-inflight-adds", type=_positive_int, default=DEFAULT_MAX_INFLIGHT_ADDS,
+        help="adds not yet durable per add stream; more are answered TOO_MANY_REQUESTS")
+    add("--journal-max-wait-ms", type=_non_negative_float, default=2.0,
+        help="group commit: longest wait for more records after the first")
+    add("--journal-max-batch-records", type=_positive_int, default=10_000,
+        help="group commit: most records per fsync")
+    add("--journal-max-batch-bytes", type=_positive_int, default=32 * MiB,
+        help="group commit: most bytes per fsync")
+    add("--journal-file-size", type=_positive_int, default=512 * MiB, help="rotate journal files at this size")
+    add("--entry-log-size", type=_positive_int, default=1024 * MiB, help="rotate entry logs at this size")
+    add("--checkpoint-interval", dest="checkpoint_interval_s", type=_non_negative_float, default=30.0,
+        help="seconds between background checkpoints; 0 disables them")
+    add("--skip-journal-corruption", action="store_true",
+        help="start even past corruption in the middle of the journal (entries there are lost)")
+    add("--allow-new-data-dir", action="store_true",
+        help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
+    add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,
+        help="seconds to let in-flight requests finish after SIGTERM/SIGINT")
+    add("--grpc-workers", type=_positive_int, default=DEFAULT_GRPC_WORKERS,
+        help="gRPC handler threads (each open add stream and long poll holds one)")
+    add("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
+    """Parse flags into a ServerConfig; exits with status 2 and a message on bad flags."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.metadata_uri.strip():
+        parser.error("argument --metadata: must not be empty")
+    if args.journal_dir is not None and args.journal_dir.resolve() == args.data_dir.resolve():
+        parser.error("argument --journal-dir: must differ from --data-dir (omit it to use DATA_DIR/journal)")
+    fields = vars(args)
+    fields["bookie_id"] = fields["bookie_id"] or ""
+    return ServerConfig(**fields)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

@@ -1,0 +1,162 @@
+"""The bookie cookie: ties a bookie id to one data directory (TEST-MATRIX B3).
+
+On first start the bookie writes a cookie (bookie id + random instance id)
+into its data dir and under the metadata key ``cookies/<bookie_id>``. Later
+starts compare the two and refuse to run when the data dir was wiped, is
+missing, or belongs to another bookie: a bookie that silently comes back
+empty would answer "no such entry" for entries it once acknowledged.
+
+The local cookie is first written as ``COOKIE.json.pending``, then published
+to the metadata store, then renamed to ``COOKIE.json``; a start that finds
+a pending cookie equal to the published one finishes the rename, so a crash
+between the two writes never locks the bookie out.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark_ledger.errors import DataDirectoryError, MetadataExistsError, NoSuchKeyError
+from pyspark_ledger.metadata.store import MetadataStore
+
+COOKIE_FILE = "COOKIE.json"
+PENDING_FILE = "COOKIE.json.pending"
+FORMAT_VERSION = 1
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cookie:
+    bookie_id: str
+    instance_id: str
+
+    @classmethod
+    def new(cls, bookie_id: str) -> "Cookie":
+        return cls(bookie_id, uuid.uuid4().hex)
+
+    def to_bytes(self) -> bytes:
+        doc = {"format": FORMAT_VERSION, "bookie_id": self.bookie_id, "instance_id": self.instance_id}
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str) -> "Cookie":
+        try:
+            doc = json.loads(data)
+            return cls(str(doc["bookie_id"]), str(doc["instance_id"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataDirectoryError(f"cookie {source} is unreadable ({exc}): restore it or remove the "
+                                     "bookie's data dir and cookie to start it as a new bookie") from exc
+
+
+def metadata_key(bookie_id: str) -> str:
+    return f"cookies/{bookie_id}"
+
+
+def verify_cookie(store: MetadataStore, data_dir: Path, bookie_id: str, allow_new_data_dir: bool = False) -> Cookie:
+    """Check (or on first start create) the cookie; DataDirectoryError when they disagree."""
+    data_dir = Path(data_dir)
+    if data_dir.exists() and not data_dir.is_dir():
+        raise DataDirectoryError(f"data dir {data_dir} exists but is not a directory")
+    local = _read_file(data_dir / COOKIE_FILE)
+    stored = _read_stored(store, bookie_id)
+    if local is None:
+        return _without_local_cookie(store, data_dir, bookie_id, stored, allow_new_data_dir)
+    if local.bookie_id != bookie_id:
+        raise DataDirectoryError(
+            f"data dir {data_dir} belongs to bookie {local.bookie_id}, not {bookie_id}: "
+            "start each bookie with its own data dir")
+    if stored is None:
+        if not allow_new_data_dir:
+            raise DataDirectoryError(
+                f"the metadata store has no cookie for bookie {bookie_id} but data dir {data_dir} has one: "
+                "is --metadata the store this bookie was created in? (--allow-new-data-dir publishes the "
+                "local cookie)")
+        _log.warning("publishing the cookie of data dir %s for bookie %s to the metadata store", data_dir, bookie_id)
+        _publish(store, bookie_id, local, None)
+        return local
+    if stored[0] != local:
+        raise DataDirectoryError(
+            f"cookie of data dir {data_dir} (instance {local.instance_id}) differs from the one registered for "
+            f"bookie {bookie_id} (instance {stored[0].instance_id}): the data dir was swapped or re-created; "
+            "start the bookie with its original data dir")
+    return local
+
+
+def _without_local_cookie(store: MetadataStore, data_dir: Path, bookie_id: str,
+                          stored: tuple[Cookie, int] | None, allow_new_data_dir: bool) -> Cookie:
+    pending = _read_file(data_dir / PENDING_FILE)
+    if stored is not None and pending == stored[0]:
+        _log.info("finishing the cookie of bookie %s left pending by an interrupted first start", bookie_id)
+        _finish_pending(data_dir)
+        return pending
+    if stored is not None and not allow_new_data_dir:
+        raise DataDirectoryError(
+            f"data dir {data_dir} has no cookie but bookie {bookie_id} ran before (instance "
+            f"{stored[0].instance_id}): the data dir is missing or was wiped, so entries it acknowledged "
+            "are gone. Start it with its original data dir, or pass --allow-new-data-dir to rejoin empty")
+    if stored is not None:
+        _log.warning("bookie %s starts with a new, empty data dir %s (--allow-new-data-dir): entries it "
+                     "stored before are lost", bookie_id, data_dir)
+    cookie = Cookie.new(bookie_id)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(data_dir / PENDING_FILE, cookie.to_bytes())
+    _publish(store, bookie_id, cookie, stored[1] if stored is not None else None)
+    _finish_pending(data_dir)
+    _log.info("bookie %s wrote a new cookie (instance %s) in %s", bookie_id, cookie.instance_id, data_dir)
+    return cookie
+
+
+def _read_file(path: Path) -> Cookie | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DataDirectoryError(f"cannot read cookie {path}: {exc}") from exc
+    return Cookie.from_bytes(data, str(path))
+
+
+def _read_stored(store: MetadataStore, bookie_id: str) -> tuple[Cookie, int] | None:
+    try:
+        versioned = store.get(metadata_key(bookie_id))
+    except NoSuchKeyError:
+        return None
+    return Cookie.from_bytes(versioned.value, f"{metadata_key(bookie_id)} in {store.uri}"), versioned.version
+
+
+def _publish(store: MetadataStore, bookie_id: str, cookie: Cookie, version: int | None) -> None:
+    try:
+        if version is None:
+            store.create(metadata_key(bookie_id), cookie.to_bytes())
+        else:
+            store.set(metadata_key(bookie_id), cookie.to_bytes(), version)
+    except MetadataExistsError as exc:
+        raise DataDirectoryError(f"another process registered a cookie for bookie {bookie_id} "
+                                 "at the same time: is the bookie already starting elsewhere?") from exc
+
+
+def _finish_pending(data_dir: Path) -> None:
+    os.replace(data_dir / PENDING_FILE, data_dir / COOKIE_FILE)
+    _fsync_dir(data_dir)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

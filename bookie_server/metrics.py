@@ -1,0 +1,119 @@
+"""Prometheus metrics of one bookie, in a private registry, and the /metrics HTTP endpoint.
+
+Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
+``read_requests_total{status}``, ``add_latency_seconds``,
+``read_latency_seconds``, ``journal_fsync_latency_seconds``,
+``journal_batch_records``, ``journal_batch_bytes``, ``bytes_written_total``,
+``bytes_read_total``, ``inflight_adds``, ``add_streams``.
+"""
+from __future__ import annotations
+
+import threading
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0)
+_RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 10_000)
+_HTTP_POLL_S = 0.05
+_BYTE_BUCKETS = tuple(4**k * 1024 for k in range(9))  # 1 KiB .. 64 MiB
+STATUS_NAMES = {number: name for name, number in pb.Status.items()}
+
+
+class BookieMetrics:
+    """All metrics of one bookie; every method is cheap and thread-safe."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        adds = Counter("bookie_add_requests", "Adds answered, by status", ["status"], registry=reg)
+        reads = Counter("bookie_read_requests", "Reads answered, by status", ["status"], registry=reg)
+        self._adds = {number: adds.labels(status=name) for number, name in STATUS_NAMES.items()}
+        self._reads = {number: reads.labels(status=name) for number, name in STATUS_NAMES.items()}
+        self._add_latency = Histogram("bookie_add_latency_seconds", "Add latency, received to durable",
+                                      buckets=_LATENCY_BUCKETS, registry=reg)
+        self._read_latency = Histogram("bookie_read_latency_seconds", "Read request latency",
+                                       buckets=_LATENCY_BUCKETS, registry=reg)
+        self._fsync_latency = Histogram("bookie_journal_fsync_latency_seconds", "Journal group-commit fsync time",
+                                        buckets=_LATENCY_BUCKETS, registry=reg)
+        self._batch_records = Histogram("bookie_journal_batch_records", "Journal records per fsync",
+                                        buckets=_RECORD_BUCKETS, registry=reg)
+        self._batch_bytes = Histogram("bookie_journal_batch_bytes", "Journal bytes per fsync",
+                                      buckets=_BYTE_BUCKETS, registry=reg)
+        self._bytes_written = Counter("bookie_bytes_written", "Entry bytes stored", registry=reg)
+        self._bytes_read = Counter("bookie_bytes_read", "Entry bytes returned by reads", registry=reg)
+        self._inflight = Gauge("bookie_inflight_adds", "Adds received and not yet durable", registry=reg)
+        self._streams = Gauge("bookie_add_streams", "Open add streams", registry=reg)
+        self._http = None
+        self._http_thread: threading.Thread | None = None
+
+    # --- recording ---------------------------------------------------------------
+    def adds_submitted(self, count: int) -> None:
+        self._inflight.inc(count)
+
+    def adds_completed(self, statuses: list[int], seconds: float, stored_bytes: int) -> None:
+        """One storage batch finished: count statuses, latency per add, bytes."""
+        self._inflight.dec(len(statuses))
+        ok = statuses.count(pb.OK)
+        if ok:
+            self._adds[pb.OK].inc(ok)
+        if ok != len(statuses):
+            for status in statuses:
+                if status != pb.OK:
+                    self._adds.get(status, self._adds[pb.STATUS_UNSPECIFIED]).inc()
+        for _ in statuses:
+            self._add_latency.observe(seconds)
+        self._bytes_written.inc(stored_bytes)
+
+    def adds_refused(self, status: int, count: int) -> None:
+        self._adds[status].inc(count)
+
+    def read_done(self, status: int, seconds: float, returned_bytes: int) -> None:
+        self._reads[status].inc()
+        self._read_latency.observe(seconds)
+        if returned_bytes:
+            self._bytes_read.inc(returned_bytes)
+
+    def journal_synced(self, records: int, written_bytes: int, fsync_seconds: float) -> None:
+        """The storage engine's ``on_journal_sync`` hook (called by the journal thread)."""
+        self._batch_records.observe(records)
+        self._batch_bytes.observe(written_bytes)
+        self._fsync_latency.observe(fsync_seconds)
+
+    def stream_opened(self) -> None:
+        self._streams.inc()
+
+    def stream_closed(self) -> None:
+        self._streams.dec()
+
+    # --- endpoint ----------------------------------------------------------------
+    def serve_http(self, host: str, port: int) -> int:
+        """Serve /metrics on host:port (0 = a free port) from a thread; returns the bound port."""
+        self._http = make_server(host, port, make_wsgi_app(self.registry), _ThreadingWSGIServer,
+                                 handler_class=_QuietHandler)
+        self._http_thread = threading.Thread(target=self._http.serve_forever, args=(_HTTP_POLL_S,),
+                                             name="bookie-metrics-http", daemon=True)
+        self._http_thread.start()
+        return self._http.server_port
+
+    def stop_http(self) -> None:
+        """Stop the endpoint and join its thread (idempotent)."""
+        if self._http is None:
+            return
+        self._http.shutdown()
+        self._http.server_close()
+        self._http_thread.join()
+        self._http = self._http_thread = None
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's signature
+        """Scrapes are not notable events."""

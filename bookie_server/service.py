@@ -1,0 +1,213 @@
+"""The gRPC servicer of the ``Bookie`` service: a thin façade over BookieStorage.
+
+Every outcome the bookie decides (no such entry, fenced, unauthorized, bad
+request, I/O error...) travels as a status in the response, never as a gRPC
+error, so the replication client can tell it from a timeout. Add streams are
+handled by ``add_stream.AddStreamSession``; this module answers Read,
+ReadLac and Info and keeps track of open streams for a graceful drain.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+import grpc
+
+from bookie_server.add_stream import AddStreamSession
+from bookie_server.limits import MAX_FENCE_WAIT_S, check_read, lac_wait_seconds, read_byte_budget
+from bookie_server.metrics import BookieMetrics
+from bookie_server.storage import BookieStorage, LedgerView
+from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError, NoSuchLedgerError
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+
+_log = logging.getLogger(__name__)
+LONG_POLL_SLICE_S = 0.5  # a long poll re-checks cancellation and draining this often
+
+
+class BookieServicer(pb_grpc.BookieServicer):
+    def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str, version: str,
+                 max_entry_size: int, max_inflight_adds: int,
+                 is_read_only: Callable[[], bool] = lambda: False) -> None:
+        self._storage = storage
+        self._metrics = metrics
+        self._bookie_id = bookie_id
+        self._version = version
+        self._max_entry_size = max_entry_size
+        self._max_inflight_adds = max_inflight_adds
+        self._is_read_only = is_read_only
+        self._draining = threading.Event()
+        self._sessions: set[AddStreamSession] = set()
+        self._sessions_lock = threading.Condition()
+        self._leftovers: list[AddStreamSession] = []
+
+    # --- adds --------------------------------------------------------------------
+    def AddStream(self, request_iterator, context):
+        session = AddStreamSession(self._storage, self._metrics, bookie_id=self._bookie_id,
+                                   max_entry_size=self._max_entry_size,
+                                   max_inflight_adds=self._max_inflight_adds, peer=context.peer())
+        with self._sessions_lock:
+            self._sessions.add(session)
+            if self._draining.is_set():
+                session.drain()
+        self._metrics.stream_opened()
+        try:
+            yield from session.responses(request_iterator, context)
+        finally:
+            self._end_session(session)
+            self._metrics.stream_closed()
+
+    def _end_session(self, session: AddStreamSession) -> None:
+        """Join the reader, or (while draining) keep it for ``join_stream_threads``."""
+        joined = session.join_reader(0.0) if self._draining.is_set() else session.join_reader()
+        with self._sessions_lock:
+            self._sessions.discard(session)
+            if not joined:
+                self._leftovers.append(session)
+            self._sessions_lock.notify_all()
+
+    # --- reads -------------------------------------------------------------------
+    def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
+        started = time.monotonic()
+        try:
+            response = self._read(request)
+        except Exception as exc:  # noqa: BLE001 - answer, never crash
+            _log.exception("read of ledger %d entries %d..%d failed", request.ledger_id,
+                           request.first_entry_id, request.last_entry_id)
+            response = pb.ReadResponse(status=pb.IO_ERROR, message=f"bookie {self._bookie_id} failed: {exc}",
+                                       last_add_confirmed=-1, last_entry_id=-1)
+        returned = sum(len(entry.body) for entry in response.entries)
+        self._metrics.read_done(response.status, time.monotonic() - started, returned)
+        return response
+
+    def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        ledger_id = request.ledger_id
+        problem = check_read(request.first_entry_id, request.last_entry_id)
+        if problem is not None:
+            return self._with_view(pb.ReadResponse(status=pb.BAD_REQUEST, message=problem), ledger_id)
+        if request.fence:
+            status, message = self._fence(ledger_id, request.master_key)
+            if status != pb.OK:
+                return self._with_view(pb.ReadResponse(status=status, message=message), ledger_id)
+        elif request.master_key:
+            if self._storage.check_master_key(ledger_id, request.master_key) == pb.UNAUTHORIZED:
+                message = f"master key does not match the one stored for ledger {ledger_id}"
+                return self._with_view(pb.ReadResponse(status=pb.UNAUTHORIZED, message=message), ledger_id)
+        response = self._read_entries(ledger_id, request.first_entry_id, request.last_entry_id,
+                                      read_byte_budget(request.max_bytes))
+        return self._with_view(response, ledger_id)
+
+    def _fence(self, ledger_id: int, master_key: bytes) -> tuple[int, str]:
+        if not master_key:
+            return pb.BAD_REQUEST, f"fencing ledger {ledger_id} needs its master key: set master_key"
+        try:
+            status = self._storage.fence(ledger_id, master_key).result(timeout=MAX_FENCE_WAIT_S)
+        except TimeoutError:
+            return pb.IO_ERROR, f"fence of ledger {ledger_id} was not durable within {MAX_FENCE_WAIT_S:.0f} s"
+        except Exception as exc:  # noqa: BLE001 - journal failure: an unknown outcome
+            _log.error("fence of ledger %d failed: %s", ledger_id, exc)
+            return pb.IO_ERROR, f"fence of ledger {ledger_id} failed on bookie {self._bookie_id}: {exc}"
+        if status == pb.OK:
+            _log.info("ledger %d fenced", ledger_id)
+            return status, ""
+        if status == pb.UNAUTHORIZED:
+            return status, f"master key does not match the one stored for ledger {ledger_id}: not fenced"
+        return status, f"fence of ledger {ledger_id} answered {pb.Status.Name(status)}"
+
+    def _read_entries(self, ledger_id: int, first: int, last: int, budget: int) -> pb.ReadResponse:
+        """Entries first..last, stopping at the first missing/unreadable one or the byte budget."""
+        response = pb.ReadResponse(status=pb.OK)
+        total = 0
+        for entry_id in range(first, last + 1):
+            try:
+                body = self._storage.read_entry(ledger_id, entry_id)
+            except NoSuchLedgerError:
+                status, message = pb.NO_SUCH_LEDGER, f"bookie {self._bookie_id} has no ledger {ledger_id}"
+            except NoSuchEntryError:
+                status, message = pb.NO_SUCH_ENTRY, f"bookie {self._bookie_id} has no entry {entry_id} of ledger {ledger_id}"
+            except CorruptStorageError as exc:
+                _log.error("ledger %d entry %d is unreadable: %s", ledger_id, entry_id, exc)
+                status, message = pb.IO_ERROR, f"ledger {ledger_id} entry {entry_id} is unreadable on bookie {self._bookie_id}: {exc}"
+            else:
+                if response.entries and total + len(body) > budget:
+                    break
+                response.entries.add(entry_id=entry_id, body=body)
+                total += len(body)
+                if total >= budget:
+                    break
+                continue
+            if not response.entries:
+                response.status, response.message = status, message
+            break
+        return response
+
+    def _with_view(self, response, ledger_id: int, view: LedgerView | None = None):
+        """Fill last_add_confirmed / last_entry_id / fenced from the ledger's current state."""
+        view = view if view is not None else self._storage.ledger(ledger_id)
+        if view is None:
+            response.last_add_confirmed = response.last_entry_id = -1
+            response.fenced = False
+        else:
+            response.last_add_confirmed = view.last_add_confirmed
+            response.last_entry_id = view.last_entry_id
+            response.fenced = view.fenced
+        return response
+
+    # --- LAC ---------------------------------------------------------------------
+    def ReadLac(self, request: pb.ReadLacRequest, context) -> pb.ReadLacResponse:
+        ledger_id = request.ledger_id
+        try:
+            if request.has_previous:
+                view = self._long_poll(ledger_id, request.previous_lac, lac_wait_seconds(request.timeout_ms),
+                                       context)
+            else:
+                view = self._storage.ledger(ledger_id)
+        except Exception as exc:  # noqa: BLE001 - answer, never crash
+            _log.exception("read_lac of ledger %d failed", ledger_id)
+            return pb.ReadLacResponse(status=pb.IO_ERROR, message=f"bookie {self._bookie_id} failed: {exc}",
+                                      last_add_confirmed=-1, last_entry_id=-1)
+        if view is None:
+            return pb.ReadLacResponse(status=pb.NO_SUCH_LEDGER, last_add_confirmed=-1, last_entry_id=-1,
+                                      message=f"bookie {self._bookie_id} has no ledger {ledger_id}")
+        return self._with_view(pb.ReadLacResponse(status=pb.OK), ledger_id, view)
+
+    def _long_poll(self, ledger_id: int, previous_lac: int, wait_s: float, context) -> LedgerView | None:
+        deadline = time.monotonic() + wait_s
+        while True:
+            remaining = deadline - time.monotonic()
+            view = self._storage.wait_for_lac(ledger_id, previous_lac, max(0.0, min(remaining, LONG_POLL_SLICE_S)))
+            if view is None or view.last_add_confirmed > previous_lac or remaining <= LONG_POLL_SLICE_S:
+                return view
+            if self._draining.is_set() or not context.is_active():
+                return view
+
+    # --- info --------------------------------------------------------------------
+    def Info(self, request: pb.BookieInfoRequest, context) -> pb.BookieInfoResponse:
+        response = pb.BookieInfoResponse(status=pb.OK, bookie_id=self._bookie_id, version=self._version,
+                                         max_entry_bytes=self._max_entry_size, read_only=self._is_read_only())
+        try:
+            response.free_bytes, response.total_bytes = self._storage.disk_usage()
+        except OSError as exc:
+            _log.error("cannot read the disk usage of the data dir: %s", exc)
+            response.status = pb.IO_ERROR
+        return response
+
+    # --- draining ----------------------------------------------------------------
+    def drain(self, timeout: float) -> bool:
+        """Stop admitting adds and wait (bounded) until every add stream has ended."""
+        self._draining.set()
+        with self._sessions_lock:
+            for session in self._sessions:
+                session.drain()
+            return self._sessions_lock.wait_for(lambda: not self._sessions, timeout)
+
+    def join_stream_threads(self, timeout: float) -> None:
+        """After the gRPC server stopped: join reader threads left by drained streams."""
+        with self._sessions_lock:
+            sessions, self._leftovers = self._leftovers + list(self._sessions), []
+        deadline = time.monotonic() + timeout
+        for session in sessions:
+            if not session.join_reader(max(0.0, deadline - time.monotonic())):
+                _log.warning("an add stream reader thread is still blocked at shutdown")
