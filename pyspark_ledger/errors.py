@@ -122,3 +122,11 @@ class JournalCorruptError(CorruptStorageError):
 
 class DataDirectoryError(StorageError):
     """The data directory does not match the bookie's identity (cookie)."""
+
+
+# --- logs and streams -------------------------------------------------------------
+
+
+class DataLossError(LedgerError):
+    """Entries a reader was due to read are no longer in the log (truncated, or the
+    stream was recreated); the Spark option failOnDataLoss=false skips ahead instead."""

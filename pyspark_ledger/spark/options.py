@@ -1,0 +1,302 @@
+"""The options of the Spark ``ledger`` data source, parsed and validated once.
+
+Spark hands a data source its options as strings with lower-cased names;
+``parse_read_options`` / ``parse_write_options`` turn them into frozen
+dataclasses, or raise ``InvalidConfigurationError`` naming the option, the bad
+value and what is accepted (an unknown name gets the closest known one).
+
+==================== ======== ======== ========= ========= =========================
+option               batch    stream   batch     stream    default
+                     read     read     write     write
+==================== ======== ======== ========= ========= =========================
+metadataServiceUri   required required required  required  (sqlite:///... or zk://...)
+stream               required required required  required  (or ``load(name)`` / ``save(name)``)
+password             yes      yes      yes       yes       "" (empty)
+startingOffsets      yes      yes                          earliest
+endingOffsets        yes                                   latest
+failOnDataLoss       yes      yes                          true
+includeMetadata      yes      yes                          false
+maxEntriesPerTrigger          yes                          none (all available)
+maxBytesPerTrigger            yes                          none; accepts 1048576, 512k, 64m, 1g
+partitions                             yes       yes       the input's partition count
+ensembleSize                           yes       yes       3
+writeQuorum                            yes       yes       3
+ackQuorum                              yes       yes       2
+digest                                 yes       yes       crc32c (or hmac-sha256)
+rowsPerEntry                           yes       yes       10000
+==================== ======== ======== ========= ========= =========================
+
+The quorum defaults apply one by one and are never adjusted: ``ensembleSize=1``
+alone is refused (writeQuorum would still be 3) with a message saying so.
+``partitions``, ``ensembleSize``, ``writeQuorum``, ``ackQuorum`` and ``digest``
+only matter when the write creates the stream. Spark's own ``path`` (from
+``load(name)`` / ``save(name)``) names the stream; ``checkpointLocation`` is ignored.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from pyspark_ledger.entry import DIGEST_CRC32C, check_digest_type
+from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.metadata.uri import ACCEPTED_FORMS, parse_metadata_uri
+from pyspark_ledger.spark.offsets import OffsetSpec, parse_ending_offsets, parse_starting_offsets
+
+BATCH_READ, STREAM_READ, BATCH_WRITE, STREAM_WRITE = ("batch read", "streaming read", "batch write",
+                                                      "streaming write")
+READS = frozenset({BATCH_READ, STREAM_READ})
+WRITES = frozenset({BATCH_WRITE, STREAM_WRITE})
+ALL_MODES = READS | WRITES
+DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM, DEFAULT_ACK_QUORUM = 3, 3, 2
+DEFAULT_ROWS_PER_ENTRY = 10_000
+MAX_INT32 = 2**31 - 1
+SPARK_PATH = "path"
+IGNORED = frozenset({"checkpointlocation"})
+_STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
+_SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.ASCII)
+_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Options of a batch (``streaming=False``) or streaming read."""
+
+    metadata_service_uri: str
+    stream: str
+    streaming: bool
+    starting_offsets: OffsetSpec
+    ending_offsets: OffsetSpec | None  # None for a streaming read
+    fail_on_data_loss: bool = True
+    include_metadata: bool = False
+    max_entries_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    password: str = field(default="", repr=False)
+
+    @property
+    def password_bytes(self) -> bytes:
+        return self.password.encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Options of a batch or streaming write; the layout ones apply when the stream is created."""
+
+    metadata_service_uri: str
+    stream: str
+    streaming: bool
+    partitions: int | None = None  # None: as many as the written DataFrame has
+    ensemble_size: int = DEFAULT_ENSEMBLE_SIZE
+    write_quorum: int = DEFAULT_WRITE_QUORUM
+    ack_quorum: int = DEFAULT_ACK_QUORUM
+    digest: str = DIGEST_CRC32C
+    rows_per_entry: int = DEFAULT_ROWS_PER_ENTRY
+    password: str = field(default="", repr=False)
+
+    @property
+    def password_bytes(self) -> bytes:
+        return self.password.encode("utf-8")
+
+
+# --- value parsers: (option name, raw string) -> value ------------------------------
+
+
+def _invalid(name: str, raw: str, accepted: str) -> InvalidConfigurationError:
+    return InvalidConfigurationError(f"option {name}={raw!r} is invalid: expected {accepted}")
+
+
+def _metadata_uri(name: str, raw: str) -> str:
+    try:
+        parse_metadata_uri(raw)
+    except InvalidConfigurationError as exc:
+        raise InvalidConfigurationError(f"option {name}={raw!r} is invalid: {exc}") from exc
+    return raw.strip()
+
+
+def _stream(name: str, raw: str) -> str:
+    if not _STREAM_NAME.fullmatch(raw):
+        raise _invalid(name, raw, "a stream name of 1-200 letters, digits, '.', '_' or '-', "
+                                  "starting with a letter or digit (e.g. 'orders')")
+    return raw
+
+
+def _positive_int(name: str, raw: str) -> int:
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_INT32:
+        raise _invalid(name, raw, f"a whole number from 1 to {MAX_INT32}")
+    return int(text)
+
+
+def _size(name: str, raw: str) -> int:
+    match = _SIZE.fullmatch(raw.strip().lower())
+    value = int(match.group(1)) * _SIZE_UNITS[match.group(2) or ""] if match else 0
+    if not 1 <= value <= 2**63 - 1:
+        raise _invalid(name, raw, "a positive number of bytes, optionally with a binary unit: "
+                                  "1048576, 512k, 64m or 1g")
+    return value
+
+
+def _bool(name: str, raw: str) -> bool:
+    text = raw.strip().lower()
+    if text not in ("true", "false"):
+        raise _invalid(name, raw, "true or false")
+    return text == "true"
+
+
+def _digest(name: str, raw: str) -> str:
+    try:
+        return check_digest_type(raw.strip())
+    except InvalidConfigurationError as exc:
+        raise _invalid(name, raw, "crc32c or hmac-sha256") from exc
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    name: str
+    modes: frozenset[str]
+    parse: Callable[[str, str], Any]
+    hint: str = ""  # said when the option is used where it does not apply
+
+
+_OPTIONS = {option.name.lower(): option for option in (
+    _Option("metadataServiceUri", ALL_MODES, _metadata_uri),
+    _Option("stream", ALL_MODES, _stream),
+    _Option("password", ALL_MODES, _text),
+    _Option("startingOffsets", READS, _text, "a write always appends at the end of the stream"),
+    _Option("endingOffsets", frozenset({BATCH_READ}), _text,
+            "a streaming query runs until stopped; use trigger(availableNow=True) to stop "
+            "once the data available at its start is read"),
+    _Option("failOnDataLoss", READS, _bool),
+    _Option("includeMetadata", READS, _bool),
+    _Option("maxEntriesPerTrigger", frozenset({STREAM_READ}), _positive_int,
+            "a batch read reads everything between startingOffsets and endingOffsets"),
+    _Option("maxBytesPerTrigger", frozenset({STREAM_READ}), _size,
+            "a batch read reads everything between startingOffsets and endingOffsets"),
+    _Option("partitions", WRITES, _positive_int, "a reader sees the partitions the stream has"),
+    _Option("ensembleSize", WRITES, _positive_int, "replication is chosen when a stream is written"),
+    _Option("writeQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
+    _Option("ackQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
+    _Option("digest", WRITES, _digest, "a reader uses the digest each ledger was written with"),
+    _Option("rowsPerEntry", WRITES, _positive_int, "a reader gets the entries as written"),
+)}
+KNOWN_OPTIONS = tuple(option.name for option in _OPTIONS.values())
+
+
+# --- the two entry points -----------------------------------------------------------
+
+
+def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
+    """Validate the options of ``spark.read`` (or ``readStream`` when ``streaming``)."""
+    values = _collect(options, STREAM_READ if streaming else BATCH_READ)
+    ending = None if streaming else parse_ending_offsets(values.get("endingoffsets"))
+    return ReadOptions(
+        metadata_service_uri=values["metadataserviceuri"], stream=values["stream"],
+        streaming=streaming,
+        starting_offsets=parse_starting_offsets(values.get("startingoffsets"), streaming=streaming),
+        ending_offsets=ending,
+        fail_on_data_loss=values.get("failondataloss", True),
+        include_metadata=values.get("includemetadata", False),
+        max_entries_per_trigger=values.get("maxentriespertrigger"),
+        max_bytes_per_trigger=values.get("maxbytespertrigger"),
+        password=values.get("password", ""))
+
+
+def parse_write_options(options: Mapping[str, Any], *, streaming: bool = False) -> WriteOptions:
+    """Validate the options of ``df.write`` (or ``writeStream`` when ``streaming``)."""
+    values = _collect(options, STREAM_WRITE if streaming else BATCH_WRITE)
+    ensemble_size, write_quorum, ack_quorum = _quorums(values)
+    return WriteOptions(
+        metadata_service_uri=values["metadataserviceuri"], stream=values["stream"],
+        streaming=streaming, partitions=values.get("partitions"),
+        ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
+        digest=values.get("digest", DIGEST_CRC32C),
+        rows_per_entry=values.get("rowsperentry", DEFAULT_ROWS_PER_ENTRY),
+        password=values.get("password", ""))
+
+
+# --- steps ----------------------------------------------------------------------------
+
+
+def _collect(options: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """Lower-cased, checked, parsed values of the options given (defaults not filled in)."""
+    raw = _lower_case(options)
+    _take_path(raw)
+    unknown = sorted(key for key in raw if key not in _OPTIONS and key not in IGNORED)
+    if unknown:
+        raise _unknown(unknown[0])
+    for key in sorted(raw):
+        if key in _OPTIONS and mode not in _OPTIONS[key].modes:
+            raise _not_for_mode(_OPTIONS[key], mode)
+    for required in ("metadataserviceuri", "stream"):
+        if required not in raw:
+            raise _missing(_OPTIONS[required].name, mode)
+    return {key: _OPTIONS[key].parse(_OPTIONS[key].name, value)
+            for key, value in raw.items() if key in _OPTIONS}
+
+
+def _lower_case(options: Mapping[str, Any]) -> dict[str, str]:
+    lowered: dict[str, str] = {}
+    for key, value in options.items():
+        name = str(key).strip().lower()
+        if value is None:
+            continue
+        if name in lowered:
+            raise InvalidConfigurationError(
+                f"option {key!r} is given twice (option names ignore case): keep one")
+        lowered[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return lowered
+
+
+def _take_path(raw: dict[str, str]) -> None:
+    """``load(name)`` / ``save(name)`` pass the stream name as Spark's ``path`` option."""
+    path = raw.pop(SPARK_PATH, None)
+    if path is None:
+        return
+    stream = raw.setdefault("stream", path)
+    if stream != path:
+        raise InvalidConfigurationError(
+            f"option stream={stream!r} and the path {path!r} given to load()/save() name "
+            "different streams: give the stream name once")
+
+
+def _unknown(key: str) -> InvalidConfigurationError:
+    """Names the option but not its value: a misspelt password must not reach the logs."""
+    close = difflib.get_close_matches(key, list(_OPTIONS), n=1, cutoff=0.6)
+    suggestion = f"did you mean {_OPTIONS[close[0]].name}? " if close else ""
+    return InvalidConfigurationError(
+        f"unknown option {key} for format 'ledger': {suggestion}"
+        f"known options are {', '.join(KNOWN_OPTIONS)}")
+
+
+def _not_for_mode(option: _Option, mode: str) -> InvalidConfigurationError:
+    modes = " and ".join(sorted(option.modes))
+    reason = f": {option.hint}" if option.hint else ""
+    return InvalidConfigurationError(
+        f"option {option.name} does not apply to a {mode} (only to a {modes}){reason}; remove it")
+
+
+def _missing(name: str, mode: str) -> InvalidConfigurationError:
+    examples = {"metadataServiceUri": f"one of {ACCEPTED_FORMS}",
+                "stream": "the stream name, e.g. .option('stream', 'orders') or load('orders')"}
+    return InvalidConfigurationError(f"option {name} is required for a {mode}: give {examples[name]}")
+
+
+def _quorums(values: Mapping[str, Any]) -> tuple[int, int, int]:
+    given = {"ensembleSize": values.get("ensemblesize"), "writeQuorum": values.get("writequorum"),
+             "ackQuorum": values.get("ackquorum")}
+    defaults = {"ensembleSize": DEFAULT_ENSEMBLE_SIZE, "writeQuorum": DEFAULT_WRITE_QUORUM,
+                "ackQuorum": DEFAULT_ACK_QUORUM}
+    chosen = {name: defaults[name] if value is None else value for name, value in given.items()}
+    size, write, ack = chosen.values()
+    if size >= write >= ack:
+        return size, write, ack
+    described = ", ".join(f"{name}={chosen[name]}" + (" (default)" if given[name] is None else "")
+                          for name in chosen)
+    raise InvalidConfigurationError(
+        f"options {described} violate ensembleSize >= writeQuorum >= ackQuorum: set all three, "
+        "e.g. ensembleSize=3, writeQuorum=3, ackQuorum=2 (or 1, 1, 1 for a single bookie)")

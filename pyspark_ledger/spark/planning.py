@@ -1,0 +1,283 @@
+"""Read planning over partition logs: resolve offsets, detect data loss, admit, split.
+
+Pure arithmetic on what the log layer reports about each partition (its
+ledgers' sequence numbers, ids, last readable entries and byte lengths); no
+I/O. The Spark readers call it to turn options and offsets into the entry
+ranges their input partitions read:
+
+- ``resolve`` / ``resolve_offsets``: EARLIEST/LATEST sentinels (startingOffsets,
+  endingOffsets) to concrete positions of the logs;
+- ``check_position`` / ``check_offset``: a checkpointed position the log no longer
+  holds (truncated, or the stream was recreated) is data loss: an error naming
+  failOnDataLoss, or, when that option is false, where to continue and a warning;
+- ``admit``: the end offset of a micro-batch under maxEntriesPerTrigger /
+  maxBytesPerTrigger, the budget shared across partitions by their backlog;
+- ``plan_ranges``: the entries between two positions, one range per ledger,
+  split so that no range exceeds a size (one Spark input partition each).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+from pyspark_ledger.errors import DataLossError, InvalidConfigurationError
+from pyspark_ledger.log.positions import LogPosition
+from pyspark_ledger.spark.offsets import OffsetSpec, StreamOffset
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSpan:
+    """The readable entries 0..last_entry_id of one ledger of a log (-1: none yet)."""
+
+    ledger_seq: int
+    ledger_id: int
+    last_entry_id: int
+    length: int = 0  # bytes of entries 0..last_entry_id (from metadata or entry headers)
+
+    @property
+    def entry_count(self) -> int:
+        return self.last_entry_id + 1
+
+    @property
+    def end(self) -> LogPosition:
+        """The slot after its last readable entry."""
+        return LogPosition(self.ledger_seq, self.last_entry_id + 1)
+
+    def bytes_for(self, entries: int) -> int:
+        """Estimated bytes of ``entries`` entries of this ledger (its mean entry size)."""
+        if self.entry_count <= 0:
+            return 0
+        return -(-self.length * entries // self.entry_count)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLog:
+    """The ledgers still in one partition's log, oldest first, as the log layer reports them.
+
+    ``next_ledger_seq`` places an empty log (no ledger left or yet). ``truncated_end``
+    is the end slot of the newest ledger truncated away, if the log layer keeps it:
+    a reader checkpointed exactly there had read that ledger to its end, so
+    resuming from it loses nothing.
+    """
+
+    spans: tuple[LedgerSpan, ...]
+    next_ledger_seq: int | None = None
+    truncated_end: LogPosition | None = None
+
+    def __post_init__(self) -> None:
+        seqs = [span.ledger_seq for span in self.spans]
+        if any(later != earlier + 1 for earlier, later in zip(seqs, seqs[1:])):
+            raise InvalidConfigurationError(
+                f"ledger sequence numbers of a log must be consecutive, got {seqs}")
+        if any(span.last_entry_id < -1 or span.length < 0 for span in self.spans):
+            raise InvalidConfigurationError("a ledger span needs last_entry_id >= -1 and length >= 0")
+
+    @property
+    def start(self) -> LogPosition:
+        """The first slot still in the log."""
+        if self.spans:
+            return LogPosition(self.spans[0].ledger_seq, 0)
+        return LogPosition(self.next_ledger_seq or 0, 0)
+
+    @property
+    def end(self) -> LogPosition:
+        """The slot after the last readable entry."""
+        return self.spans[-1].end if self.spans else self.start
+
+    def span(self, ledger_seq: int) -> LedgerSpan | None:
+        if not self.spans or not self.spans[0].ledger_seq <= ledger_seq <= self.spans[-1].ledger_seq:
+            return None
+        return self.spans[ledger_seq - self.spans[0].ledger_seq]
+
+    def backlog(self, position: LogPosition) -> tuple[int, int]:
+        """(entries, estimated bytes) readable from ``position`` to the end."""
+        entries = size = 0
+        for span, first in self.segments_from(position):
+            entries += span.entry_count - first
+            size += span.bytes_for(span.entry_count - first)
+        return entries, size
+
+    def segments_from(self, position: LogPosition) -> Iterator[tuple[LedgerSpan, int]]:
+        """(span, first entry to read in it) from ``position`` on, skipping read-out ledgers."""
+        for span in self.spans:
+            if span.ledger_seq < position.ledger_seq:
+                continue
+            first = position.entry_id if span.ledger_seq == position.ledger_seq else 0
+            if first < span.entry_count:
+                yield span, first
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """Entries first..last (inclusive) of one ledger, read for one stream partition."""
+
+    partition: int
+    ledger_seq: int
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+
+    @property
+    def entry_count(self) -> int:
+        return self.last_entry_id - self.first_entry_id + 1
+
+
+@dataclass(frozen=True, slots=True)
+class DataLoss:
+    """A position the log no longer holds, where to continue, and the warning to log."""
+
+    partition: int
+    lost_from: LogPosition
+    resume_at: LogPosition
+    message: str
+
+
+def resolve(position: LogPosition, log: PartitionLog) -> LogPosition:
+    """EARLIEST -> the log's start, LATEST -> its end; concrete positions unchanged."""
+    if position.is_earliest:
+        return log.start
+    if position.is_latest:
+        return log.end
+    return position
+
+
+def resolve_offsets(spec: OffsetSpec, logs: Mapping[int, PartitionLog]) -> StreamOffset:
+    """startingOffsets / endingOffsets made concrete for partitions 0..len(logs)-1."""
+    spec.check_partitions(len(logs))
+    return StreamOffset.of({partition: resolve(spec.position_for(partition), log)
+                            for partition, log in sorted(logs.items())})
+
+
+def check_offset(offset: StreamOffset, logs: Mapping[int, PartitionLog], *,
+                 fail_on_data_loss: bool) -> tuple[StreamOffset, list[DataLoss]]:
+    """A checkpointed offset checked against the logs: where to read from, and what was lost.
+
+    Partitions the offset does not know (added since) start at their log's
+    start; lost positions raise, or move to where reading can continue.
+    """
+    positions, losses = {}, []
+    for partition, log in sorted(logs.items()):
+        position = offset.get(partition, log.start)
+        loss = check_position(partition, position, log, fail_on_data_loss=fail_on_data_loss)
+        if loss is not None:
+            losses.append(loss)
+            position = loss.resume_at
+        positions[partition] = position
+    return StreamOffset.of(positions), losses
+
+
+def check_position(partition: int, position: LogPosition, log: PartitionLog, *,
+                   fail_on_data_loss: bool) -> DataLoss | None:
+    """None if ``log`` holds ``position``; else raise (fail_on_data_loss) or say where to resume."""
+    problem = _why_missing(position, log)
+    if problem is None:
+        return None
+    why, resume_at = problem
+    message = f"stream partition {partition}: {why}"
+    if fail_on_data_loss:
+        raise DataLossError(f"{message}. Set the option failOnDataLoss=false to continue from "
+                            f"{resume_at} instead")
+    return DataLoss(partition, position, resume_at,
+                    f"{message}; continuing from {resume_at} (failOnDataLoss=false)")
+
+
+def _why_missing(position: LogPosition, log: PartitionLog) -> tuple[str, LogPosition] | None:
+    """Why ``log`` does not hold ``position``, and the position to continue from."""
+    if position in (log.end, log.truncated_end):
+        return None
+    if position < log.start:
+        return (f"the log was truncated and now starts at {log.start}, so its entries from "
+                f"{position} to {log.start} are lost", log.start)
+    if position > log.end:
+        return (f"the log ends at {log.end}, before the position {position}: was the stream "
+                "deleted and written anew? Entries may have been missed", log.start)
+    span = log.span(position.ledger_seq)
+    if span is None:
+        return f"the log has no ledger with sequence number {position.ledger_seq}", log.start
+    if position.entry_id > span.entry_count:
+        return (f"ledger {position.ledger_seq} of the log ends at entry {span.last_entry_id}, "
+                f"before the position {position}", span.end)
+    return None
+
+
+def advance(position: LogPosition, log: PartitionLog, max_entries: int | None = None,
+            max_bytes: int | None = None) -> LogPosition:
+    """The end (exclusive) of the next read from ``position``, within both limits.
+
+    Takes at least one entry when any is readable, so a stream always makes
+    progress even if one entry is larger than ``max_bytes``; returns
+    ``position`` itself when nothing is readable.
+    """
+    end = position
+    entries_left = max_entries
+    bytes_left = max_bytes
+    for span, first in log.segments_from(position):
+        take = span.entry_count - first
+        if entries_left is not None:
+            take = min(take, entries_left)
+        if bytes_left is not None:
+            first_take = end == position and bytes_left > 0
+            take = min(take, _entries_within(span, bytes_left, at_least_one=first_take))
+        if take <= 0:
+            break
+        end = LogPosition(span.ledger_seq, first + take)
+        entries_left = None if entries_left is None else entries_left - take
+        bytes_left = None if bytes_left is None else bytes_left - span.bytes_for(take)
+        if first + take < span.entry_count:
+            break
+    return end
+
+
+def _entries_within(span: LedgerSpan, budget: int, *, at_least_one: bool) -> int:
+    mean = span.bytes_for(1)
+    fits = budget // mean if mean else span.entry_count
+    return max(fits, 1) if at_least_one else fits
+
+
+def admit(start: StreamOffset, logs: Mapping[int, PartitionLog], *, max_entries: int | None = None,
+          max_bytes: int | None = None) -> StreamOffset:
+    """The next micro-batch's end offset: every partition's backlog, capped by the limits.
+
+    The budgets are shared across partitions in proportion to their backlogs
+    (largest remainders first), so a busy partition cannot starve the others.
+    """
+    backlogs = {partition: logs[partition].backlog(position) for partition, position in start.items()}
+    entry_shares = _shares(max_entries, {p: entries for p, (entries, _) in backlogs.items()})
+    byte_shares = _shares(max_bytes, {p: size for p, (_, size) in backlogs.items()})
+    ends = {partition: advance(position, logs[partition], entry_shares.get(partition),
+                               byte_shares.get(partition))
+            for partition, position in start.items()}
+    return StreamOffset.of(ends)
+
+
+def _shares(budget: int | None, demands: Mapping[int, int]) -> dict[int, int]:
+    """Split ``budget`` proportionally to ``demands`` (none: no limit for anyone)."""
+    total = sum(demands.values())
+    if budget is None or total <= budget:
+        return {}
+    exact = {partition: budget * demand / total for partition, demand in demands.items()}
+    shares = {partition: int(value) for partition, value in exact.items()}
+    left = budget - sum(shares.values())
+    for partition in sorted(exact, key=lambda p: shares[p] - exact[p])[:left]:
+        shares[partition] += 1
+    return shares
+
+
+def plan_ranges(partition: int, start: LogPosition, end: LogPosition, log: PartitionLog, *,
+                max_entries_per_range: int | None = None) -> list[ReadRange]:
+    """The entries from ``start`` (inclusive) to ``end`` (exclusive), per ledger and chunked."""
+    if max_entries_per_range is not None and max_entries_per_range < 1:
+        raise InvalidConfigurationError(f"max_entries_per_range must be >= 1, got {max_entries_per_range}")
+    ranges: list[ReadRange] = []
+    for span, first in log.segments_from(start):
+        if span.ledger_seq > end.ledger_seq:
+            break
+        last = span.last_entry_id if span.ledger_seq < end.ledger_seq else min(span.last_entry_id,
+                                                                                 end.entry_id - 1)
+        if last < first:
+            break
+        step = max_entries_per_range or (last - first + 1)
+        for chunk_first in range(first, last + 1, step):
+            ranges.append(ReadRange(partition, span.ledger_seq, span.ledger_id, chunk_first,
+                                    min(chunk_first + step - 1, last)))
+    return ranges
