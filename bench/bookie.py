@@ -30,6 +30,8 @@ from pyspark_ledger.client import BookieClient  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieProcess  # noqa: E402
 
+from disk_baseline import raw_fsync_rate, raw_sequential_fsync_bandwidth  # noqa: E402
+
 MiB = 1024 * 1024
 GOAL_SMALL_ENTRIES_PER_S = 20_000
 GOAL_LARGE_DISK_RATIO = 0.6
@@ -38,42 +40,6 @@ WORKLOADS = {  # name: (payload bytes, streams, adds in flight per stream)
     "1KiB": (1024, 4, 1_000),
     "1MiB": (MiB, 2, 16),
 }
-
-
-def raw_fsync_rate(directory: Path, seconds: float) -> dict:
-    """4 KiB append + fdatasync, as fast as possible."""
-    path = directory / "raw-fsync.bin"
-    block = os.urandom(4096)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            count += 1
-        elapsed = time.perf_counter() - started
-    finally:
-        os.close(fd)
-        path.unlink()
-    return {"fsyncs_per_s": round(count / elapsed), "block_bytes": 4096}
-
-
-def raw_sequential_fsync_bandwidth(directory: Path, seconds: float) -> dict:
-    """Sequential 1 MiB writes, each fdatasync'd."""
-    path = directory / "raw-seq.bin"
-    block = os.urandom(MiB)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        count, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            os.write(fd, block)
-            os.fdatasync(fd)
-            count += 1
-        elapsed = time.perf_counter() - started
-    finally:
-        os.close(fd)
-        path.unlink()
-    return {"mb_per_s": round(count * MiB / elapsed / 1e6, 1), "write_bytes": MiB}
 
 
 class Producer(threading.Thread):
