@@ -16,12 +16,14 @@ from pyspark_ledger.metadata.store import MetadataStore, Registration
 _log = logging.getLogger(__name__)
 
 
-def bookie_info(host: str, port: int, metrics_port: int | None, data_dir: str) -> dict[str, Any]:
+def bookie_info(host: str, port: int, metrics_port: int | None, metrics_url: str | None,
+                data_dir: str) -> dict[str, Any]:
     """The info a bookie publishes with its registration."""
     return {
         "host": host,
         "port": port,
         "metrics_port": metrics_port,
+        "metrics_url": metrics_url or "",
         "version": pyspark_ledger.__version__,
         "data_dir": data_dir,
     }

@@ -144,7 +144,8 @@ class BookieServer:
                 "pick another --metrics-port (0 = any free port)") from exc
 
     def _register(self) -> None:
-        info = bookie_info(self.config.host, self.config.port, self.metrics_port, str(self.config.data_dir))
+        info = bookie_info(self.config.host, self.config.port, self.metrics_port, self.metrics_url,
+                           str(self.config.data_dir))
         self._registration = register(self._store, self.bookie_id, info)
 
     def _set_health(self, status) -> None:

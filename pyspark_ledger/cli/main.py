@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from pyspark_ledger import __version__
-from pyspark_ledger.cli import admin
+from pyspark_ledger.cli import admin, sandbox_cmd
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     admin.add_parsers(commands)
+    sandbox_cmd.add_parsers(commands)
     return parser
 
 

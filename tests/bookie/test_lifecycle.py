@@ -34,6 +34,7 @@ def test_registration_appears_and_a_sigterm_removes_it_with_exit_0(make_bookie, 
     assert registered.info["host"] == "127.0.0.1" and registered.info["port"] == bookie.port
     assert registered.info["version"] and registered.info["data_dir"] == str(tmp_path / "bookie")
     assert f":{registered.info['metrics_port']}/" in bookie.metrics_url
+    assert registered.info["metrics_url"] == bookie.metrics_url
     assert bookie.stop() == 0
     assert bookie.bookie_id not in metadata_store.bookies()
     stdout = (bookie.data_dir / "bookie-stdout.log").read_text()

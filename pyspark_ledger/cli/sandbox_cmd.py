@@ -1,0 +1,123 @@
+"""The ``ledger sandbox`` sub-command: a local cluster in the foreground until Ctrl-C.
+
+Prints one line per bookie as it comes up, then the metadataServiceUri with
+copy-paste examples, then waits. SIGINT or SIGTERM stops every bookie
+(SIGTERM, so they checkpoint), then ZooKeeper, and exits 0. A bookie that
+dies on its own is reported and the others keep running. The cluster itself
+is ``pyspark_ledger.sandbox.Sandbox``; this module only parses, prints and waits.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from pyspark_ledger.errors import LedgerError
+
+EXIT_INTERRUPTED = 130
+_WATCH_INTERVAL_S = 0.2
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "sandbox", help="run a local cluster (metadata + bookies) in the foreground",
+        description="Run a local cluster in the foreground: embedded SQLite metadata (or a local ZooKeeper) "
+                    "and N bookie processes on free 127.0.0.1 ports. Ctrl-C stops everything. Starting again "
+                    "on the same --data-dir brings back the same bookies with their data.")
+    parser.add_argument("--bookies", type=_bookie_count, default=None, metavar="N",
+                        help="number of bookies (default: as many as --data-dir holds, else 3)")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="keep the cluster in DIR (default: a temporary dir, removed on exit)")
+    parser.add_argument("--zookeeper", action="store_const", const=True, default=None,
+                        help="keep metadata in a local ZooKeeper (needs `apt-get install zookeeper`) instead "
+                             "of an embedded SQLite file")
+    parser.set_defaults(handler=cmd_sandbox)
+
+
+def _bookie_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (a cluster needs at least one bookie), got {text!r}")
+    return value
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from pyspark_ledger.sandbox import Sandbox  # late: keeps `ledger --help` fast
+
+    sandbox = Sandbox(args.bookies, args.data_dir, args.zookeeper, announce=_say)
+    with _stop_signals() as stop_requested:
+        try:
+            sandbox.start()
+        except LedgerError:
+            if stop_requested.is_set():
+                _say("sandbox: interrupted while starting; everything it started is stopped")
+                return EXIT_INTERRUPTED
+            raise
+        try:
+            _say(banner(sandbox))
+            _watch(sandbox, stop_requested)
+            _say("sandbox: stopping the bookies" + (" and ZooKeeper" if sandbox.zookeeper else ""))
+        finally:
+            sandbox.stop()
+    _say("sandbox: stopped")
+    return 0
+
+
+def banner(sandbox) -> str:
+    """The block printed once the cluster is up: URI, shell and PySpark examples."""
+    uri = sandbox.metadata_uri
+    kind = "ZooKeeper" if sandbox.zookeeper else "SQLite"
+    kept = "temporary: removed on exit; pass --data-dir to keep it" if sandbox.temporary else \
+        "kept: start again with the same --data-dir"
+    return "\n".join([
+        "",
+        f"sandbox ready: {len(sandbox.bookies)} bookies, {kind} metadata, data in {sandbox.data_dir} ({kept})",
+        "",
+        f"  metadataServiceUri = {uri}",
+        "",
+        f"  export LEDGER_METADATA={shlex.quote(uri)}",
+        f"  ledger --metadata {shlex.quote(uri)} bookies",
+        "",
+        "  # PySpark",
+        '  df = (spark.read.format("ledger")',
+        f"        .option(\"metadataServiceUri\", \"{uri}\")",
+        '        .option("stream", "events")',
+        "        .load())",
+        "",
+        "Press Ctrl-C to stop.",
+    ])
+
+
+def _watch(sandbox, stop_requested: threading.Event) -> None:
+    """Wait for a stop signal; report bookies that die on their own meanwhile."""
+    while not stop_requested.wait(_WATCH_INTERVAL_S):
+        for index, bookie in sandbox.poll_exits():
+            if stop_requested.is_set():
+                return  # e.g. Ctrl-C reached the bookies too: not an unexpected death
+            _say(f"sandbox: bookie {index} ({bookie.bookie_id}, pid {bookie.pid}) exited unexpectedly with status "
+                 f"{bookie.returncode}; the other bookies keep running and `ledger bookies` drops it once its "
+                 f"lease expires. Its log: {bookie.data_dir / 'bookie-stderr.log'}")
+
+
+@contextmanager
+def _stop_signals() -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM set an event instead of killing us half-way; previous handlers restored after."""
+    stop_requested = threading.Event()
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, lambda _signum, _frame: stop_requested.set())
+    try:
+        yield stop_requested
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,289 @@
+"""``Sandbox``: a local cluster — metadata service plus N real bookie processes on 127.0.0.1.
+
+::
+
+    with Sandbox(bookies=3) as sb:                 # temp dir, removed on exit
+        client = LedgerClient(sb.metadata_uri)
+    sb = Sandbox(data_dir="/tmp/ledger").start()   # kept dir: a later start finds the same cluster
+    sb.kill_bookie(1); sb.start_bookie(1); sb.stop()
+
+Identity across restarts: a bookie's id is ``127.0.0.1:<port>``, ledger
+ensembles name bookies by id, and the bookie's cookie binds that id to its
+data dir. So a restart on the same data dir brings every bookie back on the
+*same* port (remembered in ``sandbox.json``) and never moves one: a moved
+bookie would be a new, empty bookie, and every ledger on the old one would
+lose a replica. If a remembered port is taken, ``start()`` fails before
+starting anything, naming the port and the process holding it.
+
+``bookies=None`` means "as many as the data dir remembers, else 3"; a larger
+number adds bookies, a smaller one is refused (their ledgers would lose
+replicas). ``zookeeper=None`` likewise follows the data dir (default SQLite).
+``announce`` receives one line per bookie as it comes up; other keyword
+arguments are bookie-server flags (``checkpoint_interval=0`` ...).
+Every process started is stopped by ``stop()`` (SIGTERM to the bookies so
+they checkpoint, then ZooKeeper), by ``__exit__`` and, as a last resort, at
+interpreter exit.
+"""
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from pyspark_ledger.errors import BookieError, DataDirectoryError, InvalidConfigurationError
+from pyspark_ledger.sandbox.layout import (SQLITE, ZOOKEEPER, BookieSlot, SandboxLayout, load_layout,
+                                           save_layout)
+from pyspark_ledger.sandbox.lock import LOCK_FILE, DataDirLock
+from pyspark_ledger.sandbox.metadata_service import (SandboxMetadata, check_path_fits_uri,
+                                                     zookeeper_unavailable_reason)
+from pyspark_ledger.sandbox.ports import describe_holder, port_is_free
+from pyspark_ledger.testing.bookies import BookieProcess, free_port
+
+DEFAULT_BOOKIES = 3
+DEFAULT_LEASE_SECONDS = 3.0
+_OWN_FILES = {LOCK_FILE}
+
+
+class Sandbox:
+    """A local cluster in this process's care (see the module docstring)."""
+
+    def __init__(self, bookies: int | None = None, data_dir: str | Path | None = None,
+                 zookeeper: bool | None = None, *, announce: Callable[[str], Any] | None = None,
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, **bookie_flags: Any) -> None:
+        self._requested_bookies = _check_bookie_count(bookies)
+        self._requested_zookeeper = zookeeper
+        missing = zookeeper_unavailable_reason() if zookeeper else None
+        if missing:
+            raise InvalidConfigurationError(missing)
+        self._keep_dir = data_dir is not None
+        self.data_dir: Path | None = Path(data_dir).expanduser().resolve() if data_dir is not None else None
+        self._announce = announce or (lambda _line: None)
+        self._lease_seconds = _check_lease(lease_seconds)
+        self._bookie_flags = bookie_flags
+        self._lock: DataDirLock | None = None
+        self._layout: SandboxLayout | None = None
+        self._metadata: SandboxMetadata | None = None
+        self.bookies: list[BookieProcess] = []
+        self._deliberately_down: set[int] = set()
+        self._reported_down: set[int] = set()
+
+    # --- state ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._lock is not None and self._lock.held
+
+    @property
+    def temporary(self) -> bool:
+        """True if the data dir was made by this sandbox and is removed by stop()."""
+        return not self._keep_dir
+
+    @property
+    def metadata_uri(self) -> str:
+        """The metadataServiceUri of this cluster (for LedgerClient, `ledger --metadata`, Spark)."""
+        return self._started_metadata().public_uri
+
+    @property
+    def zookeeper(self):
+        """The ZooKeeperServer, or None for SQLite metadata."""
+        return self._started_metadata().zookeeper
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        return [bookie.bookie_id for bookie in self.bookies]
+
+    # --- lifecycle -----------------------------------------------------------------
+    def start(self) -> "Sandbox":
+        """Start the metadata service and every bookie; returns self. Cleans up if anything fails."""
+        if self.running:
+            return self
+        try:
+            self._prepare_dir()
+            self._lock = DataDirLock(self.data_dir).acquire()
+            self._layout = self._resolve_layout(load_layout(self.data_dir))
+            self._metadata = SandboxMetadata(self.data_dir, self._layout.zookeeper_port, self._lease_seconds)
+            self._check_ports()
+            save_layout(self.data_dir, self._layout, self._metadata.public_uri)
+            atexit.register(self.stop)
+            self._metadata.start()
+            self.bookies = [self._bookie_process(slot) for slot in self._layout.bookies]
+            for index in range(len(self.bookies)):
+                self._start(index)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM every bookie and wait, stop ZooKeeper, drop the lock, remove a temporary dir. Idempotent."""
+        atexit.unregister(self.stop)
+        try:
+            for bookie in self.bookies:
+                bookie.terminate()
+            for bookie in self.bookies:
+                bookie.stop()
+        finally:
+            if self._metadata is not None:
+                self._metadata.stop()
+            if self._lock is not None:
+                self._lock.release()
+            if not self._keep_dir and self.data_dir is not None:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+                self.data_dir = None  # a later start() makes a fresh temporary dir
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"Sandbox({len(self.bookies)} bookies, {state}, data_dir={self.data_dir})"
+
+    # --- single bookies --------------------------------------------------------------
+    def kill_bookie(self, index: int) -> int | None:
+        """kill -9 bookie ``index`` (a crash, for demos); returns its exit status."""
+        bookie = self._bookie(index)
+        self._deliberately_down.add(index)
+        return bookie.kill()
+
+    def stop_bookie(self, index: int) -> int | None:
+        """Stop bookie ``index`` cleanly (SIGTERM, it checkpoints and deregisters)."""
+        bookie = self._bookie(index)
+        self._deliberately_down.add(index)
+        return bookie.stop()
+
+    def start_bookie(self, index: int) -> BookieProcess:
+        """Start bookie ``index`` again, same id, port and data; waits until it is ready."""
+        bookie = self._bookie(index)
+        if bookie.is_running():
+            raise BookieError(f"bookie {index} ({bookie.bookie_id}) is already running (pid {bookie.pid})",
+                              bookie_id=bookie.bookie_id, status="RUNNING")
+        self._check_bookie_port(self._layout.bookies[index])
+        return self._start(index)
+
+    def add_bookie(self) -> BookieProcess:
+        """Start one more bookie on a new free port; it is remembered for later restarts."""
+        self._started_metadata()
+        slot = BookieSlot(_unused_port(self._layout), f"bookie-{len(self._layout.bookies)}")
+        self._layout.bookies.append(slot)
+        save_layout(self.data_dir, self._layout, self._metadata.public_uri)
+        self.bookies.append(self._bookie_process(slot))
+        return self._start(len(self.bookies) - 1)
+
+    def poll_exits(self) -> list[tuple[int, BookieProcess]]:
+        """Bookies that died on their own since the last call (not those stopped or killed through here)."""
+        died = []
+        for index, bookie in enumerate(self.bookies):
+            if bookie.process is None or bookie.is_running():
+                continue
+            if index not in self._deliberately_down and index not in self._reported_down:
+                self._reported_down.add(index)
+                died.append((index, bookie))
+        return died
+
+    # --- internals -------------------------------------------------------------------
+    def _prepare_dir(self) -> None:
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="ledger-sandbox-"))
+        check_path_fits_uri(self.data_dir)
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise DataDirectoryError(f"data dir {self.data_dir} exists but is not a directory")
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataDirectoryError(f"cannot create data dir {self.data_dir}: {exc}") from exc
+        if load_layout(self.data_dir) is None and any(p.name not in _OWN_FILES for p in self.data_dir.iterdir()):
+            raise DataDirectoryError(
+                f"data dir {self.data_dir} is not empty and holds no sandbox.json, so it is not a sandbox: "
+                "pass a new or empty directory")
+
+    def _resolve_layout(self, remembered: SandboxLayout | None) -> SandboxLayout:
+        if remembered is None:
+            return self._new_layout()
+        self._check_same_metadata(remembered)
+        wanted = self._requested_bookies or len(remembered.bookies)
+        if wanted < len(remembered.bookies):
+            raise InvalidConfigurationError(
+                f"data dir {self.data_dir} holds {len(remembered.bookies)} bookies; start it with --bookies "
+                f"{len(remembered.bookies)} or more (leaving bookies out would take replicas away from their "
+                "ledgers), or use another --data-dir")
+        while len(remembered.bookies) < wanted:
+            remembered.bookies.append(BookieSlot(_unused_port(remembered), f"bookie-{len(remembered.bookies)}"))
+        return remembered
+
+    def _new_layout(self) -> SandboxLayout:
+        layout = SandboxLayout(ZOOKEEPER if self._requested_zookeeper else SQLITE)
+        if layout.uses_zookeeper:
+            layout.zookeeper_port = free_port()
+        for index in range(self._requested_bookies or DEFAULT_BOOKIES):
+            layout.bookies.append(BookieSlot(_unused_port(layout), f"bookie-{index}"))
+        return layout
+
+    def _check_same_metadata(self, remembered: SandboxLayout) -> None:
+        wanted = self._requested_zookeeper
+        if wanted is None or bool(wanted) == remembered.uses_zookeeper:
+            return
+        raise InvalidConfigurationError(
+            f"data dir {self.data_dir} keeps its metadata in {remembered.metadata}; start it "
+            f"{'with' if remembered.uses_zookeeper else 'without'} --zookeeper, or use another --data-dir")
+
+    def _check_ports(self) -> None:
+        self._metadata.check_ports()
+        for slot in self._layout.bookies:
+            self._check_bookie_port(slot)
+
+    def _check_bookie_port(self, slot: BookieSlot) -> None:
+        if not port_is_free(slot.port):
+            raise BookieError(
+                f"port {slot.port} of bookie {slot.bookie_id} is taken by {describe_holder(slot.port)}: stop that "
+                "process and start again. The sandbox does not move the bookie to another port, because its id "
+                "is its host:port and its ledgers name it by that id", bookie_id=slot.bookie_id,
+                status="PORT_IN_USE")
+
+    def _bookie_process(self, slot: BookieSlot) -> BookieProcess:
+        return BookieProcess(self.data_dir / slot.data_dir, self._metadata.bookie_uri, slot.port,
+                             **self._bookie_flags)
+
+    def _start(self, index: int) -> BookieProcess:
+        bookie = self.bookies[index].start()
+        self._deliberately_down.discard(index)
+        self._reported_down.discard(index)
+        self._announce(f"bookie {index} up: {bookie.bookie_id} (pid {bookie.pid}, data {bookie.data_dir})")
+        return bookie
+
+    def _bookie(self, index: int) -> BookieProcess:
+        self._started_metadata()
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.bookies):
+            raise InvalidConfigurationError(
+                f"bookie index {index!r} is out of range: this sandbox has bookies 0..{len(self.bookies) - 1}")
+        return self.bookies[index]
+
+    def _started_metadata(self) -> SandboxMetadata:
+        if self._metadata is None or not self.running:
+            raise InvalidConfigurationError("the sandbox is not running: call start() or use `with Sandbox(...)`")
+        return self._metadata
+
+
+def _check_bookie_count(bookies: object) -> int | None:
+    if bookies is None:
+        return None
+    if not isinstance(bookies, int) or isinstance(bookies, bool) or bookies < 1:
+        raise InvalidConfigurationError(f"bookies must be a whole number >= 1, got {bookies!r}")
+    return bookies
+
+
+def _check_lease(lease_seconds: object) -> float:
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)) or not 0.5 <= lease_seconds <= 60:
+        raise InvalidConfigurationError(f"lease_seconds must be a number of seconds in 0.5..60, got {lease_seconds!r}")
+    return float(lease_seconds)
+
+
+def _unused_port(layout: SandboxLayout) -> int:
+    """A free port not already given to another bookie or ZooKeeper of this layout."""
+    taken = {slot.port for slot in layout.bookies} | {layout.zookeeper_port}
+    while (port := free_port()) in taken:
+        continue
+    return port
