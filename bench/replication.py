@@ -1,0 +1,276 @@
+"""Benchmark the replication client: 3 bookies, E=Qw=3, Qa=2, against two limits measured in the same run.
+
+Usage: ``python bench/replication.py [--seconds 6] [--out FILE]``.
+
+Starts 3 real bookie processes (SQLite metadata in a temporary directory) and
+writes through ``LedgerClient`` with many adds in flight: 1 KiB and 1 MiB
+entries (throughput, p50/p99 latency from ``append_async`` to confirmation),
+and a paced run of 1 KiB entries at 1,000 entries/s (p50/p99). In the same
+run, on the same machine, it measures two limits for the same bytes:
+
+* ``fsync``: 3 threads, each appending the entries to its own file with one
+  fsync per write of up to 1 MiB (an ideal group-committing journal);
+* ``grpc_fanout``: the encoded entries sent with the client's AddStream to 3
+  servers of the same proto that store nothing (``--noop-server``, below),
+  each entry done once all 3 acknowledged.
+
+It also runs the client against those 3 no-op servers, which separates the
+client's own cost from the bookies'. Prints one JSON document (and writes it
+with ``--out``). Everything shares a 2-core machine: bookies, client, servers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures as cf
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import grpc  # noqa: E402
+
+from pyspark_ledger.client import BookieClient, ClientConfig, LedgerClient  # noqa: E402
+from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
+from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
+from pyspark_ledger.testing.bookies import BookieCluster, child_env, free_port  # noqa: E402
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
+from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
+
+KiB, MiB = 1024, 1024 * 1024
+SIZES = {"1KiB": (KiB, 2_000), "1MiB": (MiB, 8)}  # payload bytes, adds in flight
+GOALS = {"1KiB_entries_per_s": 20_000, "1MiB_ratio_to_lower_limit": 0.6, "paced_p99_ms": 5.0}
+PASSWORD = b"bench"
+
+
+# --- the no-op server -------------------------------------------------------------------------
+class NoopBookie(pb_grpc.BookieServicer):
+    """Acknowledges every add at once and stores nothing."""
+
+    def AddStream(self, request_iterator, context):
+        for batch in request_iterator:
+            yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=a.ledger_id, entry_id=a.entry_id, status=pb.OK)
+                                             for a in batch.adds])
+
+    def Info(self, request, context):
+        return pb.BookieInfoResponse(status=pb.OK, bookie_id="noop")
+
+
+def serve_noop(port: int) -> None:
+    server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
+                         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    pb_grpc.add_BookieServicer_to_server(NoopBookie(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print("ready", flush=True)
+    server.wait_for_termination()
+
+
+def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
+    servers = []
+    for _ in range(count):
+        port = free_port()
+        process = subprocess.Popen([sys.executable, __file__, "--noop-server", str(port)], stdout=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, env=child_env(), text=True)
+        servers.append((process, port))
+    for process, _ in servers:
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("a no-op server did not start")
+    return servers
+
+
+# --- measurements ---------------------------------------------------------------------------------
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000.0 if ordered else float("nan")
+
+
+def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
+    """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed)."""
+    data = os.urandom(size)
+    latencies: list[float] = []
+    window = threading.BoundedSemaphore(inflight)
+    errors: list[BaseException] = []
+
+    def done(started: float, future) -> None:
+        latencies.append(time.perf_counter() - started)
+        if future.exception() is not None:
+            errors.append(future.exception())
+        window.release()
+    started = time.perf_counter()
+    count = 0
+    while time.perf_counter() - started < seconds:
+        if rate is not None:
+            delay = started + count / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        window.acquire()
+        now = time.perf_counter()
+        writer.append_async(data).add_done_callback(lambda f, now=now: done(now, f))
+        count += 1
+    for _ in range(inflight):
+        window.acquire()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{len(errors)} adds failed, first: {errors[0]!r}")
+    return {"entries": count, "seconds": round(elapsed, 3), "entries_per_s": round(count / elapsed),
+            "mb_per_s": round(count * size / elapsed / 1e6, 1), "p50_ms": round(percentile(latencies, 0.5), 3),
+            "p99_ms": round(percentile(latencies, 0.99), 3)}
+
+
+def client_run(uri: str, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
+    with LedgerClient(uri, ClientConfig(max_inflight_adds=max(inflight, 1))) as client:
+        writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+        result = drive_writer(writer, size, seconds, inflight, rate)
+        writer.close()
+    return result
+
+
+def fsync_limit(directory: Path, size: int, entries: int) -> dict:
+    """3 threads append ``entries`` x ``size`` bytes each to a file, one fsync per write of <= 1 MiB."""
+    per_write = max(1, MiB // size)
+    chunk = os.urandom(size) * per_write
+
+    def one(index: int) -> None:
+        path = directory / f"fsync-limit-{index}"
+        with open(path, "wb", buffering=0) as handle:
+            left = entries
+            while left > 0:
+                count = min(per_write, left)
+                handle.write(chunk[:count * size])
+                os.fsync(handle.fileno())
+                left -= count
+        path.unlink()
+    started = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    return {"entries_per_s": round(entries / elapsed), "mb_per_s": round(entries * size / elapsed / 1e6, 1),
+            "method": f"3 files, one fsync per {per_write} entries"}
+
+
+def grpc_fanout_limit(ports: list[int], size: int, seconds: float, inflight: int) -> dict:
+    """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged."""
+    clients = [BookieClient(f"127.0.0.1:{port}") for port in ports]
+    streams = [client.add_stream() for client in clients]
+    codec, key, data = EntryCodec(), master_key(PASSWORD), os.urandom(size)
+    window = threading.BoundedSemaphore(inflight)
+    started = time.perf_counter()
+    count = 0
+    try:
+        while time.perf_counter() - started < seconds:
+            window.acquire()
+            body = codec.encode(1, count, count - 1, count * size, data)
+            acks = [stream.add(1, count, key, body) for stream in streams]
+            remaining = [3]
+            lock = threading.Lock()
+
+            def acked(_future, remaining=remaining, lock=lock) -> None:
+                with lock:
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                if last:
+                    window.release()
+            for ack in acks:
+                ack.add_done_callback(acked)
+            count += 1
+        for _ in range(inflight):
+            window.acquire()
+        elapsed = time.perf_counter() - started
+    finally:
+        for client in clients:
+            client.close()
+    return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
+            "method": "AddStream fan-out to 3 no-op servers, all 3 acks per entry"}
+
+
+def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int) -> dict:
+    uri = f"sqlite:///{directory}/noop-metadata.db?lease_seconds=30"
+    store = open_metadata_store(uri)
+    registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port})
+                     for port in ports]
+    try:
+        return client_run(uri, size, seconds, inflight)
+    finally:
+        for registration in registrations:
+            registration.close()
+        store.close()
+
+
+def ratio(value: float, limit: float) -> float:
+    return round(value / limit, 2) if limit else float("nan")
+
+
+def run(seconds: float) -> dict:
+    result: dict = {"benchmark": "replication", "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, "seconds_per_run": seconds,
+                    "note": "bookies, client and no-op servers share this machine's cores",
+                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "runs": {},
+                    "limits": {}, "client_over_noop_servers": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
+        directory = Path(tmp)
+        servers = start_noop_servers(3)
+        try:
+            ports = [port for _, port in servers]
+            for name, (size, inflight) in SIZES.items():
+                result["limits"][name] = {
+                    "fsync": fsync_limit(directory, size, 20_000 if size == KiB else 200),
+                    "grpc_fanout": grpc_fanout_limit(ports, size, seconds / 2, inflight)}
+                result["client_over_noop_servers"][name] = client_over_noop(ports, directory, size, seconds / 2,
+                                                                            inflight)
+        finally:
+            for process, _ in servers:
+                process.kill()
+                process.wait()
+        uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
+        with BookieCluster(3, directory / "bookies", uri):
+            for name, (size, inflight) in SIZES.items():
+                result["runs"][name] = client_run(uri, size, seconds, inflight)
+            result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, rate=1000.0)
+    result["goals"] = goals(result)
+    return result
+
+
+def goals(result: dict) -> dict:
+    small = result["runs"]["1KiB"]["entries_per_s"]
+    large_limits = result["limits"]["1MiB"]
+    lower = min(large_limits["fsync"]["mb_per_s"], large_limits["grpc_fanout"]["mb_per_s"])
+    large = ratio(result["runs"]["1MiB"]["mb_per_s"], lower)
+    paced = result["runs"]["paced_1KiB_1000_per_s"]["p99_ms"]
+    return {
+        "1KiB_entries_per_s": {"goal": GOALS["1KiB_entries_per_s"], "measured": small,
+                               "met": small >= GOALS["1KiB_entries_per_s"]},
+        "1MiB_ratio_to_lower_limit": {"goal": GOALS["1MiB_ratio_to_lower_limit"], "measured": large,
+                                      "lower_limit_mb_per_s": lower,
+                                      "met": large >= GOALS["1MiB_ratio_to_lower_limit"]},
+        "paced_p99_ms": {"goal": GOALS["paced_p99_ms"], "measured": paced, "met": paced <= GOALS["paced_p99_ms"]},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured run")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--noop-server", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.noop_server is not None:
+        serve_noop(args.noop_server)
+        return 0
+    text = json.dumps(run(args.seconds), indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""One BookieClient (channel) and one shared AddStream per bookie, found through the metadata store.
+
+A bookie's id is its ``host:port`` unless it was started with an explicit id;
+then its address comes from its registration info (``host`` / ``port``).
+Addresses are cached once seen, so a bookie that died and whose
+registration expired can still be asked (and answer "unavailable") for the
+entries of old fragments. A broken add stream is replaced by a new one on
+the next add. ``close()`` closes every stream and channel.
+"""
+from __future__ import annotations
+
+import threading
+
+from pyspark_ledger.client.add_stream import AddStream
+from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
+from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, MetadataError
+from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
+
+
+class BookiePool:
+    """Channels and add streams to the bookies of one client."""
+
+    def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
+                 max_inflight: int = 10_000) -> None:
+        self._store = store
+        self._timeout = timeout
+        self._max_batch_bytes = max_batch_bytes
+        self._max_inflight = max_inflight
+        self._lock = threading.Lock()
+        self._clients: dict[str, BookieClient] = {}
+        self._streams: dict[str, AddStream] = {}
+        self._addresses: dict[str, str] = {}
+        self._closed = False
+
+    def bookies(self, include_read_only: bool = True) -> list[str]:
+        """Ids of the registered (live) bookies, sorted; remembers their addresses."""
+        registered = self._store.bookies(include_read_only=include_read_only)
+        with self._lock:
+            for bookie_id, registration in registered.items():
+                self._addresses[bookie_id] = _address_of(registration)
+        return sorted(registered)
+
+    def client(self, bookie_id: str) -> BookieClient:
+        """The (cached) client of ``bookie_id``; BookieUnavailableError if it cannot be located."""
+        with self._lock:
+            self._check_open(bookie_id)
+            client = self._clients.get(bookie_id)
+            if client is not None:
+                return client
+        address = self._address(bookie_id)
+        with self._lock:
+            self._check_open(bookie_id)
+            client = self._clients.get(bookie_id)
+            if client is None:
+                client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout)
+            return client
+
+    def stream(self, bookie_id: str) -> AddStream:
+        """The shared add stream to ``bookie_id`` (a new one once ``forget_stream`` dropped the last)."""
+        stream = self._streams.get(bookie_id)
+        if stream is not None:
+            return stream
+        client = self.client(bookie_id)
+        with self._lock:
+            self._check_open(bookie_id)
+            stream = self._streams.get(bookie_id)
+            if stream is None or stream.closed:
+                try:
+                    stream = client.add_stream(max_inflight=self._max_inflight,
+                                               max_batch_bytes=self._max_batch_bytes)
+                except InvalidConfigurationError as exc:  # the client was closed underneath us
+                    raise BookieUnavailableError(str(exc), bookie_id=bookie_id, status="CLOSED") from exc
+                self._streams[bookie_id] = stream
+            return stream
+
+    def forget_stream(self, bookie_id: str, stream: AddStream) -> None:
+        """Drop ``stream`` (it ended) so the next ``stream()`` opens a new one."""
+        with self._lock:
+            if self._streams.get(bookie_id) is stream:
+                del self._streams[bookie_id]
+
+    def close(self) -> None:
+        """Close every add stream and channel (joining their threads); idempotent."""
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+            self._streams = {}
+        for client in clients:
+            client.close()
+
+    def _check_open(self, bookie_id: str) -> None:
+        if self._closed:
+            raise BookieUnavailableError(f"the client is closed; cannot reach bookie {bookie_id}",
+                                         bookie_id=bookie_id, status="CLOSED")
+
+    def _address(self, bookie_id: str) -> str:
+        with self._lock:
+            known = self._addresses.get(bookie_id)
+        if known is not None:
+            return known
+        try:
+            registered = self._store.bookies(include_read_only=True)
+        except MetadataError as exc:
+            raise BookieUnavailableError(f"cannot look up bookie {bookie_id}: {exc}", bookie_id=bookie_id,
+                                         status="UNAVAILABLE") from exc
+        if bookie_id in registered:
+            address = _address_of(registered[bookie_id])
+        else:
+            try:
+                parse_address(bookie_id)
+            except InvalidConfigurationError as exc:
+                raise BookieUnavailableError(
+                    f"bookie {bookie_id} is not registered and its id is not a host:port address, so it cannot "
+                    "be reached", bookie_id=bookie_id, status="UNAVAILABLE") from exc
+            address = bookie_id
+        with self._lock:
+            self._addresses[bookie_id] = address
+        return address
+
+
+def _address_of(registration: BookieRegistration) -> str:
+    """``host:port`` from the registration info, or the id itself when the info has none."""
+    info = registration.info or {}
+    host, port = info.get("host"), info.get("port")
+    if host and isinstance(port, int):
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return registration.bookie_id

@@ -1,0 +1,93 @@
+"""The replication client's configuration: one frozen dataclass with documented defaults.
+
+Pass it as ``LedgerClient(uri, config=ClientConfig(add_timeout_s=5.0))``;
+``dataclasses.replace(config, ...)`` derives variants. Every value is checked
+when the object is built, and a bad one raises InvalidConfigurationError
+naming the field, the value and what is accepted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Timeouts, placement, reads, batching and flow control of a LedgerClient.
+
+    Times are in seconds.
+    """
+
+    #: An add unanswered by a bookie for this long counts as that bookie failing
+    #: (the writer then replaces it: an ensemble change).
+    add_timeout_s: float = 10.0
+    #: Deadline of one read / fencing read / LAC read request to one bookie.
+    read_timeout_s: float = 10.0
+    #: A read not answered after this long is also sent to the entry's next
+    #: replica (speculative read); ``None`` turns speculative reads off.
+    speculative_read_delay_s: float | None = 0.05
+    #: Adds of one writer that may be unconfirmed at once; ``append`` blocks beyond it.
+    max_inflight_adds: int = 4000
+    #: Bytes of queued adds coalesced into one streamed message to a bookie.
+    max_batch_bytes: int = 4 * MiB
+    #: Largest encoded entry (payload + 36-byte header + digest) a writer sends;
+    #: keep it at or below the bookies' ``--max-entry-size`` (default 5 MiB).
+    max_entry_bytes: int = 5 * MiB
+    #: Entries asked for in one range read, and the byte cap of one range read.
+    read_batch_entries: int = 512
+    read_batch_bytes: int = 8 * MiB
+    #: Range reads a reader keeps in flight ahead of the entry it is yielding.
+    read_ahead_batches: int = 3
+    #: How long ``close()`` of a writer waits for its in-flight adds to finish;
+    #: adds still unconfirmed then fail with LedgerClosedError.
+    close_timeout_s: float = 30.0
+    #: Upper bound on one recovery (fence, read forward, write back, close).
+    recovery_timeout_s: float = 120.0
+    #: Longest single long poll of a tailing reader (``wait_for_entry`` repeats it).
+    long_poll_timeout_s: float = 5.0
+    #: Attempts of a metadata compare-and-set loop (ensemble change, close, recovery).
+    metadata_retries: int = 20
+    #: Threads for blocking bookie reads and metadata work of one client.
+    io_threads: int = 16
+    #: Ensemble placement (the seam for rack- or zone-aware policies).
+    placement: PlacementPolicy = field(default_factory=RandomPlacement)
+    #: Seed of the placement's random choices; ``None`` = seeded from the OS.
+    placement_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("add_timeout_s", "read_timeout_s", "close_timeout_s", "recovery_timeout_s",
+                     "long_poll_timeout_s"):
+            _positive_number(name, getattr(self, name))
+        if self.speculative_read_delay_s is not None:
+            _positive_number("speculative_read_delay_s", self.speculative_read_delay_s,
+                             hint="or None to turn speculative reads off")
+        for name in ("max_inflight_adds", "max_batch_bytes", "max_entry_bytes", "read_batch_entries",
+                     "read_batch_bytes", "read_ahead_batches", "metadata_retries", "io_threads"):
+            _positive_int(name, getattr(self, name))
+        if self.max_entry_bytes < 128:
+            raise InvalidConfigurationError(
+                f"max_entry_bytes must be at least 128 (header and digest alone take up to 68), "
+                f"got {self.max_entry_bytes}")
+        for method in ("choose_ensemble", "replace_bookie"):
+            if not callable(getattr(self.placement, method, None)):
+                raise InvalidConfigurationError(
+                    f"placement must implement choose_ensemble() and replace_bookie() "
+                    f"(see pyspark_ledger.protocol.placement.PlacementPolicy), got {self.placement!r}")
+        if self.placement_seed is not None and (not isinstance(self.placement_seed, int)
+                                                or isinstance(self.placement_seed, bool)):
+            raise InvalidConfigurationError(f"placement_seed must be an int or None, got {self.placement_seed!r}")
+
+
+def _positive_number(name: str, value: object, hint: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        extra = f" ({hint})" if hint else ""
+        raise InvalidConfigurationError(f"{name} must be a number of seconds > 0{extra}, got {value!r}")
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidConfigurationError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,147 @@
+"""Fetching one batch of entries: a range read to one replica at a time, speculative reads, digests.
+
+``RangeFetch`` drives ``protocol.reads.ReadPlan`` for the batch's first
+entry: the plan says which replica to ask (first the start of the write set;
+the next one when an answer is an error, a "no such entry" or a corrupt
+entry, or -- speculatively -- when no answer came within
+``speculative_read_delay_s``). A replica's answer is used from its first
+entry on for as long as the entries verify (digest, ledger and entry ids);
+the first corrupt one ends it, so the caller continues from there with a new
+fetch (L5). ``result`` is a Future of the verified ``LedgerEntry`` list, or
+fails with NoSuchEntryError (an explicit absence of a confirmed entry),
+CorruptEntryError (every replica corrupt) or BookieUnavailableError.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.rpc_errors import BookieStatus
+from pyspark_ledger.entry import EntryCodec
+from pyspark_ledger.errors import BookieUnavailableError, CorruptEntryError, NoSuchEntryError
+from pyspark_ledger.protocol.answers import ReadAnswer
+from pyspark_ledger.protocol.read_rules import ReadBatch
+from pyspark_ledger.protocol.reads import ReadPlan, ReadStepKind
+
+log = logging.getLogger(__name__)
+_CORRUPT = "corrupt replica"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One entry as read: its id and payload."""
+
+    entry_id: int
+    data: bytes
+
+
+class RangeFetch:
+    """Reads the entries of one ``ReadBatch`` (see the module docstring)."""
+
+    def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
+                 write_quorum: int, ack_quorum: int) -> None:
+        self._ctx = ctx
+        self._ledger_id = ledger_id
+        self._codec = codec
+        self.batch = batch
+        self._plan = ReadPlan(batch.first_entry_id, batch.ensemble, write_quorum, ack_quorum)
+        self._lock = threading.RLock()
+        self._timers: list = []
+        self._corrupt = 0
+        self.result: "Future[list[LedgerEntry]]" = Future()
+
+    def start(self) -> "RangeFetch":
+        with self._lock:
+            self._ask(self._plan.first().bookie)
+        return self
+
+    def _ask(self, bookie: str) -> None:
+        config = self._ctx.config
+        future = self._ctx.transport.read(bookie, self._ledger_id, self.batch.first_entry_id,
+                                          self.batch.last_entry_id, max_bytes=config.read_batch_bytes,
+                                          timeout=config.read_timeout_s)
+        if config.speculative_read_delay_s is not None:
+            self._timers.append(self._ctx.scheduler.call_later(config.speculative_read_delay_s,
+                                                               lambda: self._speculate(bookie)))
+        future.add_done_callback(lambda done: self._on_answer(bookie, done))
+
+    def _speculate(self, bookie: str) -> None:
+        with self._lock:
+            if self.result.done():
+                return
+            following = self._plan.next_replica_after(bookie)
+            if following is not None:
+                log.debug("ledger %d entry %d: speculative read to %s after %s was slow", self._ledger_id,
+                          self.batch.first_entry_id, following, bookie)
+                self._ask(following)
+
+    def _on_answer(self, bookie: str, done: Future) -> None:
+        entries, answer = self._classify(bookie, done)
+        with self._lock:
+            if self.result.done():
+                return
+            if answer.reason.startswith(_CORRUPT):
+                self._corrupt += 1
+            step = self._plan.on_answer(bookie, answer)
+            if step.kind is ReadStepKind.SEND:
+                self._ask(step.bookie)
+                return
+            if step.kind is ReadStepKind.WAIT:
+                return
+            outcome, error = self._final(step, entries)
+            for timer in self._timers:
+                timer.cancel()
+        if error is not None:
+            self.result.set_exception(error)
+        else:
+            self.result.set_result(outcome)
+
+    def _final(self, step, entries: list[LedgerEntry]):
+        first = self.batch.first_entry_id
+        if step.kind is ReadStepKind.DONE:
+            return entries, None
+        if step.kind is ReadStepKind.NO_SUCH_ENTRY:
+            return None, NoSuchEntryError(
+                f"entry {first} of ledger {self._ledger_id} is confirmed, yet enough replicas say it does not "
+                f"exist that it cannot be anywhere: entries were lost ({step.reason})")
+        text = f"cannot read entry {first} of ledger {self._ledger_id} from any replica: {step.reason}"
+        if self._corrupt and self._corrupt == len(self._plan.replicas):
+            return None, CorruptEntryError(text)
+        return None, BookieUnavailableError(text, status="UNAVAILABLE")
+
+    def _classify(self, bookie: str, done: Future) -> tuple[list[LedgerEntry], ReadAnswer]:
+        """Verified entries from the batch's first one on, and what the answer says about the first."""
+        error = done.exception()
+        if error is not None:
+            return [], ReadAnswer.unknown(str(error))
+        result = done.result()
+        if result.status == BookieStatus.NO_SUCH_ENTRY:
+            return [], ReadAnswer.no_such_entry()
+        if result.status == BookieStatus.NO_SUCH_LEDGER:
+            return [], ReadAnswer.no_such_ledger()
+        if result.status != BookieStatus.OK:
+            return [], ReadAnswer.unknown(f"{result.status.name}: {result.message}")
+        return self._verified(bookie, result.entries)
+
+    def _verified(self, bookie: str, answered) -> tuple[list[LedgerEntry], ReadAnswer]:
+        entries: list[LedgerEntry] = []
+        answer = ReadAnswer.unknown("the answer held no entries")
+        expected = self.batch.first_entry_id
+        for entry_id, body in answered:
+            if entry_id != expected or entry_id > self.batch.last_entry_id:
+                break
+            try:
+                decoded = self._codec.decode(body, self._ledger_id, entry_id)
+            except CorruptEntryError as exc:
+                log.warning("ledger %d entry %d from bookie %s: %s", self._ledger_id, entry_id, bookie, exc)
+                if not entries:
+                    answer = ReadAnswer.unknown(f"{_CORRUPT}: {exc}")
+                break
+            if not entries:
+                answer = ReadAnswer.present(body, decoded.length)
+            entries.append(LedgerEntry(entry_id, decoded.payload))
+            expected += 1
+        return entries, answer

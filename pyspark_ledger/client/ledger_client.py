@@ -1,0 +1,175 @@
+"""The public client: create, open, recover, inspect and delete ledgers.
+
+``LedgerClient("sqlite:///tmp/meta.db")`` or ``LedgerClient("zk://127.0.0.1:2181/ledgers")``
+connects to the metadata store and reaches the bookies it registers through
+gRPC; ``transport=`` plugs in another ``BookieTransport`` (the in-memory
+fakes of ``pyspark_ledger.testing.fake_bookies``), and a ``MetadataStore``
+object may be passed instead of a URI (the caller keeps owning it).
+``close()`` stops every thread the client started: open writers are
+aborted (their pending adds fail; their ledgers stay OPEN for recovery).
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from typing import Mapping
+
+from pyspark_ledger.client.config import ClientConfig
+from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.metadata_ops import create_ledger
+from pyspark_ledger.client.reader import LedgerReader, open_reader
+from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
+from pyspark_ledger.client.writer import LedgerWriter
+from pyspark_ledger.entry import check_digest_type, verify_password
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
+from pyspark_ledger.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+class LedgerClient:
+    """Entry point of the replication client (see the module docstring)."""
+
+    def __init__(self, metadata: str | MetadataStore, config: ClientConfig | None = None, *,
+                 transport: BookieTransport | None = None) -> None:
+        config = ClientConfig() if config is None else config
+        if not isinstance(config, ClientConfig):
+            raise InvalidConfigurationError(f"config must be a ClientConfig, got {type(config).__name__}")
+        if isinstance(metadata, MetadataStore):
+            store, self._owns_store = metadata, False
+        elif isinstance(metadata, str):
+            store, self._owns_store = open_metadata_store(metadata), True
+        else:
+            raise InvalidConfigurationError(
+                "LedgerClient needs a metadata URI such as 'sqlite:///abs/path/meta.db' or "
+                f"'zk://127.0.0.1:2181/ledgers' (or a MetadataStore), got {metadata!r}")
+        if transport is None:
+            transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
+                                      max_batch_bytes=config.max_batch_bytes)
+        self._ctx = ClientContext(store=store, transport=transport, config=config,
+                                  rng=random.Random(config.placement_seed))
+        self._lock = threading.Lock()
+        self._writers: set[LedgerWriter] = set()
+        self._closed = False
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._ctx.config
+
+    # --- ledgers --------------------------------------------------------------------
+    def create_ledger(self, ensemble_size: int = 3, write_quorum: int | None = None,
+                      ack_quorum: int | None = None, password: bytes = b"", digest: str = "crc32c",
+                      custom_metadata: Mapping[str, bytes] | None = None) -> LedgerWriter:
+        """A new OPEN ledger on ``ensemble_size`` writable bookies; returns its writer.
+
+        ``write_quorum`` defaults to the ensemble size, ``ack_quorum`` to a majority of it.
+        """
+        self._check_open()
+        write_quorum = ensemble_size if write_quorum is None else write_quorum
+        ack_quorum = (write_quorum // 2 + 1 if isinstance(write_quorum, int) else write_quorum) \
+            if ack_quorum is None else ack_quorum
+        check_quorums(ensemble_size, write_quorum, ack_quorum)
+        password = _password(password)
+        digest = check_digest_type(digest)
+        custom = _custom_metadata(custom_metadata)
+        ensemble = self._ctx.choose_ensemble(ensemble_size)
+        created = create_ledger(self._ctx.store, ensemble, write_quorum, ack_quorum, digest, password, custom,
+                                self.config.metadata_retries)
+        writer = LedgerWriter(self._ctx, created, password, on_close=self._forget)
+        with self._lock:
+            self._writers.add(writer)
+        return writer
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True) -> LedgerReader:
+        """Open a ledger to read it.
+
+        ``recovery=True`` fences and recovers a ledger that is not CLOSED (its writer, if
+        alive, fails with LedgerFencedError) and closes it; ``recovery=False`` neither
+        fences nor closes and reads up to the last add confirmed (tailing reader).
+        UnauthorizedError for a wrong password, NoSuchLedgerError for an unknown id.
+        """
+        self._check_open()
+        password = _password(password)
+        stored = self._ctx.store.read_ledger(_ledger_id(ledger_id))
+        verify_password(password, stored.value.password_check)
+        return open_reader(self._ctx, stored, password, recovery)
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        """The stored metadata (state, quorums, last entry, length, fragments)."""
+        self._check_open()
+        return self._ctx.store.read_ledger(_ledger_id(ledger_id)).value
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata (bookies reclaim its entries); NoSuchLedgerError if unknown."""
+        self._check_open()
+        self._ctx.store.delete_ledger(_ledger_id(ledger_id))
+
+    def list_ledgers(self) -> list[int]:
+        self._check_open()
+        return list(self._ctx.store.list_ledgers())
+
+    def bookies(self, writable_only: bool = False) -> list[str]:
+        """Ids of the registered bookies (only the writable ones with ``writable_only``), sorted."""
+        self._check_open()
+        return self._ctx.transport.bookies(include_read_only=not writable_only)
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Abort open writers, stop every thread of this client, close connections; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            writers, self._writers = list(self._writers), set()
+        for writer in writers:
+            writer.abort()
+        self._ctx.close()
+        self._ctx.transport.close()
+        if self._owns_store:
+            self._ctx.store.close()
+
+    def __enter__(self) -> "LedgerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _forget(self, writer: LedgerWriter) -> None:
+        with self._lock:
+            self._writers.discard(writer)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError("this LedgerClient is closed; create a new one")
+
+
+def _password(password) -> bytes:
+    if isinstance(password, str):
+        return password.encode()
+    if isinstance(password, (bytes, bytearray, memoryview)):
+        return bytes(password)
+    raise InvalidConfigurationError(f"password must be bytes (or str), got {type(password).__name__}")
+
+
+def _ledger_id(ledger_id) -> int:
+    if isinstance(ledger_id, bool) or not isinstance(ledger_id, int) or not 0 <= ledger_id < 2**63:
+        raise InvalidConfigurationError(f"ledger id must be an integer in 0..2**63-1, got {ledger_id!r}")
+    return ledger_id
+
+
+def _custom_metadata(custom) -> dict[str, bytes]:
+    if custom is None:
+        return {}
+    if not isinstance(custom, Mapping):
+        raise InvalidConfigurationError(f"custom_metadata must be a mapping of str to bytes, got {custom!r}")
+    result = {}
+    for key, value in custom.items():
+        if not isinstance(key, str) or not isinstance(value, (bytes, bytearray)):
+            raise InvalidConfigurationError(
+                f"custom_metadata must map str to bytes; {key!r} -> {type(value).__name__} is not allowed "
+                "(encode values, e.g. 'x'.encode())")
+        result[key] = bytes(value)
+    return result

@@ -1,0 +1,191 @@
+"""Executing ledger recovery: mark IN_RECOVERY, then run ``protocol.recovery.LedgerRecovery``.
+
+The state machine decides everything (seeds 000/003/004): this module marks
+the ledger IN_RECOVERY by CAS (``metadata_ops.start_recovery``), executes the
+actions it returns -- fencing LAC reads, fencing entry reads, write-backs with
+the recovery flag, replacement choices, the closing CAS -- and feeds every
+answer back, one at a time, on the calling thread (answers are queued by the
+transport threads). An answer that never comes does not stall a decision the
+state machine can make without it (R4); every request has a deadline, and
+the whole recovery is bounded by ``recovery_timeout_s``. When the close CAS
+finds the ledger CLOSED by another recoverer that end is adopted (R3); when
+the metadata changed otherwise, recovery runs again from the stored version.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from concurrent.futures import Future
+from typing import Callable
+
+from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.lac_reads import lac_answer
+from pyspark_ledger.client.metadata_ops import recovery_close, start_recovery
+from pyspark_ledger.client.rpc_errors import BookieStatus
+from pyspark_ledger.entry import EntryCodec
+from pyspark_ledger.errors import CorruptEntryError, LedgerError, RecoveryError
+from pyspark_ledger.metadata.model import LedgerMetadata
+from pyspark_ledger.metadata.store import Versioned
+from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
+from pyspark_ledger.protocol.recovery import (ChooseReplacements, CloseLedger, FenceAndReadLac, LedgerRecovery,
+                                              ReadEntry, RecoveryFailed, WriteBack)
+
+log = logging.getLogger(__name__)
+
+
+def recover_ledger(ctx: ClientContext, stored: Versioned[LedgerMetadata], key: bytes,
+                   codec: EntryCodec) -> Versioned[LedgerMetadata]:
+    """Recover and close the ledger; returns its CLOSED metadata. RecoveryError if the end cannot be decided."""
+    ledger_id = stored.value.ledger_id
+    deadline = time.monotonic() + ctx.config.recovery_timeout_s
+    for _ in range(ctx.config.metadata_retries):
+        marked = start_recovery(ctx.store, ledger_id, ctx.config.metadata_retries)
+        if marked.value.is_closed:
+            return marked
+        closed = RecoveryRun(ctx, marked, key, codec, deadline).run()
+        if closed is not None:
+            log.info("ledger %d recovered: closed at entry %d", ledger_id, closed.value.last_entry_id)
+            return closed
+    raise RecoveryError(f"ledger {ledger_id}: its metadata kept changing during recovery; giving up after "
+                        f"{ctx.config.metadata_retries} attempts")
+
+
+class RecoveryRun:
+    """One pass of the recovery state machine over real I/O."""
+
+    def __init__(self, ctx: ClientContext, marked: Versioned[LedgerMetadata], key: bytes, codec: EntryCodec,
+                 deadline: float) -> None:
+        self._ctx = ctx
+        self._marked = marked
+        self._ledger_id = marked.value.ledger_id
+        self._key = key
+        self._codec = codec
+        self._deadline = deadline
+        self._recovery = LedgerRecovery(marked.value)
+        self._events: queue.Queue[Callable[[], tuple]] = queue.Queue()
+        self._closed: Versioned[LedgerMetadata] | None = None
+        self._finished = False
+
+    def run(self) -> Versioned[LedgerMetadata] | None:
+        """The CLOSED metadata, or None when the metadata changed under us (run again)."""
+        self._handle(self._recovery.start())
+        while not self._finished:
+            remaining = self._deadline - time.monotonic()
+            try:
+                event = self._events.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                raise RecoveryError(f"recovery of ledger {self._ledger_id} did not finish within "
+                                    f"{self._ctx.config.recovery_timeout_s} s (phase "
+                                    f"{self._recovery.phase.value}); the ledger was left unclosed") from None
+            self._handle(event())
+        return self._closed
+
+    def _handle(self, actions: tuple) -> None:
+        for action in actions:
+            if isinstance(action, FenceAndReadLac):
+                self._fence(action)
+            elif isinstance(action, ReadEntry):
+                self._read(action)
+            elif isinstance(action, WriteBack):
+                self._write_back(action)
+            elif isinstance(action, ChooseReplacements):
+                self._handle(self._choose(action))
+            elif isinstance(action, CloseLedger):
+                self._close(action.metadata)
+            elif isinstance(action, RecoveryFailed):
+                raise action.error()
+
+    def _when_done(self, future: Future, event: Callable[[Future], tuple]) -> None:
+        future.add_done_callback(lambda done: self._events.put(lambda: event(done)))
+
+    # --- actions ----------------------------------------------------------------------
+    def _fence(self, action: FenceAndReadLac) -> None:
+        first = self._marked.value.current_fragment.first_entry_id
+        for bookie in action.targets:
+            future = self._ctx.transport.read(bookie, self._ledger_id, first, first, fence=True,
+                                              master_key=self._key, max_bytes=1,
+                                              timeout=self._ctx.config.read_timeout_s)
+            self._when_done(future, lambda done, b=bookie: self._recovery.on_lac_answer(b, _fence_answer(done)))
+
+    def _read(self, action: ReadEntry) -> None:
+        key = self._key if action.fence else b""
+        for bookie in action.targets:
+            future = self._ctx.transport.read(bookie, self._ledger_id, action.entry_id, action.entry_id,
+                                              fence=action.fence, master_key=key,
+                                              timeout=self._ctx.config.read_timeout_s)
+            self._when_done(future, lambda done, b=bookie, e=action.entry_id: self._recovery.on_read_answer(
+                e, b, self._entry_answer(e, done)))
+
+    def _write_back(self, action: WriteBack) -> None:
+        for bookie in action.targets:
+            try:
+                future = self._ctx.transport.add(bookie, self._ledger_id, action.entry_id, self._key, action.body,
+                                                 recovery=True)
+            except LedgerError as exc:
+                log.warning("write-back of entry %d to %s failed: %s", action.entry_id, bookie, exc)
+                self._events.put(lambda b=bookie: self._recovery.on_write_back_failure(action.entry_id, b))
+                continue
+            self._when_done(future, lambda done, b=bookie, e=action.entry_id: self._on_write_back(e, b, done))
+            self._arm_timeout(future, action.entry_id, bookie)
+
+    def _arm_timeout(self, future: Future, entry_id: int, bookie: str) -> None:
+        """A write-back unanswered within ``add_timeout_s`` counts as failed (as a writer's add would)."""
+        def expire() -> None:
+            if not future.done():
+                self._events.put(lambda: self._write_back_timed_out(entry_id, bookie))
+        self._ctx.scheduler.call_later(self._ctx.config.add_timeout_s, expire)
+
+    def _write_back_timed_out(self, entry_id: int, bookie: str) -> tuple:
+        log.info("ledger %d: write-back of entry %d to %s got no answer within %s s", self._ledger_id, entry_id,
+                 bookie, self._ctx.config.add_timeout_s)
+        return self._recovery.on_write_back_failure(entry_id, bookie)
+
+    def _on_write_back(self, entry_id: int, bookie: str, done: Future) -> tuple:
+        error = done.exception()
+        if error is None and done.result().ok:
+            return self._recovery.on_write_back_ack(entry_id, bookie)
+        log.info("ledger %d: write-back of entry %d to %s failed: %s", self._ledger_id, entry_id, bookie,
+                 error or done.result())
+        return self._recovery.on_write_back_failure(entry_id, bookie)
+
+    def _choose(self, action: ChooseReplacements) -> tuple:
+        try:
+            chosen = self._ctx.choose_replacements(action.ensemble, action.failed,
+                                                   set(action.exclude) | set(action.failed.values()))
+        except LedgerError as exc:
+            return self._recovery.on_replacement_failure(str(exc))
+        return self._recovery.on_replacements(chosen)
+
+    def _close(self, closed: LedgerMetadata) -> None:
+        self._finished = True
+        self._closed = recovery_close(self._ctx.store, self._marked, closed)
+        if self._closed is None:
+            log.info("ledger %d: metadata changed during recovery; recovering again", self._ledger_id)
+
+    # --- answers ------------------------------------------------------------------------
+    def _entry_answer(self, entry_id: int, done: Future) -> ReadAnswer:
+        error = done.exception()
+        if error is not None:
+            return ReadAnswer.unknown(str(error))
+        result = done.result()
+        if result.status == BookieStatus.NO_SUCH_ENTRY:
+            return ReadAnswer.no_such_entry()
+        if result.status == BookieStatus.NO_SUCH_LEDGER:
+            return ReadAnswer.no_such_ledger()
+        if result.status != BookieStatus.OK or not result.entries or result.entries[0][0] != entry_id:
+            return ReadAnswer.unknown(f"{result.status.name}: {result.message or 'no entry in the answer'}")
+        body = result.entries[0][1]
+        try:
+            decoded = self._codec.decode(body, self._ledger_id, entry_id)
+        except CorruptEntryError as exc:
+            return ReadAnswer.unknown(f"corrupt replica: {exc}")
+        return ReadAnswer.present(body, decoded.length)
+
+
+def _fence_answer(done: Future) -> LacAnswer:
+    """A fencing read answers OK or NO_SUCH_ENTRY once the fence is durable; its LAC is the bookie's."""
+    error = done.exception()
+    if error is None and done.result().status in (BookieStatus.OK, BookieStatus.NO_SUCH_ENTRY):
+        return LacAnswer.ok(max(-1, done.result().last_add_confirmed))
+    return lac_answer(done)

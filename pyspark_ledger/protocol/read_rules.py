@@ -1,0 +1,86 @@
+"""Reader rules: how far a reader may read, how a range is cut into range reads, how a LAC advances.
+
+* ``readable_last_entry`` -- a CLOSED ledger is readable to its last entry; an
+  OPEN / IN_RECOVERY one to its last add confirmed, and never below the
+  current fragment's first entry - 1: an ensemble change starts its fragment
+  at the first unconfirmed entry, so every entry before it was confirmed (R8).
+* ``plan_batches`` -- a range is read fragment by fragment, in batches of at
+  most ``max_entries``; each batch names its ensemble. Which replica to ask,
+  and when an entry counts as absent, stays with ``reads.ReadPlan`` (driven
+  for the batch's first entry; a replica's range answer stops at its first
+  missing entry, so a short answer is simply continued by the next batch).
+* ``advance_lac`` -- any LAC a bookie reports was written in an entry header
+  by the writer, which only writes LACs it had confirmed: a single such answer
+  is a safe lower bound (tailing readers), while the *maximum* needs coverage
+  (``reads.LacRead``). A reader's LAC never goes back (L3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError
+from pyspark_ledger.metadata.model import LedgerMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBatch:
+    """Entries ``first_entry_id..last_entry_id``, all stored by the fragment ``ensemble``."""
+
+    first_entry_id: int
+    last_entry_id: int
+    ensemble: tuple[str, ...]
+
+
+def lac_floor(md: LedgerMetadata) -> int:
+    """Entries below the current fragment's first entry were all confirmed."""
+    return md.current_fragment.first_entry_id - 1
+
+
+def readable_last_entry(md: LedgerMetadata, last_add_confirmed: int) -> int:
+    """The highest entry a reader may read, given the LAC it knows."""
+    if md.is_closed:
+        return md.last_entry_id
+    return max(last_add_confirmed, lac_floor(md))
+
+
+def check_read_range(ledger_id: int, first_entry_id: int, last_entry_id: int, readable_last: int) -> None:
+    """Raise unless first..last is a well-formed range within what may be read."""
+    for name, value in (("first", first_entry_id), ("last", last_entry_id)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfigurationError(f"{name} entry id must be an integer, got {value!r}")
+    if first_entry_id < 0 or last_entry_id < first_entry_id:
+        raise InvalidConfigurationError(
+            f"cannot read entries {first_entry_id}..{last_entry_id} of ledger {ledger_id}: need 0 <= first <= last")
+    if last_entry_id > readable_last:
+        raise NoSuchEntryError(
+            f"entry {last_entry_id} of ledger {ledger_id} is beyond the readable end {readable_last} (the last "
+            "entry of a closed ledger, else the last add confirmed): wait_for_entry() or read_last_add_confirmed()")
+
+
+def fragment_last_entry(md: LedgerMetadata, entry_id: int) -> int | None:
+    """The last entry id of the fragment that holds ``entry_id`` (None: the open-ended current one)."""
+    for fragment in md.fragments:
+        if fragment.first_entry_id > entry_id:
+            return fragment.first_entry_id - 1
+    return None
+
+
+def plan_batches(md: LedgerMetadata, first_entry_id: int, last_entry_id: int,
+                 max_entries: int) -> Iterator[ReadBatch]:
+    """Batches covering first..last in order, none crossing a fragment boundary."""
+    if max_entries < 1:
+        raise InvalidConfigurationError(f"max_entries must be >= 1, got {max_entries}")
+    cursor = first_entry_id
+    while cursor <= last_entry_id:
+        end = min(last_entry_id, cursor + max_entries - 1)
+        fragment_end = fragment_last_entry(md, cursor)
+        if fragment_end is not None:
+            end = min(end, fragment_end)
+        yield ReadBatch(cursor, end, md.ensemble_for(cursor))
+        cursor = end + 1
+
+
+def advance_lac(known: int, reported: int) -> int:
+    """The reader's LAC after a bookie reported ``reported`` (never lower than ``known``)."""
+    return max(known, reported)
