@@ -15,7 +15,8 @@ from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import MetadataStore
 
 
-def add_parsers(commands: argparse._SubParsersAction) -> None:
+def add_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Register ``bookies`` and ``ledgers``; returns the ``ledgers`` actions for other modules to extend."""
     bookies = commands.add_parser("bookies", help="list the live bookies")
     bookies.set_defaults(handler=cmd_bookies)
 
@@ -28,6 +29,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     delete = actions.add_parser("delete", help="delete a ledger's metadata (bookies reclaim its space)")
     delete.add_argument("ledger_id", type=int)
     delete.set_defaults(handler=cmd_ledgers_delete)
+    return actions
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from pyspark_ledger import __version__
-from pyspark_ledger.cli import admin, sandbox_cmd
+from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    admin.add_parsers(commands)
+    ledgers_actions = admin.add_parsers(commands)
+    data_cmds.add_parsers(commands, ledgers_actions)
     sandbox_cmd.add_parsers(commands)
     return parser
 
