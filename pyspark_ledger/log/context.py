@@ -1,0 +1,24 @@
+"""What every log-layer operation works with: the metadata store, the replication client, the password.
+
+``StreamClient`` builds one; the writer, reader, commit and retention modules
+take it instead of three separate arguments.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pyspark_ledger.client.ledger_client import LedgerClient
+from pyspark_ledger.metadata.store import MetadataStore
+
+
+@dataclass(frozen=True)
+class LogContext:
+    """The store holding stream records, the client for ledgers, the ledgers' password, a wall clock."""
+
+    store: MetadataStore
+    client: LedgerClient
+    password: bytes = field(default=b"", repr=False)
+    #: Wall-clock milliseconds (commit and retention times); tests may pin it.
+    now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))

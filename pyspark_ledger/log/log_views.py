@@ -1,0 +1,78 @@
+"""What a partition's log holds now, as ``spark.planning.PartitionLog`` values for read planning.
+
+For each ledger of the log, oldest first: a CLOSED ledger is readable to its
+last entry and its byte length comes from its metadata; an OPEN (or
+IN_RECOVERY) ledger is readable to its last add confirmed, read without
+fencing. The spans stop at the first ledger that is not closed: entries of a
+later ledger may only be read once every earlier ledger is closed, or a
+reader would skip the entries the open ledger still gets (during a roll, the
+previous ledger is closed right after the new one is added).
+
+An open ledger's byte length is not known to readers; it is estimated from
+the mean entry size of the partition's closed ledgers (0 if there is none).
+Ends of closed ledgers never change and are cached in the ``cache`` dict the
+caller owns.
+"""
+from __future__ import annotations
+
+from typing import MutableMapping
+
+from pyspark_ledger.errors import MetadataError, NoSuchLedgerError
+from pyspark_ledger.log.context import LogContext
+from pyspark_ledger.log.ledgers import LedgerEnd, readable_end
+from pyspark_ledger.log.log_metadata import StreamRecord
+from pyspark_ledger.log.stream_store import read_stream
+from pyspark_ledger.spark.planning import LedgerSpan, PartitionLog
+
+MAX_ATTEMPTS = 5
+MAX_CACHED_ENDS = 100_000
+EndCache = MutableMapping[int, LedgerEnd]
+
+
+def partition_logs(ctx: LogContext, stream: str, cache: EndCache | None = None) -> dict[int, PartitionLog]:
+    """Every partition's log (partition -> PartitionLog), read consistently with one record.
+
+    If a ledger is deleted under the reading (retention truncated it), the record
+    is read again.
+    """
+    for _ in range(MAX_ATTEMPTS):
+        record = read_stream(ctx.store, stream).value
+        try:
+            return {partition: partition_log(ctx, record, partition, cache)
+                    for partition in range(record.partition_count)}
+        except NoSuchLedgerError:
+            continue
+    raise MetadataError(f"the ledgers of stream {stream!r} kept being deleted while its logs were read "
+                        f"({MAX_ATTEMPTS} attempts)")
+
+
+def partition_log(ctx: LogContext, record: StreamRecord, partition: int,
+                  cache: EndCache | None = None) -> PartitionLog:
+    """One partition's log as of ``record`` (NoSuchLedgerError if one of its ledgers is gone)."""
+    part = record.partition(partition)
+    spans: list[LedgerSpan] = []
+    for seq, ref in part.with_seqs():
+        end = ledger_end(ctx, ref.ledger_id, cache)
+        length = end.length if end.closed else _estimate(spans, end.last_entry_id + 1)
+        spans.append(LedgerSpan(seq, ref.ledger_id, end.last_entry_id, length))
+        if not end.closed:
+            break
+    return PartitionLog(tuple(spans), next_ledger_seq=part.next_seq, truncated_end=part.truncated_end)
+
+
+def ledger_end(ctx: LogContext, ledger_id: int, cache: EndCache | None = None) -> LedgerEnd:
+    """The readable end of one ledger, from ``cache`` once it is closed."""
+    if cache is not None and ledger_id in cache:
+        return cache[ledger_id]
+    end = readable_end(ctx.client, ledger_id, ctx.password)
+    if cache is not None and end.closed:
+        if len(cache) >= MAX_CACHED_ENDS:
+            cache.clear()
+        cache[ledger_id] = end
+    return end
+
+
+def _estimate(closed: list[LedgerSpan], entries: int) -> int:
+    count = sum(span.entry_count for span in closed)
+    size = sum(span.length for span in closed)
+    return size * entries // count if count else 0

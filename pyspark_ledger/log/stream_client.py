@@ -1,0 +1,158 @@
+"""The public façade of the log layer: streams, partition logs, exactly-once commits, retention.
+
+::
+
+    with StreamClient("sqlite:///tmp/meta.db", password=b"pw") as streams:
+        streams.create_stream("orders", partitions=4)
+        with streams.open_writer("orders", 0, RollPolicy(max_entries=10_000)) as writer:
+            position = writer.append(b"...")
+        for entry in streams.open_reader("orders", 0).entries():
+            ...
+
+One ``StreamClient`` holds one metadata store and one ``LedgerClient``; pass
+a URI (both are opened and owned, closed by ``close()``) or a MetadataStore
+the caller keeps owning (with, optionally, a LedgerClient built on that same
+store). ``now_ms`` replaces the wall clock (milliseconds) that commits and
+retention use, for tests. ``password`` protects every ledger of the streams it writes; readers
+need the same one. No protocol decision is made here: each method delegates
+to the module that owns it.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from pyspark_ledger.client.config import ClientConfig
+from pyspark_ledger.client.ledger_client import LedgerClient
+from pyspark_ledger.client.writer import LedgerWriter
+from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.log import commits, log_views, retention, streams
+from pyspark_ledger.log.context import LogContext
+from pyspark_ledger.log.inputs import check_partition
+from pyspark_ledger.log.ledgers import create_stream_ledger
+from pyspark_ledger.log.log_reader import DEFAULT_POLL_INTERVAL_S, LogReader
+from pyspark_ledger.log.log_transitions import check_active
+from pyspark_ledger.log.log_writer import LogWriter, RollPolicy, open_log_writer
+from pyspark_ledger.log.positions import EARLIEST
+from pyspark_ledger.log.stream_store import read_stream
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.store import MetadataStore
+from pyspark_ledger.spark.planning import PartitionLog
+
+
+class StreamClient:
+    """Entry point of the log layer (see the module docstring)."""
+
+    def __init__(self, metadata: str | MetadataStore, *, password: bytes | str = b"",
+                 config: ClientConfig | None = None, client: LedgerClient | None = None, transport=None,
+                 now_ms: Callable[[], int] | None = None) -> None:
+        if isinstance(password, str):
+            password = password.encode()
+        if not isinstance(password, (bytes, bytearray)):
+            raise InvalidConfigurationError(f"password must be bytes (or str), got {type(password).__name__}")
+        if isinstance(metadata, str):
+            if client is not None:
+                raise InvalidConfigurationError("pass a LedgerClient only together with the MetadataStore it uses")
+            store, self._owns_store = open_metadata_store(metadata), True
+        elif isinstance(metadata, MetadataStore):
+            store, self._owns_store = metadata, False
+        else:
+            raise InvalidConfigurationError(f"StreamClient needs a metadata URI ('sqlite:///abs/path/meta.db', "
+                                            f"'zk://host:port/chroot') or a MetadataStore, got {metadata!r}")
+        self._owns_client = client is None
+        if client is None:
+            client = LedgerClient(store, config, transport=transport)
+        self._ctx = LogContext(store, client, bytes(password)) if now_ms is None else \
+            LogContext(store, client, bytes(password), now_ms)
+        self._ends: log_views.EndCache = {}
+
+    @property
+    def context(self) -> LogContext:
+        """Store, client and password, for the module-level functions of the log layer."""
+        return self._ctx
+
+    @property
+    def client(self) -> LedgerClient:
+        """The replication client (to read ledger metadata, or for the Spark writer tasks)."""
+        return self._ctx.client
+
+    # --- streams -----------------------------------------------------------------------
+    def create_stream(self, name: str, partitions: int, schema: Any = None, *, ensemble_size: int = 3,
+                      write_quorum: int = 3, ack_quorum: int = 2, digest: str = "crc32c") -> streams.StreamInfo:
+        """A new empty stream; ``schema`` is a pyarrow.Schema, its encoded bytes, or None."""
+        return streams.create_stream(self._ctx, name, partitions, schema, ensemble_size=ensemble_size,
+                                     write_quorum=write_quorum, ack_quorum=ack_quorum, digest=digest)
+
+    def open_stream(self, name: str) -> streams.StreamInfo:
+        return streams.open_stream(self._ctx, name)
+
+    def list_streams(self) -> list[str]:
+        return streams.list_streams(self._ctx)
+
+    def delete_stream(self, name: str) -> None:
+        streams.delete_stream(self._ctx, name)
+
+    def set_schema(self, name: str, schema: Any, replace: bool = False) -> streams.StreamInfo:
+        return streams.update_schema(self._ctx, name, schema, replace)
+
+    def add_partitions(self, name: str, partitions: int) -> streams.StreamInfo:
+        """Grow the stream to ``partitions`` partitions."""
+        return streams.grow_partitions(self._ctx, name, partitions)
+
+    # --- partition logs ----------------------------------------------------------------
+    def open_writer(self, stream: str, partition: int, policy: RollPolicy | None = None, *,
+                    is_leader: Callable[[], bool] | None = None) -> LogWriter:
+        """Become the single writer of a partition (fences the previous writer)."""
+        return open_log_writer(self._ctx, stream, partition, policy, is_leader=is_leader)
+
+    def open_reader(self, stream: str, partition: int, start=EARLIEST, *,
+                    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S) -> LogReader:
+        return LogReader(self._ctx, stream, partition, start, poll_interval_s=poll_interval_s)
+
+    def partition_logs(self, stream: str) -> dict[int, PartitionLog]:
+        """What each partition's log holds now, for read planning."""
+        return log_views.partition_logs(self._ctx, stream, self._ends)
+
+    # --- exactly-once commits (Spark sink) -------------------------------------------------
+    def create_ledger(self, stream: str, partition: int) -> LedgerWriter:
+        """A new ledger for a writer task, with the stream's replication; commit it once closed."""
+        record = check_active(read_stream(self._ctx.store, stream).value)
+        check_partition(partition, record.partition_count, stream)
+        return create_stream_ledger(self._ctx.client, record.replication, self._ctx.password, stream, partition)
+
+    def commit_ledgers(self, stream: str, writer_id: str, batch_id: int,
+                       ledgers: Mapping[int, Sequence[int]]) -> commits.CommitResult:
+        return commits.commit_ledgers(self._ctx, stream, writer_id, batch_id, ledgers)
+
+    def last_committed_batch(self, stream: str, writer_id: str) -> int | None:
+        return commits.last_committed_batch(self._ctx, stream, writer_id)
+
+    def abort_ledgers(self, stream: str, ledger_ids: Iterable[int]) -> set[int]:
+        return commits.abort_ledgers(self._ctx, stream, ledger_ids)
+
+    # --- retention -----------------------------------------------------------------------
+    def truncate_before(self, stream: str, partition: int, position) -> retention.TruncationResult:
+        return retention.truncate_before(self._ctx, stream, partition, position)
+
+    def truncate_older_than(self, stream: str, max_age_s: float,
+                            partitions: Iterable[int] | None = None) -> retention.TruncationResult:
+        return retention.truncate_older_than(self._ctx, stream, max_age_s, partitions)
+
+    def truncate_all(self, stream: str) -> retention.TruncationResult:
+        return retention.truncate_all(self._ctx, stream)
+
+    def collect_garbage(self, stream: str) -> frozenset[int]:
+        return retention.collect_garbage(self._ctx, stream)
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the client and store this object opened (idempotent)."""
+        if self._owns_client:
+            self._ctx.client.close()
+        if self._owns_store:
+            self._ctx.store.close()
+
+    def __enter__(self) -> "StreamClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

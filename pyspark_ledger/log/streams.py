@@ -1,0 +1,140 @@
+"""The stream registry: create, open, list and delete streams; their schema and partition count.
+
+A stream is a name, a number of partitions (each a log of ledgers), the
+replication settings of its ledgers and, optionally, an Arrow schema stored as
+the bytes of ``pyspark_ledger.spark.schema.encode_stream_schema`` (pyarrow is
+imported only to encode a ``pyarrow.Schema`` or to decode one on request).
+
+Deleting is resumable: the record is first marked DELETING (no more writes or
+commits; its ledgers listed as garbage), open ledgers are fenced so writers
+fail instead of writing into deleted ledgers, the ledgers are deleted, then the
+record. If that is interrupted, ``delete_stream`` again finishes it; until then
+the name cannot be created anew and ``list_streams`` omits it.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark_ledger.errors import (InvalidConfigurationError, MetadataExistsError, MetadataVersionConflictError,
+                                   NoSuchKeyError, NoSuchLedgerError)
+from pyspark_ledger.log.context import LogContext
+from pyspark_ledger.log.inputs import check_partition_count, check_replication, check_schema, check_stream_name
+from pyspark_ledger.log.ledgers import delete_ledgers, fence_ledgers
+from pyspark_ledger.log.log_metadata import ACTIVE, DELETING, Replication, StreamRecord
+from pyspark_ledger.log.log_transitions import add_partitions, check_active, mark_deleting, new_stream, set_schema
+from pyspark_ledger.log.stream_store import (create_stream_record, delete_stream_record, list_stream_names,
+                                             read_stream, update_stream)
+
+log = logging.getLogger(__name__)
+MAX_DELETE_ATTEMPTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """A stream as stored: name, partition count, replication, schema bytes (or None)."""
+
+    name: str
+    uid: str
+    partitions: int
+    replication: Replication
+    schema: bytes | None
+    ctime_ms: int
+
+    @classmethod
+    def of(cls, record: StreamRecord) -> "StreamInfo":
+        return cls(record.name, record.uid, record.partition_count, record.replication, record.schema,
+                   record.ctime_ms)
+
+    def arrow_schema(self) -> Any:
+        """The stored schema as a ``pyarrow.Schema`` (imports pyarrow); None if none is stored."""
+        if self.schema is None:
+            return None
+        from pyspark_ledger.spark.schema import decode_stream_schema
+        return decode_stream_schema(self.schema)
+
+
+def create_stream(ctx: LogContext, name: str, partitions: int, schema: Any = None, *, ensemble_size: int = 3,
+                  write_quorum: int = 3, ack_quorum: int = 2, digest: str = "crc32c") -> StreamInfo:
+    """A new empty stream; MetadataExistsError if the name is taken (or still being deleted)."""
+    name = check_stream_name(name)
+    replication = check_replication(ensemble_size, write_quorum, ack_quorum, digest)
+    record = new_stream(name, check_partition_count(partitions), replication, check_schema(schema),
+                        uuid.uuid4().hex, ctx.now_ms())
+    try:
+        create_stream_record(ctx.store, record)
+    except MetadataExistsError:
+        if _state(ctx, name) == DELETING:
+            raise MetadataExistsError(f"stream {name!r} is still being deleted: call delete_stream({name!r}) "
+                                      "again to finish, then create it") from None
+        raise
+    log.info("created stream %r with %d partitions", name, partitions)
+    return StreamInfo.of(record)
+
+
+def open_stream(ctx: LogContext, name: str) -> StreamInfo:
+    """The stream's description; NoSuchKeyError naming it if it does not exist."""
+    return StreamInfo.of(check_active(read_stream(ctx.store, check_stream_name(name)).value))
+
+
+def list_streams(ctx: LogContext) -> list[str]:
+    """Names of the streams (not those being deleted), sorted."""
+    return [name for name in list_stream_names(ctx.store) if _state(ctx, name) == ACTIVE]
+
+
+def update_schema(ctx: LogContext, name: str, schema: Any, replace: bool = False) -> StreamInfo:
+    """Store the stream's schema if it has none (or, with ``replace``, change it)."""
+    schema_bytes = check_schema(schema)
+    if schema_bytes is None:
+        raise InvalidConfigurationError(f"update_schema of stream {name!r} needs a schema, got None")
+    stored, _ = update_stream(ctx.store, check_stream_name(name),
+                              lambda record: set_schema(record, schema_bytes, replace))
+    return StreamInfo.of(stored.value)
+
+
+def grow_partitions(ctx: LogContext, name: str, partitions: int) -> StreamInfo:
+    """Add partitions so that the stream has ``partitions`` (never removes any)."""
+    count = check_partition_count(partitions)
+    stored, _ = update_stream(ctx.store, check_stream_name(name),
+                              lambda record: None if record.partition_count == count else add_partitions(record, count))
+    return StreamInfo.of(stored.value)
+
+
+def delete_stream(ctx: LogContext, name: str) -> None:
+    """Delete the stream and its ledgers (resumable; see the module docstring)."""
+    name = check_stream_name(name)
+    for attempt in range(MAX_DELETE_ATTEMPTS):
+        try:
+            marked, _ = update_stream(ctx.store, name,
+                                      lambda record: None if record.state == DELETING else mark_deleting(record))
+        except NoSuchKeyError:
+            if attempt == 0:
+                raise
+            return  # another deleter finished it
+        garbage = marked.value.garbage
+        open_ids = [ledger_id for ledger_id in garbage if _is_open(ctx, ledger_id)]
+        fence_ledgers(ctx.client, open_ids, ctx.password)
+        delete_ledgers(ctx.client, garbage)
+        try:
+            delete_stream_record(ctx.store, name, marked.version)
+        except MetadataVersionConflictError:
+            continue  # changed meanwhile (e.g. another deleter): read it again
+        log.info("deleted stream %r and its %d ledgers", name, len(garbage))
+        return
+    raise MetadataExistsError(f"stream {name!r} kept changing while it was being deleted; try again")
+
+
+def _state(ctx: LogContext, name: str) -> str | None:
+    try:
+        return read_stream(ctx.store, name).value.state
+    except NoSuchKeyError:
+        return None
+
+
+def _is_open(ctx: LogContext, ledger_id: int) -> bool:
+    try:
+        return not ctx.client.ledger_metadata(ledger_id).is_closed
+    except NoSuchLedgerError:
+        return False
