@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from pyspark_ledger import __version__
-from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd
+from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd, stream_cmds
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledgers_actions = admin.add_parsers(commands)
     data_cmds.add_parsers(commands, ledgers_actions)
+    stream_cmds.add_parsers(commands)
     sandbox_cmd.add_parsers(commands)
     return parser
 

@@ -7,14 +7,7 @@ import pytest
 
 from pyspark_ledger import LedgerClient
 from pyspark_ledger.errors import LedgerFencedError
-from pyspark_ledger.sandbox import Sandbox
 from tests.cli.test_admin_cli import run_ledger
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    with Sandbox(bookies=3, data_dir=tmp_path_factory.mktemp("sandbox") / "cluster") as sb:
-        yield sb
 
 
 @pytest.fixture()
