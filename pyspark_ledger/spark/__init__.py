@@ -1,14 +1,23 @@
 """The Spark ``ledger`` data source: streams of ledgers read and written as Arrow batches.
 
-Importing ``pyspark_ledger`` or this package never imports pyspark (Spark's
-data source lookup imports every ``pyspark_*`` module at session start, and
-users without Spark must be able to use the client). The modules:
+``spark.read.format("ledger")``, ``readStream``, ``df.write`` and ``writeStream``
+need no registration: ``pyspark_ledger.DefaultSource`` (``source``) is found by
+Spark's lookup of top-level ``pyspark_*`` modules. Importing ``pyspark_ledger``
+or this package never imports pyspark (that lookup imports every such module,
+and users without Spark must be able to use the client). The modules:
 
+- ``source``: ``DefaultSource``, the façade: schema, readers, writers;
+- ``batch_reader``: batch reads planned as entry ranges, decoded to Arrow on executors;
+- ``stream_reader``: streaming reads with one offset per partition, admission control, AvailableNow;
+- ``sink`` and ``sink_*``: batch and streaming writes, one ledger per task, exactly-once commits;
+- ``executor``: one StreamClient / LedgerClient per Python process, shared by every task;
 - ``options``: every option of ``format("ledger")``, parsed and validated per mode;
 - ``offsets``: streaming offsets (a log position per partition) and startingOffsets/endingOffsets;
 - ``planning``: offsets resolved against partition logs, data loss, admission control, read ranges;
 - ``schema``: Spark schemas <-> the Arrow schema a stream stores, batches conformed to it;
 - ``arrow_codec``: one Arrow record batch per entry, encoded and decoded without per-row Python.
 
-Only ``schema`` imports pyspark, and only inside the functions that need it.
+The pure modules (``options``, ``offsets``, ``planning``) import neither pyspark
+nor pyarrow; ``schema`` imports pyspark only inside the functions that need it;
+the Spark-facing modules (``source``, readers, sinks) import pyspark.
 """

@@ -201,12 +201,12 @@ def _why_missing(position: LogPosition, log: PartitionLog) -> tuple[str, LogPosi
 
 
 def advance(position: LogPosition, log: PartitionLog, max_entries: int | None = None,
-            max_bytes: int | None = None) -> LogPosition:
+            max_bytes: int | None = None, *, at_least_one: bool = True) -> LogPosition:
     """The end (exclusive) of the next read from ``position``, within both limits.
 
-    Takes at least one entry when any is readable, so a stream always makes
-    progress even if one entry is larger than ``max_bytes``; returns
-    ``position`` itself when nothing is readable.
+    Takes at least one entry when any is readable (unless ``at_least_one`` is
+    False), so a stream always makes progress even if one entry is larger than
+    ``max_bytes``; returns ``position`` itself when nothing is readable.
     """
     end = position
     entries_left = max_entries
@@ -216,7 +216,7 @@ def advance(position: LogPosition, log: PartitionLog, max_entries: int | None = 
         if entries_left is not None:
             take = min(take, entries_left)
         if bytes_left is not None:
-            first_take = end == position and bytes_left > 0
+            first_take = at_least_one and end == position and bytes_left > 0
             take = min(take, _entries_within(span, bytes_left, at_least_one=first_take))
         if take <= 0:
             break
@@ -240,13 +240,19 @@ def admit(start: StreamOffset, logs: Mapping[int, PartitionLog], *, max_entries:
 
     The budgets are shared across partitions in proportion to their backlogs
     (largest remainders first), so a busy partition cannot starve the others.
+    The byte budget is exceeded only when not even one entry fits it: then the
+    micro-batch is the next entry of the partition with the largest backlog,
+    so that the stream still progresses.
     """
     backlogs = {partition: logs[partition].backlog(position) for partition, position in start.items()}
     entry_shares = _shares(max_entries, {p: entries for p, (entries, _) in backlogs.items()})
     byte_shares = _shares(max_bytes, {p: size for p, (_, size) in backlogs.items()})
     ends = {partition: advance(position, logs[partition], entry_shares.get(partition),
-                               byte_shares.get(partition))
+                               byte_shares.get(partition), at_least_one=partition not in byte_shares)
             for partition, position in start.items()}
+    if all(ends[p] == start[p] for p in ends) and any(entries for entries, _ in backlogs.values()):
+        busiest = max(backlogs, key=lambda p: (backlogs[p][1], backlogs[p][0]))
+        ends[busiest] = advance(start[busiest], logs[busiest], max_entries=1)
     return StreamOffset.of(ends)
 
 

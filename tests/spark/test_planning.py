@@ -190,6 +190,23 @@ def test_admit_by_bytes():
     assert sum(tiny[p].entry_id for p in (0, 1)) >= 1  # still progresses
 
 
+def test_admit_never_exceeds_the_byte_budget_unless_one_entry_is_bigger():
+    rng = random.Random(11)
+    for _ in range(300):
+        entry_bytes = {p: rng.choice((50, 100)) for p in range(rng.randint(1, 5))}
+        logs = {p: log_of(*[rng.randint(0, 6) for _ in range(rng.randint(1, 3))], entry_bytes=size)
+                for p, size in entry_bytes.items()}
+        start = StreamOffset.of({p: log.start for p, log in logs.items()})
+        budget = rng.randint(1, 1200)
+        end = admit(start, logs, max_bytes=budget)
+        taken = [(p, len(entries_between(start[p], end[p], logs[p]))) for p in logs]
+        size = sum(count * entry_bytes[p] for p, count in taken)
+        available = sum(logs[p].backlog(start[p])[0] for p in logs)
+        entries = sum(count for _, count in taken)
+        assert size <= budget or entries == 1
+        assert (entries > 0) == (available > 0)
+
+
 def test_admit_without_new_data_returns_the_start():
     logs = {0: log_of(3)}
     start = StreamOffset.of({0: P(0, 3)})

@@ -1,0 +1,134 @@
+"""One client per Python process: the ``StreamClient`` / ``LedgerClient`` cache of Spark's workers.
+
+Spark runs the data source's code in Python worker processes that it reuses
+across tasks (and, on the driver, in long-lived planner and streaming-source
+processes). Opening a metadata store and a gRPC client per task or per input
+partition would cost connections and threads each time, so this module keeps,
+per process:
+
+* one ``LedgerClient`` (and the metadata store it owns) per metadata URI, and
+* one ``StreamClient`` per (URI, password) built over that shared client.
+
+``stream_client(uri, password)`` and ``ledger_client(uri, password)`` return
+them, creating them on first use (thread-safe). They are closed at interpreter
+exit (``atexit``) or by ``close_all(uri=None)``; a client is never closed by a task,
+since the next task of the same worker reuses it. A forked child (Spark's
+daemon forks its workers) does not inherit the parent's clients: their threads
+do not survive a fork, so the child starts with an empty cache.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
+
+if TYPE_CHECKING:  # imported lazily: this module must stay cheap to import
+    from pyspark_ledger.client.ledger_client import LedgerClient
+    from pyspark_ledger.log.stream_client import StreamClient
+    from pyspark_ledger.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_owner_pid = os.getpid()
+_ledger_clients: dict[str, tuple["MetadataStore", "LedgerClient"]] = {}
+_stream_clients: dict[tuple[str, bytes], "StreamClient"] = {}
+
+
+def ledger_client(uri: str, password: bytes | str = b"") -> "LedgerClient":
+    """This process's replication client for the metadata service ``uri``.
+
+    ``password`` is accepted for symmetry with ``stream_client`` (ledger
+    passwords are given per call to the client, so one client serves them all).
+    """
+    _check_password(password)
+    with _lock:
+        _forget_if_forked()
+        return _ledger_client_locked(_check_uri(uri))[1]
+
+
+def stream_client(uri: str, password: bytes | str = b"") -> "StreamClient":
+    """This process's ``StreamClient`` for ``uri`` whose ledgers use ``password``."""
+    key = (_check_uri(uri), _check_password(password))
+    with _lock:
+        _forget_if_forked()
+        cached = _stream_clients.get(key)
+        if cached is None:
+            from pyspark_ledger.log.stream_client import StreamClient
+            store, client = _ledger_client_locked(key[0])
+            cached = StreamClient(store, password=key[1], client=client)
+            _stream_clients[key] = cached
+        return cached
+
+
+def cached_clients() -> int:
+    """How many replication clients this process holds (for tests and diagnostics)."""
+    with _lock:
+        _forget_if_forked()
+        return len(_ledger_clients)
+
+
+def close_all(uri: str | None = None) -> None:
+    """Close the cached clients of ``uri`` (default: all of them); idempotent.
+
+    The next call to a getter opens new ones.
+    """
+    with _lock:
+        _forget_if_forked()
+        uris = list(_ledger_clients) if uri is None else [_check_uri(uri)]
+        clients = [_ledger_clients.pop(known) for known in uris if known in _ledger_clients]
+        for key in [key for key in _stream_clients if key[0] in uris]:
+            del _stream_clients[key]
+    for store, client in clients:
+        for close in (client.close, store.close):
+            try:
+                close()
+            except LedgerError:
+                log.warning("closing a cached client of %s failed", store.uri, exc_info=True)
+
+
+def _ledger_client_locked(uri: str) -> tuple["MetadataStore", "LedgerClient"]:
+    cached = _ledger_clients.get(uri)
+    if cached is None:
+        from pyspark_ledger.client.ledger_client import LedgerClient
+        from pyspark_ledger.metadata import open_metadata_store
+        store = open_metadata_store(uri)
+        try:
+            cached = (store, LedgerClient(store))
+        except BaseException:
+            store.close()
+            raise
+        _ledger_clients[uri] = cached
+    return cached
+
+
+def _forget_if_forked() -> None:
+    """Drop (without closing) clients created by a parent process before a fork."""
+    global _owner_pid
+    pid = os.getpid()
+    if pid != _owner_pid:
+        _ledger_clients.clear()
+        _stream_clients.clear()
+        _owner_pid = pid
+
+
+def _check_uri(uri: str) -> str:
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidConfigurationError(f"metadataServiceUri must be a non-empty metadata URI such as "
+                                        f"'sqlite:///abs/path/meta.db' or 'zk://host:port/chroot', got {uri!r}")
+    return uri.strip()
+
+
+def _check_password(password: bytes | str) -> bytes:
+    if isinstance(password, str):
+        return password.encode()
+    if isinstance(password, (bytes, bytearray)):
+        return bytes(password)
+    raise InvalidConfigurationError(f"password must be bytes or str, got {type(password).__name__}")
+
+
+atexit.register(close_all)

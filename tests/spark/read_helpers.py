@@ -1,0 +1,91 @@
+"""Helpers of the read-side Spark tests: a real cluster, and streams written without the Spark sink.
+
+Streams are written straight through ``StreamClient``: each ledger is created
+for its partition, filled with entries that ``arrow_codec.encode_batch`` made,
+closed, and committed (one ``commit_ledgers`` per call), as the sink does.
+Rows carry ``(p, seq)``: the partition and a running number within it, so
+order and completeness can be checked exactly.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import time
+import uuid
+from typing import Sequence
+
+import pyarrow as pa
+import pytest
+
+from pyspark_ledger.sandbox import Sandbox
+from pyspark_ledger.spark.arrow_codec import encode_batch
+from pyspark_ledger.spark.schema import stored_schema
+
+PASSWORD = "read-side"
+SCHEMA = stored_schema(pa.schema([pa.field("p", pa.int32()), pa.field("seq", pa.int64()),
+                                  pa.field("text", pa.string())]))
+_batch_ids = itertools.count(1)
+
+
+def start_sandbox() -> Sandbox:
+    """Three real bookie processes on SQLite metadata, every bookie registered."""
+    sandbox = Sandbox(bookies=3).start()
+    try:
+        from pyspark_ledger.spark.executor import ledger_client
+        wait_until(lambda: len(ledger_client(sandbox.metadata_uri).bookies(writable_only=True)) >= 3,
+                   what="three writable bookies")
+    except BaseException:
+        sandbox.stop()
+        raise
+    return sandbox
+
+
+def unique_stream(request) -> str:
+    return f"{re.sub(r'[^A-Za-z0-9_-]+', '-', request.node.name)[:50]}-{uuid.uuid4().hex[:8]}"
+
+
+def rows_batch(partition: int, first: int, count: int) -> pa.RecordBatch:
+    """Rows (partition, first..first+count-1, text) in the stream's stored schema."""
+    seqs = list(range(first, first + count))
+    return pa.RecordBatch.from_arrays(
+        [pa.array([partition] * count, pa.int32()), pa.array(seqs, pa.int64()),
+         pa.array([f"p{partition}-row{seq}" for seq in seqs], pa.string())], schema=SCHEMA)
+
+
+def write_ledger(streams, stream: str, partition: int, batches: Sequence[pa.RecordBatch]) -> int:
+    """A closed ledger of the partition holding one entry per batch; its id (not yet committed)."""
+    writer = streams.create_ledger(stream, partition)
+    futures = [writer.append_async(encode_batch(batch)) for batch in batches]
+    for future in futures:
+        future.result()
+    writer.close()
+    return writer.ledger_id
+
+
+def commit(streams, stream: str, ledgers: dict[int, list[int]]) -> None:
+    result = streams.commit_ledgers(stream, "read-tests", next(_batch_ids), ledgers)
+    assert result.committed
+
+
+def append_rows(streams, stream: str, partition: int, first: int, entries: int, rows_per_entry: int) -> int:
+    """Commit one new ledger of ``entries`` entries to the partition; returns the next seq."""
+    batches = [rows_batch(partition, first + i * rows_per_entry, rows_per_entry) for i in range(entries)]
+    commit(streams, stream, {partition: [write_ledger(streams, stream, partition, batches)]})
+    return first + entries * rows_per_entry
+
+
+def read_options(uri: str, stream: str, **options) -> dict[str, str]:
+    return {"metadataServiceUri": uri, "stream": stream, "password": PASSWORD,
+            **{key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in options.items()}}
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "a condition", interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy (bounded); fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)

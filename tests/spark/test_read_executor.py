@@ -1,0 +1,73 @@
+"""The per-process client cache that every task of a Spark worker shares (``pyspark_ledger.spark.executor``)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.spark import executor
+
+
+@pytest.fixture
+def uri(tmp_path):
+    """A metadata store of its own (no bookies needed to open clients); its clients closed at teardown."""
+    location = f"sqlite:///{tmp_path}/metadata.db"
+    try:
+        yield location
+    finally:
+        executor.close_all(location)
+
+
+def test_one_client_per_uri_and_one_stream_client_per_password(uri):
+    first = executor.stream_client(uri, "secret")
+    assert executor.stream_client(uri, b"secret") is first
+    other = executor.stream_client(uri, "other")
+    assert other is not first and other.client is first.client
+    assert executor.ledger_client(uri, "anything") is first.client
+    assert executor.stream_client(f"  {uri} ", "secret") is first
+
+
+def test_close_all_of_a_uri_closes_its_clients_and_the_next_call_opens_new_ones(uri, tmp_path):
+    other_uri = f"sqlite:///{tmp_path}/other.db"
+    try:
+        streams = executor.stream_client(uri, "pw")
+        kept = executor.ledger_client(other_uri)
+        executor.close_all(uri)
+        with pytest.raises(LedgerClosedError):
+            streams.client.list_ledgers()
+        assert kept.list_ledgers() == []
+        fresh = executor.stream_client(uri, "pw")
+        assert fresh is not streams and fresh.list_streams() == []
+    finally:
+        executor.close_all(other_uri)
+
+
+def test_a_forked_child_does_not_reuse_its_parents_clients(uri):
+    executor.ledger_client(uri)
+    before = executor.cached_clients()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what it sees, touch nothing else
+        os.close(read_end)
+        os.write(write_end, str(executor.cached_clients()).encode())
+        os._exit(0)
+    os.close(write_end)
+    try:
+        seen = int(os.read(read_end, 32).decode())
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    assert before >= 1 and seen == 0
+    assert executor.cached_clients() == before  # the parent keeps its own
+
+
+@pytest.mark.parametrize("bad_uri", ["", "   ", None])
+def test_a_missing_uri_is_refused_naming_the_option(bad_uri):
+    with pytest.raises(InvalidConfigurationError, match="metadataServiceUri must be a non-empty metadata URI"):
+        executor.stream_client(bad_uri, "pw")
+
+
+def test_a_password_of_the_wrong_type_is_refused(uri):
+    with pytest.raises(InvalidConfigurationError, match="password must be bytes or str, got int"):
+        executor.stream_client(uri, 7)
