@@ -24,13 +24,23 @@ writeQuorum                            yes       yes       3
 ackQuorum                              yes       yes       2
 digest                                 yes       yes       crc32c (or hmac-sha256)
 rowsPerEntry                           yes       yes       10000
+writerId                                         yes       from checkpointLocation
+checkpointLocation   ignored  ignored  ignored   yes       (Spark's own option)
 ==================== ======== ======== ========= ========= =========================
 
 The quorum defaults apply one by one and are never adjusted: ``ensembleSize=1``
 alone is refused (writeQuorum would still be 3) with a message saying so.
 ``partitions``, ``ensembleSize``, ``writeQuorum``, ``ackQuorum`` and ``digest``
 only matter when the write creates the stream. Spark's own ``path`` (from
-``load(name)`` / ``save(name)``) names the stream; ``checkpointLocation`` is ignored.
+``load(name)`` / ``save(name)``) names the stream; ``queryName`` is ignored.
+
+A streaming write commits each micro-batch exactly once per *writer id*: the
+id of the query (``pyspark_ledger.spark.sink_identity``) derived from
+``checkpointLocation``, so that a query restarted from its checkpoint is the
+same writer (its replayed batches change nothing) and a query with a new
+checkpoint is a new one. ``writerId`` names the writer explicitly instead (1-200
+printable characters; give each query its own, and keep it across restarts).
+A streaming write needs one of the two; other modes ignore ``checkpointLocation``.
 """
 from __future__ import annotations
 
@@ -53,7 +63,8 @@ DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM, DEFAULT_ACK_QUORUM = 3, 3, 2
 DEFAULT_ROWS_PER_ENTRY = 10_000
 MAX_INT32 = 2**31 - 1
 SPARK_PATH = "path"
-IGNORED = frozenset({"checkpointlocation"})
+IGNORED = frozenset({"queryname"})
+MAX_WRITER_ID_CHARS = 200
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
 _SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.ASCII)
 _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -93,6 +104,8 @@ class WriteOptions:
     digest: str = DIGEST_CRC32C
     rows_per_entry: int = DEFAULT_ROWS_PER_ENTRY
     password: str = field(default="", repr=False)
+    writer_id: str | None = None  # streaming: the writerId option, if given
+    checkpoint_location: str | None = None  # streaming: Spark's checkpointLocation, if given
 
     @property
     def password_bytes(self) -> bytes:
@@ -155,6 +168,19 @@ def _text(name: str, raw: str) -> str:
     return raw
 
 
+def _writer_id(name: str, raw: str) -> str:
+    if not 0 < len(raw) <= MAX_WRITER_ID_CHARS or not raw.isprintable() or raw != raw.strip():
+        raise _invalid(name, raw, f"1-{MAX_WRITER_ID_CHARS} printable characters without surrounding "
+                                  "spaces, the same each time the query restarts (e.g. 'orders-etl')")
+    return raw
+
+
+def _location(name: str, raw: str) -> str:
+    if not raw.strip():
+        raise _invalid(name, raw, "a directory path or URI")
+    return raw.strip()
+
+
 @dataclass(frozen=True, slots=True)
 class _Option:
     name: str
@@ -183,6 +209,9 @@ _OPTIONS = {option.name.lower(): option for option in (
     _Option("ackQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
     _Option("digest", WRITES, _digest, "a reader uses the digest each ledger was written with"),
     _Option("rowsPerEntry", WRITES, _positive_int, "a reader gets the entries as written"),
+    _Option("writerId", frozenset({STREAM_WRITE}), _writer_id,
+            "a batch write is committed once, under an id of its own"),
+    _Option("checkpointLocation", ALL_MODES, _location),
 )}
 KNOWN_OPTIONS = tuple(option.name for option in _OPTIONS.values())
 
@@ -216,7 +245,8 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool = False) 
         ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
         digest=values.get("digest", DIGEST_CRC32C),
         rows_per_entry=values.get("rowsperentry", DEFAULT_ROWS_PER_ENTRY),
-        password=values.get("password", ""))
+        password=values.get("password", ""), writer_id=values.get("writerid"),
+        checkpoint_location=values.get("checkpointlocation") if streaming else None)
 
 
 # --- steps ----------------------------------------------------------------------------

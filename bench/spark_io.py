@@ -1,0 +1,191 @@
+"""Benchmark Spark I/O through ``format("ledger")`` against parquet and an in-memory Arrow source, in one run.
+
+Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--out FILE]``.
+
+The data: ``--rows`` rows of ``id bigint`` and ``payload string`` (100 random
+hex characters per row, made of ``uuid()`` values, so no column compresses
+away). It is generated once and cached in Spark's memory, so every write
+below reads the same cached rows and pays only for its own sink:
+
+* ``parquet``: Spark's built-in writer and reader, in a temporary directory;
+* ``ledger``: a new stream on 3 real bookie processes (``Sandbox``), E=Qw=3,
+  Qa=2, written with ``mode("append")`` (one ledger per task, one commit) and
+  read back (input partitions are ledger entry ranges);
+* ``arrow_memory`` (``bench/arrow_memory_source.py``): the ceiling of Spark's
+  Python Data Source path. Its read makes Arrow batches in the Python worker's
+  memory (``id bigint, payload binary`` of the same 100 bytes); its write
+  counts the Arrow batches Spark hands over and stores nothing.
+
+Reads are timed into Spark's ``noop`` sink. A small warm-up of every path
+starts the Python workers first (each costs seconds the first time). Goals:
+``ledger`` read throughput >= 0.8 x the in-memory Arrow source's, and
+``ledger`` write time <= 1.0 x parquet's. Prints one JSON document (also
+written to ``--out``); the bookies, Spark and its Python workers share the
+machine's cores with whatever else runs there (see the load averages).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import arrow_memory_source  # noqa: E402
+from pyspark_ledger.sandbox import Sandbox  # noqa: E402
+from pyspark_ledger.spark import executor  # noqa: E402
+from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session  # noqa: E402
+
+PAYLOAD_BYTES = 100
+GOALS = {"ledger_read_vs_arrow_memory_read_min": 0.8, "ledger_write_vs_parquet_write_max": 1.0}
+WARM_UP_ROWS = 20_000
+ROW_BYTES = 8 + PAYLOAD_BYTES
+
+
+def make_input(spark, rows: int, partitions: int):
+    """The cached input: ids and 100 random hex characters per row."""
+    payload = f"substring(replace(concat(uuid(), uuid(), uuid(), uuid()), '-', ''), 1, {PAYLOAD_BYTES})"
+    frame = spark.range(0, rows, numPartitions=partitions).selectExpr("id", f"{payload} AS payload").cache()
+    if frame.count() != rows:
+        raise RuntimeError("the cached input lost rows")
+    return frame
+
+
+def timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def figures(rows: int, seconds: float) -> dict:
+    return {"seconds": round(seconds, 3), "rows_per_s": round(rows / seconds),
+            "mb_per_s": round(rows * ROW_BYTES / seconds / 1e6, 1)}
+
+
+class Paths:
+    """Where each sink writes; ``stream`` names a new ledger stream per call."""
+
+    def __init__(self, spark, sandbox: Sandbox, workdir: Path) -> None:
+        self.spark, self.sandbox, self.workdir = spark, sandbox, workdir
+        self._streams = 0
+
+    def new_stream(self) -> str:
+        self._streams += 1
+        return f"bench-{self._streams}"
+
+    def ledger_options(self, *, write: bool = False) -> dict:
+        replication = {"ensembleSize": "3", "writeQuorum": "3", "ackQuorum": "2"} if write else {}
+        return {"metadataServiceUri": self.sandbox.metadata_uri, **replication}
+
+    def parquet_path(self, name: str) -> str:
+        return str(self.workdir / f"{name}.parquet")
+
+
+def run_parquet(paths: Paths, frame, rows: int, name: str) -> dict:
+    path = paths.parquet_path(name)
+    write = timed(lambda: frame.write.mode("overwrite").parquet(path))
+    read = timed(lambda: paths.spark.read.parquet(path).write.format("noop").mode("overwrite").save())
+    size = sum(file.stat().st_size for file in Path(path).glob("*.parquet"))
+    return {"write": figures(rows, write), "read": figures(rows, read), "bytes_on_disk": size}
+
+
+def run_ledger(paths: Paths, frame, rows: int) -> dict:
+    stream = paths.new_stream()
+    options = paths.ledger_options(write=True)
+    write = timed(lambda: frame.write.format("ledger").mode("append").options(**options).save(stream))
+    reading = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
+    read = timed(lambda: reading.write.format("noop").mode("overwrite").save())
+    if reading.count() != rows:
+        raise RuntimeError(f"stream {stream} holds {reading.count()} rows, not {rows}")
+    streams = executor.stream_client(paths.sandbox.metadata_uri)
+    info = streams.open_stream(stream)
+    logs = streams.partition_logs(stream)
+    return {"write": figures(rows, write), "read": figures(rows, read), "stream_partitions": info.partitions,
+            "ledgers": sum(len(log.spans) for log in logs.values()),
+            "entries": sum(span.entry_count for log in logs.values() for span in log.spans),
+            "entry_bytes": sum(span.length for log in logs.values() for span in log.spans),
+            "read_input_partitions": reading.rdd.getNumPartitions()}
+
+
+def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
+    reading = (paths.spark.read.format(arrow_memory_source.NAME)
+               .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES).load())
+    read = timed(lambda: reading.write.format("noop").mode("overwrite").save())
+    result = paths.workdir / "arrow-memory-write.json"
+    write = timed(lambda: frame.write.format(arrow_memory_source.NAME).mode("append")
+                  .option("resultPath", str(result)).save())
+    if json.loads(result.read_text())["rows"] != rows:
+        raise RuntimeError("the in-memory Arrow sink did not receive every row")
+    return {"read": figures(rows, read), "write": figures(rows, write)}
+
+
+def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int) -> dict:
+    paths = Paths(spark, sandbox, workdir)
+    arrow_memory_source.register(spark)
+    warm = make_input(spark, WARM_UP_ROWS, partitions)
+    run_parquet(paths, warm, WARM_UP_ROWS, "warm-up")
+    run_ledger(paths, warm, WARM_UP_ROWS)
+    run_arrow_memory(paths, warm, WARM_UP_ROWS, partitions)
+    warm.unpersist()
+
+    frame = make_input(spark, rows, partitions)
+    results = {"parquet": run_parquet(paths, frame, rows, "data"), "ledger": run_ledger(paths, frame, rows),
+               "arrow_memory": run_arrow_memory(paths, frame, rows, partitions)}
+    frame.unpersist()
+    return results
+
+
+def ratios(results: dict) -> dict:
+    ledger, parquet, memory = results["ledger"], results["parquet"], results["arrow_memory"]
+    read_ratio = ledger["read"]["rows_per_s"] / memory["read"]["rows_per_s"]
+    write_ratio = ledger["write"]["seconds"] / parquet["write"]["seconds"]
+    return {"ledger_read_vs_arrow_memory_read": round(read_ratio, 3),
+            "ledger_write_vs_parquet_write": round(write_ratio, 3),
+            "ledger_read_vs_parquet_read": round(ledger["read"]["rows_per_s"] / parquet["read"]["rows_per_s"], 3),
+            "ledger_write_vs_arrow_memory_write": round(
+                ledger["write"]["seconds"] / memory["write"]["seconds"], 3),
+            "read_goal_met": read_ratio >= GOALS["ledger_read_vs_arrow_memory_read_min"],
+            "write_goal_met": write_ratio <= GOALS["ledger_write_vs_parquet_write_max"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5_000_000, help="rows written and read by each path")
+    parser.add_argument("--partitions", type=int, default=2, help="input partitions (Spark runs local[2])")
+    parser.add_argument("--driver-memory", default="4g", help="Spark driver memory (holds the cached input)")
+    parser.add_argument("--out", help="also write the JSON document to this file")
+    args = parser.parse_args(argv)
+    if args.rows < 1 or args.partitions < 1:
+        parser.error("--rows and --partitions must be positive")
+    load_before = os.getloadavg()
+    workdir = Path(tempfile.mkdtemp(prefix="spark-io-bench-"))
+    spark = local_spark_session("spark-io-bench", conf={"spark.driver.memory": args.driver_memory})
+    try:
+        with Sandbox(bookies=3) as sandbox:
+            results = measure(spark, sandbox, workdir, args.rows, args.partitions)
+            executor.close_all(sandbox.metadata_uri)
+    finally:
+        stop_spark_session(spark)
+        shutil.rmtree(workdir, ignore_errors=True)
+    document = {"benchmark": "spark_io", "rows": args.rows, "row": f"id bigint + payload of {PAYLOAD_BYTES} bytes",
+                "partitions": args.partitions, "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, **results,
+                "ratios": ratios(results), "goals": GOALS,
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                            "load_average_at_start": [round(x, 2) for x in load_before],
+                            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}}
+    text = json.dumps(document, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``mode("overwrite")``: truncate every partition and append the new ledgers in ONE compare-and-set.
+
+A reader never sees the stream empty nor the old and new data together: the
+stream record changes once, from the old logs to the new ledgers alone.
+
+1. Read the record; if the writer committed this batch already, stop (replay).
+2. For each partition holding ledgers, find where its log ends: the last
+   ledger's last entry, fencing (recovery-open) any ledger still open so that
+   a writer appending to it fails instead of writing into a deleted ledger,
+   as ``retention.truncate_all`` does.
+3. CAS the record with, for every partition, ``truncate_through`` its last
+   ledger, then ``commit_batch`` of the new ledgers. If a partition's log
+   grew since step 2 (another writer committed), the CAS is not made and the
+   steps start again (at most ``MAX_ATTEMPTS`` times), so no data committed
+   before the overwrite survives it.
+4. Delete the truncated ledgers (``retention.collect_garbage``; if that
+   fails, the next retention pass deletes them: they stay listed as garbage).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, MetadataError, MetadataVersionConflictError
+from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED, CommitResult
+from pyspark_ledger.log.context import LogContext
+from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_writer_id
+from pyspark_ledger.log.ledgers import fence_ledgers
+from pyspark_ledger.log.log_metadata import StreamRecord
+from pyspark_ledger.log.log_transitions import check_active, commit_batch, truncate_through
+from pyspark_ledger.log.log_views import ledger_end
+from pyspark_ledger.log.retention import Cut, collect_garbage
+from pyspark_ledger.log.stream_store import read_stream, update_stream
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 10
+
+
+def commit_replacing(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
+                     ledgers: Mapping[int, Sequence[int]]) -> CommitResult:
+    """Replace every partition's log by ``ledgers`` at once; see the module docstring."""
+    writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
+    for _ in range(MAX_ATTEMPTS):
+        record = check_active(read_stream(ctx.store, stream).value)
+        checked = check_ledger_ids(ledgers, record.partition_count, stream)
+        if _already(record, writer_id, batch_id):
+            return CommitResult(ALREADY_COMMITTED, batch_id)
+        _check_closed(ctx, checked)
+        cuts = log_ends(ctx, record)
+        now_ms = ctx.now_ms()
+        try:
+            _, changed = update_stream(ctx.store, stream, lambda current: _replace(
+                current, cuts, writer_id, batch_id, checked, now_ms))
+        except MetadataVersionConflictError:
+            continue  # a log grew after its end was read: read the ends again
+        if not changed:
+            return CommitResult(ALREADY_COMMITTED, batch_id)
+        _collect(ctx, stream)
+        log.info("stream %r: writer %r replaced the stream's data with batch %d", stream, writer_id, batch_id)
+        return CommitResult(COMMITTED, batch_id)
+    raise MetadataError(f"stream {stream!r} kept growing while it was being overwritten ({MAX_ATTEMPTS} "
+                        "attempts): stop its other writers, then overwrite it")
+
+
+def log_ends(ctx: LogContext, record: StreamRecord) -> dict[int, Cut]:
+    """Where each non-empty partition's log ends now (open ledgers fenced and closed first)."""
+    cuts = {}
+    for partition, part in enumerate(record.partitions):
+        if not part.ledgers:
+            continue
+        ends = {ref.ledger_id: ledger_end(ctx, ref.ledger_id) for ref in part.ledgers}
+        open_ids = [ledger_id for ledger_id, end in ends.items() if not end.closed]
+        closed = fence_ledgers(ctx.client, open_ids, ctx.password)
+        last = part.ledgers[-1].ledger_id
+        last_entry = closed[last].last_entry_id if last in closed else ends[last].last_entry_id
+        cuts[partition] = Cut(part.next_seq - 1, last_entry)
+    return cuts
+
+
+def _replace(record: StreamRecord, cuts: Mapping[int, Cut], writer_id: str, batch_id: int,
+             ledgers: Mapping[int, tuple[int, ...]], now_ms: int) -> StreamRecord | None:
+    """The pure transition: truncate every log at its end read before, then commit the batch."""
+    check_active(record)
+    if _already(record, writer_id, batch_id):
+        return None
+    for partition, part in enumerate(record.partitions):
+        cut = cuts.get(partition)
+        if part.ledgers and (cut is None or part.next_seq != cut.last_seq + 1):
+            raise MetadataVersionConflictError(
+                f"the log of partition {partition} of stream {record.name!r} grew while it was being overwritten")
+    for partition, cut in cuts.items():
+        record = truncate_through(record, partition, cut.last_seq, cut.last_entry_id)
+    return commit_batch(record, writer_id, batch_id, ledgers, now_ms)
+
+
+def _already(record: StreamRecord, writer_id: str, batch_id: int) -> bool:
+    last = record.last_batch(writer_id)
+    return last is not None and batch_id <= last
+
+
+def _check_closed(ctx: LogContext, ledgers: Mapping[int, tuple[int, ...]]) -> None:
+    for ids in ledgers.values():
+        for ledger_id in ids:
+            if not ctx.client.ledger_metadata(ledger_id).is_closed:
+                raise InvalidConfigurationError(
+                    f"ledger {ledger_id} is not CLOSED: close its writer before committing it")
+
+
+def _collect(ctx: LogContext, stream: str) -> None:
+    try:
+        collect_garbage(ctx, stream)
+    except LedgerError:
+        log.warning("stream %r: deleting the overwritten ledgers failed; the next retention pass deletes them",
+                    stream, exc_info=True)
