@@ -8,8 +8,9 @@ same filesystem the raw limits of the disk (a 4 KiB write+fdatasync loop; 1 MiB
 sequential writes each fdatasync'd), then drives several add streams (one
 ledger and one channel each, many adds in flight) through
 ``pyspark_ledger.client.BookieClient``. Prints one JSON document: entries/s,
-MB/s, p50/p99 add latency (submit to acknowledgement, as the client sees it)
-per entry size, the raw limits, and the goal ratios (1 KiB: entries/s vs
+MB/s, p50/p99 add latency (submit to acknowledgement, as the client sees it),
+CPU microseconds per entry of the bookie and of this (client) process, the load
+average, per entry size, the raw limits, and the goal ratios (1 KiB: entries/s vs
 20,000; 1 MiB: MB/s ÷ raw fsync'd sequential MB/s vs 0.6).
 """
 from __future__ import annotations
@@ -27,9 +28,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspark_ledger.client import BookieClient  # noqa: E402
+from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
+from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
+from pyspark_ledger.client.io_loop import IoLoop  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
+from pyspark_ledger.errors import BookieError  # noqa: E402
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieProcess  # noqa: E402
 
+from cpu_usage import CpuMeter  # noqa: E402
 from disk_baseline import raw_fsync_rate, raw_sequential_fsync_bandwidth  # noqa: E402
 
 MiB = 1024 * 1024
@@ -43,38 +50,54 @@ WORKLOADS = {  # name: (payload bytes, streams, adds in flight per stream)
 
 
 class Producer(threading.Thread):
-    """Adds entries to one ledger on its own channel and stream; records acked latencies in a window."""
+    """Adds entries to one ledger on its own channel and stream; records acked latencies in a window.
 
-    def __init__(self, address: str, ledger_id: int, payload: int, inflight: int) -> None:
+    Entries are encoded once (``AddEncoder``) and answered per batch (``AddStream.send`` with a listener),
+    as the replication client does; every producer's stream runs on the one shared ``IoLoop``.
+    """
+
+    def __init__(self, address: str, ledger_id: int, payload: int, inflight: int, io_loop: IoLoop) -> None:
         super().__init__(name=f"bench-producer-{ledger_id}", daemon=True)
-        self.client = BookieClient(address)
+        self.client = BookieClient(address, io_loop=io_loop)
         self.stream = self.client.add_stream(max_inflight=inflight)
         self.ledger_id = ledger_id
         self.payload = os.urandom(payload)
         self.codec = EntryCodec()
+        self.encoder = AddEncoder(ledger_id, KEY)
         self.stop_event = threading.Event()
         self.recording = False
         self.acked = 0
         self.failed = 0
         self.latencies: list[float] = []
+        self.submitted: dict[int, float] = {}
+        self.listener = AddCallbacks(self._answered, self._failed)
 
     def run(self) -> None:
-        encode, add, payload, ledger_id = self.codec.encode, self.stream.add, self.payload, self.ledger_id
+        encode, frame, send = self.codec.encode, self.encoder.encode, self.stream.send
+        payload, ledger_id, submitted, listener = self.payload, self.ledger_id, self.submitted, self.listener
         entry_id = 0
         while not self.stop_event.is_set():
-            body = encode(ledger_id, entry_id, entry_id - 1, 0, payload)
-            submitted = time.perf_counter()
-            future = add(ledger_id, entry_id, KEY, body)
-            future.add_done_callback(lambda done, t=submitted: self._done(done, t))
+            body = frame(entry_id, encode(ledger_id, entry_id, entry_id - 1, 0, payload))
+            submitted[entry_id] = time.perf_counter()
+            try:
+                send(ledger_id, ((entry_id, body),), listener)
+            except BookieError:
+                self.failed += 1
+                return
             entry_id += 1
 
-    def _done(self, future, submitted: float) -> None:
-        if future.exception() is None and future.result().ok:
-            if self.recording:
+    def _answered(self, bookie_id: str, results: list) -> None:
+        now = time.perf_counter()
+        for result in results:
+            submitted = self.submitted.pop(result.entry_id)
+            if result.status != pb.OK:
+                self.failed += 1
+            elif self.recording:
                 self.acked += 1
-                self.latencies.append(time.perf_counter() - submitted)
-        else:
-            self.failed += 1
+                self.latencies.append(now - submitted)
+
+    def _failed(self, bookie_id: str, keys: list, error: BookieError) -> None:
+        self.failed += len(keys)
 
     def close(self) -> None:
         self.stop_event.set()
@@ -87,13 +110,16 @@ def percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
 
 
-def run_workload(address: str, name: str, duration: float, first_ledger: int) -> dict:
+def run_workload(bookie: BookieProcess, name: str, duration: float, first_ledger: int) -> dict:
     payload, streams, inflight = WORKLOADS[name]
-    producers = [Producer(address, first_ledger + n, payload, inflight) for n in range(streams)]
+    io_loop = IoLoop(name="bench-io-loop")
+    producers = [Producer(bookie.address, first_ledger + n, payload, inflight, io_loop) for n in range(streams)]
+    meter = CpuMeter({"bookie": bookie.pid, "client": os.getpid()})
     try:
         for producer in producers:
             producer.start()
         time.sleep(min(1.0, duration / 4))  # warm-up, not measured
+        meter.start()
         for producer in producers:
             producer.recording = True
         started = time.perf_counter()
@@ -101,9 +127,11 @@ def run_workload(address: str, name: str, duration: float, first_ledger: int) ->
         for producer in producers:
             producer.recording = False
         elapsed = time.perf_counter() - started
+        cpu = meter.per_item(sum(p.acked for p in producers))
     finally:
         for producer in producers:
             producer.close()
+        io_loop.close()
     acked = sum(p.acked for p in producers)
     latencies = [sample for p in producers for sample in p.latencies]
     entry_bytes = payload + 40  # header and crc32c digest
@@ -112,7 +140,7 @@ def run_workload(address: str, name: str, duration: float, first_ledger: int) ->
         "seconds": round(elapsed, 2), "acked_entries": acked, "failed_entries": sum(p.failed for p in producers),
         "entries_per_s": round(acked / elapsed), "mb_per_s": round(acked * entry_bytes / elapsed / 1e6, 1),
         "latency_p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
-        "latency_p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "latency_p99_ms": round(percentile(latencies, 0.99) * 1000, 2), **cpu,
     }
 
 
@@ -123,8 +151,8 @@ def run(duration: float, base: Path) -> dict:
     bookie = BookieProcess(base / "bookie", f"sqlite:///{base}/metadata.db")
     bookie.start()
     try:
-        small = run_workload(bookie.address, "1KiB", duration, 1)
-        large = run_workload(bookie.address, "1MiB", duration, 1000)
+        small = run_workload(bookie, "1KiB", duration, 1)
+        large = run_workload(bookie, "1MiB", duration, 1000)
     finally:
         exit_status = bookie.stop()
     raw_mb = raw["sequential_1mib_fsync"]["mb_per_s"]

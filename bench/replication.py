@@ -15,8 +15,14 @@ run, on the same machine, it measures two limits for the same bytes:
   each entry done once all 3 acknowledged.
 
 It also runs the client against those 3 no-op servers, which separates the
-client's own cost from the bookies'. Prints one JSON document (and writes it
-with ``--out``). Everything shares a 2-core machine: bookies, client, servers.
+client's own cost from the bookies'. Each run against bookies reports the CPU
+microseconds per entry of the client process (with this driver) and of each
+bookie, and ``where_the_time_goes`` the rate that CPU would allow if every
+core did nothing else; the paced run is repeated against bookies started with
+``--journal-max-wait-ms 0`` (the group commit's wait is pure latency at that
+rate). Prints one JSON document (and writes it with ``--out``). Everything
+shares the machine: bookies, client, servers and whatever else runs there
+(see the load averages).
 """
 from __future__ import annotations
 
@@ -33,10 +39,15 @@ from concurrent import futures as cf
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpc  # noqa: E402
 
+from cpu_usage import CpuMeter  # noqa: E402
 from pyspark_ledger.client import BookieClient, ClientConfig, LedgerClient  # noqa: E402
+from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
+from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
+from pyspark_ledger.client.io_loop import IoLoop  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster, child_env, free_port  # noqa: E402
@@ -57,6 +68,9 @@ class NoopBookie(pb_grpc.BookieServicer):
         for batch in request_iterator:
             yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=a.ledger_id, entry_id=a.entry_id, status=pb.OK)
                                              for a in batch.adds])
+
+    def WriteLac(self, request, context):
+        return pb.WriteLacResponse(status=pb.OK, last_add_confirmed=request.last_add_confirmed)
 
     def Info(self, request, context):
         return pb.BookieInfoResponse(status=pb.OK, bookie_id="noop")
@@ -124,12 +138,24 @@ def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float |
             "p99_ms": round(percentile(latencies, 0.99), 3)}
 
 
-def client_run(uri: str, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
+def client_run(uri: str, size: int, seconds: float, inflight: int, rate: float | None = None,
+               servers: dict[str, int] | None = None) -> dict:
+    """One writer's run; with ``servers`` (name -> pid) also the CPU per entry of each and of this process."""
     with LedgerClient(uri, ClientConfig(max_inflight_adds=max(inflight, 1))) as client:
         writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+        meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
         result = drive_writer(writer, size, seconds, inflight, rate)
+        result.update(meter.per_item(result["entries"]))
         writer.close()
     return result
+
+
+def cpu_bound(run: dict) -> dict:
+    """Where the time of a run went: CPU per entry of all processes, and the rate that CPU allows."""
+    total = sum(run["cpu_us_per_entry"].values())
+    cores = os.cpu_count() or 1
+    return {"cpu_us_per_entry_all_processes": round(total, 1),
+            "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None}
 
 
 def fsync_limit(directory: Path, size: int, entries: int) -> dict:
@@ -159,29 +185,40 @@ def fsync_limit(directory: Path, size: int, entries: int) -> dict:
 
 
 def grpc_fanout_limit(ports: list[int], size: int, seconds: float, inflight: int) -> dict:
-    """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged."""
-    clients = [BookieClient(f"127.0.0.1:{port}") for port in ports]
+    """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
+
+    Each entry is encoded once and its bytes go to the 3 streams, answered per batch, as the writer does.
+    """
+    io_loop = IoLoop(name="bench-fanout-io")
+    clients = [BookieClient(f"127.0.0.1:{port}", io_loop=io_loop) for port in ports]
     streams = [client.add_stream() for client in clients]
-    codec, key, data = EntryCodec(), master_key(PASSWORD), os.urandom(size)
+    codec, encoder, data = EntryCodec(), AddEncoder(1, master_key(PASSWORD)), os.urandom(size)
     window = threading.BoundedSemaphore(inflight)
+    acks: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def answered(_bookie: str, results: list) -> None:
+        done = 0
+        with lock:
+            for result in results:
+                count = acks.pop(result.entry_id) - 1
+                if count:
+                    acks[result.entry_id] = count
+                else:
+                    done += 1
+        for _ in range(done):
+            window.release()
+    listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"))
     started = time.perf_counter()
     count = 0
     try:
         while time.perf_counter() - started < seconds:
             window.acquire()
-            body = codec.encode(1, count, count - 1, count * size, data)
-            acks = [stream.add(1, count, key, body) for stream in streams]
-            remaining = [3]
-            lock = threading.Lock()
-
-            def acked(_future, remaining=remaining, lock=lock) -> None:
-                with lock:
-                    remaining[0] -= 1
-                    last = remaining[0] == 0
-                if last:
-                    window.release()
-            for ack in acks:
-                ack.add_done_callback(acked)
+            frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
+            with lock:
+                acks[count] = len(streams)
+            for stream in streams:
+                stream.send(1, ((count, frame),), listener)
             count += 1
         for _ in range(inflight):
             window.acquire()
@@ -189,6 +226,7 @@ def grpc_fanout_limit(ports: list[int], size: int, seconds: float, inflight: int
     finally:
         for client in clients:
             client.close()
+        io_loop.close()
     return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
             "method": "AddStream fan-out to 3 no-op servers, all 3 acks per entry"}
 
@@ -232,10 +270,18 @@ def run(seconds: float) -> dict:
                 process.kill()
                 process.wait()
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
-        with BookieCluster(3, directory / "bookies", uri):
+        with BookieCluster(3, directory / "bookies", uri) as cluster:
+            pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
             for name, (size, inflight) in SIZES.items():
-                result["runs"][name] = client_run(uri, size, seconds, inflight)
-            result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, rate=1000.0)
+                result["runs"][name] = client_run(uri, size, seconds, inflight, servers=pids)
+            result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids)
+        uri = f"sqlite:///{directory}/metadata-nowait.db?lease_seconds=5"
+        with BookieCluster(3, directory / "bookies-nowait", uri, journal_max_wait_ms=0) as cluster:
+            pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
+            result["runs"]["paced_1KiB_1000_per_s_journal_max_wait_0"] = client_run(uri, KiB, seconds, 1_000,
+                                                                                    1000.0, pids)
+    result["where_the_time_goes"] = {name: cpu_bound(run) for name, run in result["runs"].items()}
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["goals"] = goals(result)
     return result
 

@@ -5,8 +5,9 @@ reader thread that takes each AddBatch, checks it (size, ids, master key),
 admits up to ``max_inflight_adds`` adds and hands them to
 ``storage.add_entries`` as one batch. When a batch's future completes (on the
 journal thread) its statuses are queued; the handler thread merges whatever
-is queued into one AddResultBatch. Answers therefore come in durability
-order, not request order, and never block the journal thread.
+is queued into one AddResultBatch (and frees their in-flight slots). Answers
+therefore come in durability order, not request order, and never block the
+journal thread.
 
 The stream ends when the client half-closes (after the last answer), when the
 client cancels, or when the bookie drains (after the in-flight adds are
@@ -104,6 +105,7 @@ class AddStreamSession:
                     add_result(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
                 continue
             _, ops, statuses, error = item
+            self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
             for op, status in zip(ops, statuses):
                 if status == pb.OK:
                     add_result(ledger_id=op.ledger_id, entry_id=op.entry_id, status=status)
@@ -215,6 +217,4 @@ class AddStreamSession:
         if statuses.count(pb.OK) != len(statuses):
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
-        self._results.put((_STORED, ops, statuses, error))
-        self._limiter.release(len(ops))
-        self._results.put(_WAKE)
+        self._results.put((_STORED, ops, statuses, error))  # one put: one wake-up of the handler thread

@@ -4,7 +4,8 @@ Every outcome the bookie decides (no such entry, fenced, unauthorized, bad
 request, I/O error...) travels as a status in the response, never as a gRPC
 error, so the replication client can tell it from a timeout. Add streams are
 handled by ``add_stream.AddStreamSession``; this module answers Read,
-ReadLac and Info and keeps track of open streams for a graceful drain.
+ReadLac, WriteLac (explicit LAC) and Info and keeps track of open streams
+for a graceful drain.
 """
 from __future__ import annotations
 
@@ -183,6 +184,22 @@ class BookieServicer(pb_grpc.BookieServicer):
             if self._draining.is_set() or not context.is_active():
                 return view
 
+    def WriteLac(self, request: pb.WriteLacRequest, context) -> pb.WriteLacResponse:
+        ledger_id, lac = request.ledger_id, request.last_add_confirmed
+        if not request.master_key:
+            return _write_lac_answer(pb.BAD_REQUEST, f"write_lac of ledger {ledger_id} needs its master key")
+        if lac < -1:
+            return _write_lac_answer(pb.BAD_REQUEST, f"last_add_confirmed {lac} of ledger {ledger_id} is below -1")
+        try:
+            status, view = self._storage.write_lac(ledger_id, request.master_key, lac)
+        except Exception as exc:  # noqa: BLE001 - answer, never crash
+            _log.exception("write_lac of ledger %d failed", ledger_id)
+            return _write_lac_answer(pb.IO_ERROR, f"bookie {self._bookie_id} failed: {exc}")
+        messages = {pb.NO_SUCH_LEDGER: f"bookie {self._bookie_id} has no ledger {ledger_id}",
+                    pb.UNAUTHORIZED: f"master key does not match the one stored for ledger {ledger_id}",
+                    pb.BAD_REQUEST: f"ledger id {ledger_id} or its master key is malformed"}
+        return _write_lac_answer(status, messages.get(status, ""), view)
+
     # --- info --------------------------------------------------------------------
     def Info(self, request: pb.BookieInfoRequest, context) -> pb.BookieInfoResponse:
         response = pb.BookieInfoResponse(status=pb.OK, bookie_id=self._bookie_id, version=self._version,
@@ -211,3 +228,10 @@ class BookieServicer(pb_grpc.BookieServicer):
         for session in sessions:
             if not session.join_reader(max(0.0, deadline - time.monotonic())):
                 _log.warning("an add stream reader thread is still blocked at shutdown")
+
+
+def _write_lac_answer(status: int, message: str, view: LedgerView | None = None) -> pb.WriteLacResponse:
+    if view is None:
+        return pb.WriteLacResponse(status=status, message=message, last_add_confirmed=-1)
+    return pb.WriteLacResponse(status=status, message=message, last_add_confirmed=view.last_add_confirmed,
+                               fenced=view.fenced)

@@ -241,6 +241,30 @@ class BookieStorage:
                     del self._lac_waiters[ledger_id]
             return self._view(ledger_id)
 
+    def write_lac(self, ledger_id: int, master_key: bytes,
+                  last_add_confirmed: int) -> tuple[int, LedgerView | None]:
+        """Explicit LAC: keep max(current, given) as the ledger's LAC, in memory, and wake its long polls.
+
+        Returns a status (OK, NO_SUCH_LEDGER, UNAUTHORIZED, BAD_REQUEST) and the ledger's view after it.
+        Not journaled: after a restart the LAC is what the stored entries (or a later checkpoint) carried.
+        A fenced ledger accepts it: the value only names entries its writer already confirmed."""
+        if not valid_ledger_id(ledger_id) or not valid_key(master_key) or not -1 <= last_add_confirmed < 2**63:
+            return pb.BAD_REQUEST, None
+        with self._lock:
+            if self._closed:
+                raise StorageError("bookie storage is closed")
+            record = self._states.get(ledger_id)
+            if record is None:
+                return pb.NO_SUCH_LEDGER, None
+            if not hmac.compare_digest(record.master_key, bytes(master_key)):
+                return pb.UNAUTHORIZED, self._view(ledger_id)
+            if last_add_confirmed > record.last_add_confirmed:
+                record.last_add_confirmed = last_add_confirmed
+                waiter = self._lac_waiters.get(ledger_id)
+                if waiter is not None:
+                    waiter[0].notify_all()
+            return pb.OK, self._view(ledger_id)
+
     def _lac_above(self, ledger_id: int, previous_lac: int) -> bool:
         record = self._states.get(ledger_id)
         return record is not None and record.last_add_confirmed > previous_lac

@@ -1,4 +1,11 @@
-"""Small bookkeeping of a writer: adds awaiting a bookie's answer, and user futures to complete in order.
+"""Small bookkeeping of a writer: its event queue, adds awaiting a bookie's answer, futures to complete in order.
+
+``WriterEvents`` runs the events posted by transport, scheduler and worker
+threads under the writer's lock, one at a time and never one inside another
+half-way: the poster runs them once it gets the lock, or the holder does
+when it lets go (``drain`` after every ``with lock``). A poster does not wait
+while the holder is sending (``sending``): a send may wait for room on a
+stream, which only the answers the poster delivers make.
 
 ``Outstanding`` remembers when each add was sent to each bookie, so a bookie
 silent for longer than ``add_timeout_s`` can be treated as failed (the oldest
@@ -14,6 +21,61 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from typing import Callable
+
+_LOCK_POLL_S = 0.005  # how often a poster waiting for the lock checks whether its holder is sending
+
+
+class WriterEvents:
+    """A writer's queue of events, run under its lock (see the module docstring)."""
+
+    def __init__(self, lock, after_drain: Callable[[], None]) -> None:
+        self._lock = lock
+        self._after_drain = after_drain
+        self._inbox: deque[Callable[[], None]] = deque()
+        self._busy = False
+        self.sending = False
+
+    def post(self, event: Callable[[], None]) -> None:
+        """Run ``event`` under the lock, after any event being handled up the stack."""
+        self._inbox.append(event)
+        self.drain()
+
+    def queue(self, event: Callable[[], None]) -> None:
+        """Queue ``event`` (lock held); it runs when the current action or event is done."""
+        self._inbox.append(event)
+
+    def run(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (lock held) so that events it triggers wait until it is done, then them."""
+        busy, self._busy = self._busy, True
+        try:
+            action()
+        finally:
+            self._busy = busy
+        if not busy:
+            self._run_queued()
+
+    def drain(self) -> None:
+        """Run queued events once the lock is free; ``after_drain`` runs outside the lock."""
+        while self._inbox:
+            while not self._lock.acquire(timeout=_LOCK_POLL_S):
+                if self.sending:
+                    return
+            try:
+                if self._busy:  # this thread is inside an action or an event: that level runs them
+                    return
+                self._run_queued()
+            finally:
+                self._lock.release()
+            self._after_drain()
+
+    def _run_queued(self) -> None:
+        self._busy = True
+        try:
+            while self._inbox:
+                self._inbox.popleft()()
+        finally:
+            self._busy = False
 
 
 class Outstanding:
@@ -27,6 +89,10 @@ class Outstanding:
         if per_bookie is None:
             per_bookie = self._sent[bookie] = {}
         per_bookie[entry_id] = time.monotonic() if now is None else now
+
+    def of(self, bookie: str) -> dict[int, float] | None:
+        """The bookie's unanswered adds (entry id -> send time), to pop answers from; None if none."""
+        return self._sent.get(bookie)
 
     def answered(self, bookie: str, entry_id: int) -> None:
         per_bookie = self._sent.get(bookie)

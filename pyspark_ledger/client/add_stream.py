@@ -1,71 +1,88 @@
-"""A client-side add stream to one bookie: coalesced sends, one future per entry.
+"""A client-side add stream to one bookie: coalesced sends, answers delivered per received batch.
 
-``AddStream.add(...)`` queues an add and returns a ``concurrent.futures.Future``
-resolving to an ``AddResult`` (the bookie's status for that entry). The
-sender — a generator consumed by gRPC's request thread — coalesces whatever is
-queued into one AddBatch (up to ``max_batch_bytes``); a receiver thread
-resolves futures by (ledger_id, entry_id) as AddResultBatch messages arrive,
-in the bookie's durability order.
+``AddStream.send(ledger_id, adds, listener)`` queues adds already encoded by
+``add_wire`` (one encoding shared by every bookie of the write set) and kicks
+the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
+(up to ``max_batch_bytes``; a large add on its own) whenever the previous
+write is done. For each AddResultBatch it calls ``listener.on_add_results(
+bookie_id, results)`` once, with the ``AddResult`` messages of that
+listener's adds in the bookie's durability order. When the stream ends (bookie gone, cancelled,
+ended by a draining bookie, closed) each listener gets one
+``on_add_failure(bookie_id, keys, error)`` with every unanswered
+``(ledger_id, entry_id)``: those adds may or may not be stored. Listeners run
+on the loop thread and must not block. ``add()`` is the one-entry form
+returning a ``concurrent.futures.Future`` of an ``AddResult``.
 
-When the stream breaks (bookie gone, cancelled, ended by a draining bookie)
-every unanswered future fails with BookieUnavailableError: the add may or
-may not be stored. ``close()`` half-closes, waits (bounded) for the answers
-in flight and joins the receiver thread.
+``close()`` half-closes, waits (bounded) for the answers in flight, then
+cancels the call.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterable, Protocol, Sequence
 
 import grpc
+import grpc.aio
 
-from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
+from pyspark_ledger.client.add_wire import ADD_OK, AddResult, FutureAnswers, encode_add
+from pyspark_ledger.client.io_loop import IoLoop
+from pyspark_ledger.client.rpc_errors import translate_rpc_error
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError
-from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
+__all__ = ["ADD_OK", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
+           "DEFAULT_MAX_INFLIGHT"]
+
+log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
+WRITE_ALONE_BYTES = 64 * 1024  # adds this large are not joined into a batch (one copy less per bookie)
 
 
-@dataclass(frozen=True, slots=True)
-class AddResult:
-    """The bookie's answer to one add."""
+class AddListener(Protocol):
+    def on_add_results(self, bookie_id: str, results: list) -> None: ...
 
-    status: BookieStatus
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == BookieStatus.OK
+    def on_add_failure(self, bookie_id: str, keys: list[tuple[int, int]], error: BookieError) -> None: ...
 
 
-ADD_OK = AddResult(BookieStatus.OK)
+class AddCallbacks:
+    """An AddListener made of two callables."""
+
+    __slots__ = ("on_add_results", "on_add_failure")
+
+    def __init__(self, on_add_results: Callable[[str, list], None],
+                 on_add_failure: Callable[[str, list[tuple[int, int]], BookieError], None]) -> None:
+        self.on_add_results = on_add_results
+        self.on_add_failure = on_add_failure
 
 
 class AddStream:
-    """One AddStream RPC; thread-safe ``add()``; see the module docstring."""
+    """One AddStream RPC on an IoLoop; thread-safe ``send``/``add``; see the module docstring."""
 
-    def __init__(self, stub, bookie_id: str, *, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-                 max_inflight: int = DEFAULT_MAX_INFLIGHT) -> None:
+    def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall], bookie_id: str, io_loop: IoLoop, *,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT) -> None:
         if max_batch_bytes < 1 or max_inflight < 1:
             raise InvalidConfigurationError("max_batch_bytes and max_inflight must be positive")
         self.bookie_id = bookie_id
+        self._io = io_loop
         self._max_batch_bytes = max_batch_bytes
         self._max_inflight = max_inflight
         self._lock = threading.Lock()
-        self._has_work = threading.Condition(self._lock)
-        self._has_room = threading.Condition(self._lock)
-        self._queue: list[tuple[int, int, bytes, bytes, bool]] = []
+        self._room = threading.Condition(self._lock)
+        self._queue: list[bytes] = []
         self._queued_bytes = 0
-        self._pending: dict[tuple[int, int], Future] = {}
+        self._large_queued = 0
+        self._pending: dict[tuple[int, int], AddListener] = {}
         self._closing = False
         self._failure: BookieError | None = None
-        self._call = stub.AddStream(self._batches())
-        self._receiver = threading.Thread(target=self._receive, name=f"add-stream-receiver {bookie_id}",
-                                          daemon=True)
-        self._receiver.start()
+        self._ended = threading.Event()
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._answers_ended = False
+        self._futures = FutureAnswers()
+        io_loop.spawn(self._run(open_call))
 
     @property
     def pending(self) -> int:
@@ -74,43 +91,68 @@ class AddStream:
 
     @property
     def closed(self) -> bool:
-        """True once the stream ended (closed, failed or ended by the bookie)."""
-        return not self._receiver.is_alive()
+        """True once the stream ended (closed, failed or ended by the bookie): it takes no more adds."""
+        return self._failure is not None
+
+    def send(self, ledger_id: int, adds: Sequence[tuple[int, bytes]], listener: AddListener) -> None:
+        """Queue ``(entry_id, encoded add)`` pairs of one ledger; answers go to ``listener``.
+
+        Blocks while ``max_inflight`` adds are unanswered (never on the loop thread).
+        BookieUnavailableError, with nothing queued, if the stream has ended.
+        """
+        with self._lock:
+            if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
+                self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
+                                    or self._failure is not None)
+            if self._failure is not None or self._closing:
+                raise self._ended_error()
+            pending = self._pending
+            keys = [(ledger_id, entry_id) for entry_id, _ in adds]
+            repeated = len(keys) > 1 and len(set(keys)) < len(keys)
+            for key in keys:
+                if repeated or key in pending:
+                    raise InvalidConfigurationError(
+                        f"ledger {ledger_id} entry {key[1]} is already in flight on this stream to bookie "
+                        f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
+            was_empty = not self._queue
+            for key, (_, frame) in zip(keys, adds):
+                pending[key] = listener
+                self._queue.append(frame)
+                self._queued_bytes += len(frame)
+                if len(frame) >= WRITE_ALONE_BYTES:
+                    self._large_queued += 1
+        if was_empty:
+            self._io.kick(id(self), self._flush)
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":
-        """Queue one add; blocks while ``max_inflight`` adds are unanswered."""
-        _check_add(ledger_id, entry_id, master_key, body)
-        future: Future = Future()
-        key = (ledger_id, entry_id)
-        with self._lock:
-            while len(self._pending) >= self._max_inflight and self._failure is None and not self._closing:
-                self._has_room.wait()
-            if self._failure is not None or self._closing:
-                future.set_exception(self._failure or BookieUnavailableError(
-                    f"add stream to bookie {self.bookie_id} is closed", bookie_id=self.bookie_id, status="CLOSED"))
-                return future
-            if key in self._pending:
-                raise InvalidConfigurationError(
-                    f"ledger {ledger_id} entry {entry_id} is already in flight on this stream to bookie "
-                    f"{self.bookie_id}: wait for its answer before re-sending it")
-            self._pending[key] = future
-            self._queue.append((ledger_id, entry_id, master_key, body, recovery))
-            self._queued_bytes += len(body)
-            if len(self._queue) == 1:
-                self._has_work.notify()
+        """Queue one add; its Future resolves to the bookie's ``AddResult`` (or fails if the stream breaks)."""
+        frame = encode_add(ledger_id, entry_id, master_key, body, recovery)
+        future = self._futures.expect(ledger_id, entry_id)
+        try:
+            self.send(ledger_id, ((entry_id, frame),), self._futures)
+        except BookieUnavailableError as exc:
+            self._futures.on_add_failure(self.bookie_id, [(ledger_id, entry_id)], exc)
+        except BaseException:
+            self._futures.forget(ledger_id, entry_id)
+            raise
         return future
 
     def close(self, timeout: float = 10.0) -> None:
-        """Half-close, wait up to ``timeout`` for answers in flight, then cancel; joins the receiver."""
+        """Half-close, wait up to ``timeout`` for answers in flight, then cancel the call."""
         with self._lock:
             self._closing = True
-            self._has_work.notify_all()
-            self._has_room.notify_all()
-        self._receiver.join(timeout)
-        if self._receiver.is_alive():
-            self._call.cancel()
-            self._receiver.join()
+            self._room.notify_all()
+        self._io.kick(id(self), self._flush)
+        if self._io.in_loop_thread() or self._ended.wait(timeout):
+            return
+        try:
+            self._io.call_soon(self._cancel)
+        except BookieUnavailableError:
+            pass  # the loop is gone: nothing more can arrive
+        if not self._ended.wait(timeout):
+            log.warning("add stream to bookie %s did not end after cancel", self.bookie_id)
+            self._fail_pending(self._closed_error())
 
     def __enter__(self) -> "AddStream":
         return self
@@ -118,84 +160,154 @@ class AddStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- sending (runs on gRPC's request-consumer thread) ----------------------------
-    def _batches(self) -> Iterator[pb.AddBatch]:
-        while True:
-            with self._lock:
-                while not self._queue and not self._closing and self._failure is None:
-                    self._has_work.wait()
-                if self._failure is not None or not self._queue:
-                    return
-                taken = self._take_batch()
-            batch = pb.AddBatch()
-            add = batch.adds.add
-            for ledger_id, entry_id, master_key, body, recovery in taken:
-                add(ledger_id=ledger_id, entry_id=entry_id, master_key=master_key, body=body, recovery=recovery)
-            yield batch
-
-    def _take_batch(self) -> list[tuple[int, int, bytes, bytes, bool]]:
-        """Pop queued adds up to max_batch_bytes (at least one); caller holds the lock."""
-        if self._queued_bytes <= self._max_batch_bytes:
-            taken, self._queue, self._queued_bytes = self._queue, [], 0
-            return taken
-        size = count = 0
-        for item in self._queue:
-            if count and size + len(item[3]) > self._max_batch_bytes:
-                break
-            size += len(item[3])
-            count += 1
-        taken, self._queue = self._queue[:count], self._queue[count:]
-        self._queued_bytes -= size
-        return taken
-
-    # --- receiving ------------------------------------------------------------------
-    def _receive(self) -> None:
+    # --- on the loop thread ----------------------------------------------------------
+    async def _run(self, open_call: Callable[[], grpc.aio.StreamStreamCall]) -> None:
         failure: BookieError | None = None
         try:
-            for response in self._call:
-                self._resolve(response.results)
-        except grpc.RpcError as exc:
-            failure = translate_rpc_error(exc, self.bookie_id, "add stream")
-        except Exception as exc:  # noqa: BLE001 - every pending future must learn the stream is gone
-            failure = BookieError(f"add stream to bookie {self.bookie_id} failed: {exc!r}",
-                                  bookie_id=self.bookie_id, status="UNKNOWN")
-        self._fail_pending(failure or BookieUnavailableError(
-            f"bookie {self.bookie_id} ended the add stream before answering every add",
-            bookie_id=self.bookie_id, status="UNAVAILABLE"))
+            self._wakeup = asyncio.Event()
+            self._wakeup.set()  # send whatever was queued before the loop got here
+            self._call = call = open_call()
+            reader = asyncio.ensure_future(self._read_answers(call))
+            write_failed = await self._write_batches(call)
+            failure = await reader
+            if write_failed and failure is not None and not isinstance(failure, BookieUnavailableError):
+                # grpc.aio reports a send that failed on a broken connection as INTERNAL
+                failure = BookieUnavailableError(f"add stream to bookie {self.bookie_id} broke while sending: "
+                                                 f"{failure}", bookie_id=self.bookie_id, status="UNAVAILABLE")
+        except asyncio.CancelledError:
+            self._cancel()
+            failure = self._closed_error()
+        except Exception as exc:  # noqa: BLE001 - every pending add must learn the stream is gone
+            self._cancel()
+            failure = exc if isinstance(exc, BookieError) else BookieError(
+                f"add stream to bookie {self.bookie_id} failed: {exc!r}", bookie_id=self.bookie_id, status="UNKNOWN")
+        finally:
+            if failure is None:
+                failure = self._closed_error() if self._closing else BookieUnavailableError(
+                    f"bookie {self.bookie_id} ended the add stream before answering every add",
+                    bookie_id=self.bookie_id, status="UNAVAILABLE")
+            self._fail_pending(failure)
+            self._ended.set()
 
-    def _resolve(self, results) -> None:
-        answered = []
+    def _flush(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+
+    async def _write_batches(self, call: grpc.aio.StreamStreamCall) -> bool:
+        """Write queued adds, one AddBatch per write, until closing (then half-close) or failed.
+
+        True if a write failed (the call had ended)."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if self._answers_ended:
+                return False  # the bookie ended the call: the reader reports how
+            while True:
+                with self._lock:
+                    if self._failure is not None:
+                        return False
+                    batch = self._take_batch()
+                    closing = self._closing
+                if batch is None:
+                    break
+                try:
+                    await call.write(batch)
+                except (grpc.RpcError, asyncio.InvalidStateError):
+                    return True  # the call ended: the reader reports why
+            if closing:
+                try:
+                    await call.done_writing()
+                except (grpc.RpcError, asyncio.InvalidStateError):
+                    return True
+                return False
+
+    def _take_batch(self) -> bytes | None:
+        """Join queued adds up to max_batch_bytes (at least one); caller holds the lock.
+
+        A large add (``WRITE_ALONE_BYTES``) is written on its own, so its bytes are not copied
+        once more per bookie into a joined batch."""
+        queue = self._queue
+        if not queue:
+            return None
+        if not self._large_queued and self._queued_bytes <= self._max_batch_bytes:
+            self._queue, self._queued_bytes = [], 0
+            return queue[0] if len(queue) == 1 else b"".join(queue)
+        size = count = 0
+        for frame in queue:
+            if count and (size + len(frame) > self._max_batch_bytes or len(frame) >= WRITE_ALONE_BYTES):
+                break
+            size += len(frame)
+            count += 1
+            if len(frame) >= WRITE_ALONE_BYTES:
+                self._large_queued -= 1
+                break
+        self._queue, self._queued_bytes = queue[count:], self._queued_bytes - size
+        return queue[0] if count == 1 else b"".join(queue[:count])
+
+    async def _read_answers(self, call: grpc.aio.StreamStreamCall) -> BookieError | None:
+        """Deliver answers until the bookie ends the stream; the error that ended it, if any."""
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    return None
+                self._deliver(response.results)
+        except grpc.RpcError as exc:
+            return translate_rpc_error(exc, self.bookie_id, "add stream")
+        finally:
+            self._answers_ended = True
+            self._wakeup.set()  # the writer stops too
+
+    def _deliver(self, results: Iterable) -> None:
+        answered: dict[int, tuple[AddListener, list]] = {}
         with self._lock:
             pop = self._pending.pop
             for result in results:
-                future = pop((result.ledger_id, result.entry_id), None)
-                if future is not None:
-                    answered.append((future, result))
-            if answered and len(self._pending) < self._max_inflight:
-                self._has_room.notify_all()
-        for future, result in answered:
-            if result.status == pb.OK:
-                future.set_result(ADD_OK)
-            else:
-                future.set_result(AddResult(as_status(result.status), result.message))
+                listener = pop((result.ledger_id, result.entry_id), None)
+                if listener is None:
+                    continue
+                group = answered.get(id(listener))
+                if group is None:
+                    answered[id(listener)] = (listener, [result])
+                else:
+                    group[1].append(result)
+            if len(self._pending) < self._max_inflight:
+                self._room.notify_all()
+        for listener, group in answered.values():
+            _notify(listener.on_add_results, self.bookie_id, group)
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:
-            self._failure = failure
+            if self._failure is None:
+                self._failure = failure
+            failure = self._failure
             pending, self._pending = self._pending, {}
-            self._queue, self._queued_bytes = [], 0
-            self._has_work.notify_all()
-            self._has_room.notify_all()
-        for future in pending.values():
-            future.set_exception(failure)
+            self._queue, self._queued_bytes, self._large_queued = [], 0, 0
+            self._room.notify_all()
+        unanswered: dict[int, tuple[AddListener, list]] = {}
+        for key, listener in pending.items():
+            unanswered.setdefault(id(listener), (listener, []))[1].append(key)
+        for listener, keys in unanswered.values():
+            _notify(listener.on_add_failure, self.bookie_id, keys, failure)
+
+    def _ended_error(self) -> BookieUnavailableError:
+        """Why a new add cannot go on this stream (lock held)."""
+        if self._failure is None:
+            return self._closed_error()
+        return BookieUnavailableError(f"add stream to bookie {self.bookie_id} has ended: {self._failure}",
+                                      bookie_id=self.bookie_id, status=self._failure.status or "CLOSED")
+
+    def _closed_error(self) -> BookieUnavailableError:
+        return BookieUnavailableError(f"add stream to bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
+                                      status="CLOSED")
 
 
-def _check_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes) -> None:
-    """Refuse what the wire cannot carry (the bookie judges everything else)."""
-    if not 0 <= ledger_id < 2**64 or not -2**63 <= entry_id < 2**63:
-        raise InvalidConfigurationError(
-            f"ledger id {ledger_id} / entry id {entry_id} out of range: ledger ids are unsigned 64-bit, "
-            "entry ids signed 64-bit")
-    if not isinstance(master_key, bytes) or not isinstance(body, bytes):
-        raise InvalidConfigurationError(
-            f"master_key and body must be bytes, got {type(master_key).__name__} and {type(body).__name__}")
+def _notify(callback, *args) -> None:
+    try:
+        callback(*args)
+    except Exception:  # noqa: BLE001 - a listener's bug must not stop the stream
+        log.exception("add stream listener %r failed", callback)

@@ -5,7 +5,8 @@ then its address comes from its registration info (``host`` / ``port``).
 Addresses are cached once seen, so a bookie that died and whose
 registration expired can still be asked (and answer "unavailable") for the
 entries of old fragments. A broken add stream is replaced by a new one on
-the next add. ``close()`` closes every stream and channel.
+the next add. Every add stream runs on the pool's one ``IoLoop``, which
+``close()`` joins after closing every stream and channel.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 
 from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
+from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, MetadataError
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
 
@@ -31,6 +33,7 @@ class BookiePool:
         self._streams: dict[str, AddStream] = {}
         self._addresses: dict[str, str] = {}
         self._closed = False
+        self._io = IoLoop()
 
     def bookies(self, include_read_only: bool = True) -> list[str]:
         """Ids of the registered (live) bookies, sorted; remembers their addresses."""
@@ -52,7 +55,8 @@ class BookiePool:
             self._check_open(bookie_id)
             client = self._clients.get(bookie_id)
             if client is None:
-                client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout)
+                client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout,
+                                                                 io_loop=self._io)
             return client
 
     def stream(self, bookie_id: str) -> AddStream:
@@ -87,6 +91,7 @@ class BookiePool:
             self._streams = {}
         for client in clients:
             client.close()
+        self._io.close()
 
     def _check_open(self, bookie_id: str) -> None:
         if self._closed:

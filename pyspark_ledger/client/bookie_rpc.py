@@ -1,24 +1,40 @@
-"""The client side of the bookie wire protocol: one gRPC channel to one bookie.
+"""The client side of the bookie wire protocol: the gRPC channels to one bookie.
 
 ``BookieClient`` offers add streams (``add_stream()``), range/fence reads,
-LAC reads and long polls, and bookie info. Statuses the bookie decided are
-returned as values (``ReadResult.status`` ...): the replication client decides
-on them. Transport failures raise BookieError; BookieUnavailableError for an
-unreachable bookie or a deadline (an unknown outcome).
+LAC reads and long polls, explicit LAC writes, and bookie info. Statuses the
+bookie decided are returned as values (``ReadResult.status`` ...): the
+replication client decides on them. Transport failures raise BookieError;
+BookieUnavailableError for an unreachable bookie or a deadline (an unknown
+outcome). The ``*_async`` forms return a ``concurrent.futures.Future`` that
+fails with those errors instead; they hold no thread while waiting and their
+callbacks run on the loop thread (keep them short).
+
+Every call runs on one grpc.aio channel driven by an ``IoLoop``: the one
+passed in (shared by a whole replication client), or one this client starts
+at its first call and joins in ``close()``. The blocking forms wait for the
+loop, so never call them from the loop's own thread (a listener or a future
+callback).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Callable
 
 import grpc
+import grpc.aio
 
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
+from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
+log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", -1),
@@ -56,6 +72,18 @@ class LacResult:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLacResult:
+    status: BookieStatus
+    message: str
+    last_add_confirmed: int   # the bookie's LAC for the ledger after the write
+    fenced: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.status == BookieStatus.OK
+
+
+@dataclass(frozen=True, slots=True)
 class BookieInfo:
     status: BookieStatus
     bookie_id: str
@@ -81,14 +109,16 @@ class BookieClient:
     """One channel to one bookie; thread-safe; ``close()`` ends streams and the channel."""
 
     def __init__(self, bookie_id_or_address: str, *, address: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None) -> None:
         self.bookie_id = str(bookie_id_or_address)
         target = address if address is not None else self.bookie_id
         host, port = parse_address(target)
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.BookieStub(self._channel)
+        self._io = io_loop
+        self._owns_io = io_loop is None
+        self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
+        self._stub: pb_grpc.BookieStub | None = None
         self._streams: set[AddStream] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -96,64 +126,155 @@ class BookieClient:
     # --- adds ----------------------------------------------------------------------
     def add_stream(self, *, max_inflight: int = DEFAULT_MAX_INFLIGHT,
                    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> AddStream:
-        """Open an add stream; ``add()`` on it returns a Future per entry."""
+        """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry)."""
         with self._lock:
-            if self._closed:
-                raise InvalidConfigurationError(f"client of bookie {self.bookie_id} is closed")
-            stream = AddStream(self._stub, self.bookie_id, max_batch_bytes=max_batch_bytes,
+            io_loop = self._loop_locked()
+            stream = AddStream(self._open_add_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
                                max_inflight=max_inflight)
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
             self._streams.add(stream)
             return stream
+
+    def _open_add_call(self) -> grpc.aio.StreamStreamCall:
+        """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``)."""
+        method = self._ensure_channel().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
+                                                      request_serializer=None,
+                                                      response_deserializer=pb.AddResultBatch.FromString)
+        return method()
+
+    def _ensure_channel(self) -> grpc.aio.Channel:
+        """The aio channel, made at first use (only ever called on the loop thread)."""
+        if self._closed:
+            raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
+                                         status="CLOSED")
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._stub = pb_grpc.BookieStub(self._channel)
+        return self._channel
+
+    def _loop_locked(self) -> IoLoop:
+        if self._closed:
+            raise InvalidConfigurationError(f"client of bookie {self.bookie_id} is closed")
+        if self._io is None:
+            self._io = IoLoop(name=f"bookie-client-io {self.bookie_id}")
+        return self._io
 
     # --- reads ---------------------------------------------------------------------
     def read(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
              fence: bool = False, master_key: bytes = b"", recovery: bool = False, max_bytes: int = 0,
              timeout: float | None = None) -> ReadResult:
         """Read one entry or the range first..last (stops early at a missing entry or max_bytes)."""
+        request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
+                                           max_bytes)
+        return self._unary("Read", request, timeout, what, _read_result)
+
+    def read_async(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
+                   fence: bool = False, master_key: bytes = b"", recovery: bool = False, max_bytes: int = 0,
+                   timeout: float | None = None) -> "Future[ReadResult]":
+        """``read`` without blocking a thread."""
+        request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
+                                           max_bytes)
+        return self._unary_async("Read", request, timeout, what, _read_result)
+
+    def _read_request(self, ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery, max_bytes):
         last = first_entry_id if last_entry_id is None else last_entry_id
         request = _message(pb.ReadRequest, ledger_id=ledger_id, first_entry_id=first_entry_id,
                            last_entry_id=last, fence=fence, recovery=recovery, master_key=master_key,
                            max_bytes=max_bytes)
         what = f"read of ledger {ledger_id} entries {first_entry_id}..{last}" + (" with fence" if fence else "")
-        response = self._unary(self._stub.Read, request, timeout, what)
-        return ReadResult(as_status(response.status), response.message,
-                          tuple((entry.entry_id, entry.body) for entry in response.entries),
-                          response.last_add_confirmed, response.last_entry_id, response.fenced)
+        return request, what
 
     def read_lac(self, ledger_id: int, previous: int | None = None, timeout: float = 10.0) -> LacResult:
         """The bookie's LAC for the ledger; with ``previous``, wait up to ``timeout`` s for a higher one."""
+        request, deadline = self._lac_request(ledger_id, previous, timeout)
+        return self._unary("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", _lac_result)
+
+    def read_lac_async(self, ledger_id: int, previous: int | None = None,
+                       timeout: float = 10.0) -> "Future[LacResult]":
+        """``read_lac`` (or its long poll) without blocking a thread."""
+        request, deadline = self._lac_request(ledger_id, previous, timeout)
+        return self._unary_async("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", _lac_result)
+
+    def _lac_request(self, ledger_id: int, previous: int | None, timeout: float):
         if previous is None:
-            request = _message(pb.ReadLacRequest, ledger_id=ledger_id)
-            deadline = None
-        else:
-            request = _message(pb.ReadLacRequest, ledger_id=ledger_id, has_previous=True, previous_lac=previous,
-                               timeout_ms=max(0, int(timeout * 1000)))
-            deadline = timeout + self.timeout
-        response = self._unary(self._stub.ReadLac, request, deadline, f"read_lac of ledger {ledger_id}")
-        return LacResult(as_status(response.status), response.message, response.last_add_confirmed,
-                         response.last_entry_id, response.fenced)
+            return _message(pb.ReadLacRequest, ledger_id=ledger_id), None
+        request = _message(pb.ReadLacRequest, ledger_id=ledger_id, has_previous=True, previous_lac=previous,
+                           timeout_ms=max(0, int(timeout * 1000)))
+        return request, timeout + self.timeout
+
+    def write_lac(self, ledger_id: int, master_key: bytes, last_add_confirmed: int,
+                  timeout: float | None = None) -> WriteLacResult:
+        """Explicit LAC: the bookie keeps max(its LAC, ``last_add_confirmed``) for readers."""
+        request = self._write_lac_request(ledger_id, master_key, last_add_confirmed)
+        return self._unary("WriteLac", request, timeout, f"write_lac of ledger {ledger_id}", _write_lac_result)
+
+    def write_lac_async(self, ledger_id: int, master_key: bytes, last_add_confirmed: int,
+                        timeout: float | None = None) -> "Future[WriteLacResult]":
+        request = self._write_lac_request(ledger_id, master_key, last_add_confirmed)
+        return self._unary_async("WriteLac", request, timeout, f"write_lac of ledger {ledger_id}",
+                                 _write_lac_result)
+
+    @staticmethod
+    def _write_lac_request(ledger_id: int, master_key: bytes, last_add_confirmed: int) -> pb.WriteLacRequest:
+        return _message(pb.WriteLacRequest, ledger_id=ledger_id, master_key=master_key,
+                        last_add_confirmed=last_add_confirmed)
 
     def info(self, timeout: float | None = None) -> BookieInfo:
-        response = self._unary(self._stub.Info, pb.BookieInfoRequest(), timeout, "info")
-        return BookieInfo(as_status(response.status), response.bookie_id, response.free_bytes,
-                          response.total_bytes, response.read_only, response.version, response.max_entry_bytes)
+        return self._unary("Info", pb.BookieInfoRequest(), timeout, "info", _info)
 
-    def _unary(self, method, request, timeout: float | None, what: str):
+    # --- calls ----------------------------------------------------------------------
+    def _unary(self, method: str, request, timeout: float | None, what: str, convert: Callable):
+        """Run one call and wait for its converted answer; BookieError on a transport failure."""
+        with self._lock:
+            io_loop = self._loop_locked()
+        return io_loop.run(self._invoke(method, request, timeout, what, convert))
+
+    def _unary_async(self, method: str, request, timeout: float | None, what: str, convert: Callable) -> Future:
+        with self._lock:
+            if self._closed:
+                return _failed(BookieUnavailableError(f"{what} on bookie {self.bookie_id}: the client is closed",
+                                                      bookie_id=self.bookie_id, status="CLOSED"))
+            io_loop = self._loop_locked()
+        return io_loop.submit(self._invoke(method, request, timeout, what, convert))
+
+    async def _invoke(self, method: str, request, timeout: float | None, what: str, convert: Callable):
         try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
+            self._ensure_channel()
+            response = await getattr(self._stub, method)(request, timeout=self.timeout if timeout is None
+                                                         else timeout)
         except grpc.RpcError as exc:
             raise translate_rpc_error(exc, self.bookie_id, what) from exc
+        except asyncio.CancelledError:
+            raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} was cancelled (the client closed)",
+                                         bookie_id=self.bookie_id, status="CANCELLED") from None
+        except Exception as exc:  # noqa: BLE001 - e.g. the channel was closed under the call
+            raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} failed: {exc!r}",
+                                         bookie_id=self.bookie_id, status="CLOSED") from exc
+        return convert(response)
 
     # --- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
-        """Close every add stream (joining its threads) and the channel; idempotent."""
+        """Close every add stream and the channel (and the loop this client started); idempotent."""
         with self._lock:
             self._closed = True
             streams, self._streams = list(self._streams), set()
+            io_loop = self._io
         for stream in streams:
             stream.close()
-        self._channel.close()
+        if io_loop is None:
+            return
+        if not io_loop.closed:
+            try:
+                io_loop.run(self._close_channel(), timeout=10.0)
+            except Exception:  # noqa: BLE001 - closing anyway; the loop's shutdown cancels what is left
+                log.warning("closing the channel to bookie %s failed", self.bookie_id, exc_info=True)
+        if self._owns_io:
+            io_loop.close()
+
+    async def _close_channel(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
 
     def __enter__(self) -> "BookieClient":
         return self
@@ -168,3 +289,30 @@ def _message(cls, **fields):
         return cls(**fields)
     except (ValueError, TypeError) as exc:
         raise InvalidConfigurationError(f"invalid {cls.__name__} field: {exc}") from exc
+
+
+def _read_result(response: pb.ReadResponse) -> ReadResult:
+    return ReadResult(as_status(response.status), response.message,
+                      tuple((entry.entry_id, entry.body) for entry in response.entries),
+                      response.last_add_confirmed, response.last_entry_id, response.fenced)
+
+
+def _lac_result(response: pb.ReadLacResponse) -> LacResult:
+    return LacResult(as_status(response.status), response.message, response.last_add_confirmed,
+                     response.last_entry_id, response.fenced)
+
+
+def _write_lac_result(response: pb.WriteLacResponse) -> WriteLacResult:
+    return WriteLacResult(as_status(response.status), response.message, response.last_add_confirmed,
+                          response.fenced)
+
+
+def _info(response: pb.BookieInfoResponse) -> BookieInfo:
+    return BookieInfo(as_status(response.status), response.bookie_id, response.free_bytes, response.total_bytes,
+                      response.read_only, response.version, response.max_entry_bytes)
+
+
+def _failed(error: BaseException) -> Future:
+    future: Future = Future()
+    future.set_exception(error)
+    return future

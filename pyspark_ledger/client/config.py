@@ -32,6 +32,12 @@ class ClientConfig:
     speculative_read_delay_s: float | None = 0.05
     #: Adds of one writer that may be unconfirmed at once; ``append`` blocks beyond it.
     max_inflight_adds: int = 4000
+    #: Explicit LAC: when a writer's last add confirmed has moved past what its
+    #: last entry carried and it sent no entry for this long, it tells the
+    #: bookies its LAC (a ``WriteLac`` to the current ensemble), so tailing
+    #: readers see the last entry of a burst without waiting for the next one.
+    #: 0 turns it off (readers then see an entry once a later one is written).
+    explicit_lac_interval_s: float = 0.1
     #: Bytes of queued adds coalesced into one streamed message to a bookie.
     max_batch_bytes: int = 4 * MiB
     #: Largest encoded entry (payload + 36-byte header + digest) a writer sends;
@@ -51,7 +57,8 @@ class ClientConfig:
     long_poll_timeout_s: float = 5.0
     #: Attempts of a metadata compare-and-set loop (ensemble change, close, recovery).
     metadata_retries: int = 20
-    #: Threads for blocking bookie reads and metadata work of one client.
+    #: Unused: reads no longer need threads (answers arrive on the client's
+    #: network thread). Kept so that existing configurations stay valid.
     io_threads: int = 16
     #: Ensemble placement (the seam for rack- or zone-aware policies).
     placement: PlacementPolicy = field(default_factory=RandomPlacement)
@@ -62,6 +69,7 @@ class ClientConfig:
         for name in ("add_timeout_s", "read_timeout_s", "close_timeout_s", "recovery_timeout_s",
                      "long_poll_timeout_s"):
             _positive_number(name, getattr(self, name))
+        _non_negative_number("explicit_lac_interval_s", self.explicit_lac_interval_s, "0 turns the explicit LAC off")
         if self.speculative_read_delay_s is not None:
             _positive_number("speculative_read_delay_s", self.speculative_read_delay_s,
                              hint="or None to turn speculative reads off")
@@ -86,6 +94,11 @@ def _positive_number(name: str, value: object, hint: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         extra = f" ({hint})" if hint else ""
         raise InvalidConfigurationError(f"{name} must be a number of seconds > 0{extra}, got {value!r}")
+
+
+def _non_negative_number(name: str, value: object, hint: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise InvalidConfigurationError(f"{name} must be a number of seconds >= 0 ({hint}), got {value!r}")
 
 
 def _positive_int(name: str, value: object) -> None:

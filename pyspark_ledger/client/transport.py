@@ -1,33 +1,43 @@
 """The seam between the replication client and its bookies, and its gRPC implementation.
 
-``BookieTransport`` is everything the writer, reader and recovery use: adds,
-(fencing / range) reads and LAC reads, each returning a
-``concurrent.futures.Future``, plus the list of registered bookies. Answers
-are the real result types of ``bookie_rpc`` / ``add_stream``; a transport
-failure completes the future with a BookieError (an unknown outcome).
+``BookieTransport`` is everything the writer, reader and recovery use:
+``send_adds`` (adds already encoded by ``add_wire.encode_add``, answered per
+received batch to an ``AddListener``), ``add`` (one add, a Future), fencing /
+range reads, LAC reads and explicit LAC writes (Futures), plus the list of
+registered bookies. Answers are the real result types of ``bookie_rpc`` /
+``add_wire`` (and the wire's ``AddResult`` messages for ``send_adds``); a
+transport failure completes the future with a BookieError (an unknown
+outcome), or reaches the listener's ``on_add_failure``.
 
-Contract: a read or LAC-read future completes within its timeout (+ a small
-margin); an add future completes when the bookie answers or the stream
+Contract: a read, LAC-read or LAC-write future completes within its timeout
+(+ a small margin); an add is answered when the bookie answers or the stream
 breaks (the writer's add timeout covers a bookie that stays silent).
+``send_adds`` raises BookieError, having sent nothing, when the bookie
+cannot be reached at all; listeners and future callbacks run on transport
+threads and must not block.
 
-``GrpcTransport`` runs adds over the one shared AddStream per bookie of its
-``BookiePool`` and the blocking unary calls of ``BookieClient`` on a bounded
-thread pool it owns. ``pyspark_ledger.testing.fake_bookies`` implements the
-same interface in memory.
+``GrpcTransport`` sends adds over the one shared AddStream per bookie of its
+``BookiePool`` (all on the pool's IoLoop thread) and unary calls through
+gRPC futures: no thread waits for an answer. ``pyspark_ledger.testing.
+fake_bookies`` implements the same interface in memory.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from concurrent.futures import Future
+from typing import Protocol, Sequence
 
-from pyspark_ledger.client.add_stream import AddResult
+from pyspark_ledger.client.add_stream import AddListener
+from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_pool import BookiePool
-from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult
+from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, LedgerError
 from pyspark_ledger.metadata.store import MetadataStore
 
 
 class BookieTransport(Protocol):
+    def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                  listener: AddListener) -> None: ...
+
     def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]": ...
 
@@ -37,6 +47,9 @@ class BookieTransport(Protocol):
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
                  timeout: float = 10.0) -> "Future[LacResult]": ...
+
+    def write_lac(self, bookie_id: str, ledger_id: int, master_key: bytes, last_add_confirmed: int,
+                  timeout: float = 10.0) -> "Future[WriteLacResult]": ...
 
     def bookies(self, include_read_only: bool = True) -> list[str]: ...
 
@@ -50,12 +63,29 @@ def failed_future(error: BaseException) -> Future:
 
 
 class GrpcTransport:
-    """BookieTransport over real bookies reached through gRPC (see the module docstring)."""
+    """BookieTransport over real bookies reached through gRPC (see the module docstring).
+
+    ``io_threads`` is accepted for compatibility and unused: no thread waits for a read any more.
+    """
 
     def __init__(self, store: MetadataStore, *, io_threads: int = 16, timeout: float = 10.0,
                  max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight)
-        self._executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="ledger-io")
+
+    def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                  listener: AddListener) -> None:
+        for attempt in (0, 1):
+            try:
+                stream = self._pool.stream(bookie_id)
+            except LedgerError as exc:
+                raise _as_bookie_error(exc, bookie_id) from exc
+            try:
+                stream.send(ledger_id, adds, listener)
+                return
+            except BookieUnavailableError:
+                if attempt:
+                    raise
+                self._pool.forget_stream(bookie_id, stream)  # it had ended: open a new one once
 
     def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":
@@ -73,30 +103,31 @@ class GrpcTransport:
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
              fence: bool = False, master_key: bytes = b"", max_bytes: int = 0,
              timeout: float = 10.0) -> "Future[ReadResult]":
-        return self._submit(bookie_id, lambda client: client.read(
+        return self._call(bookie_id, lambda client: client.read_async(
             ledger_id, first_entry_id, last_entry_id, fence=fence, master_key=master_key,
             recovery=fence, max_bytes=max_bytes, timeout=timeout))
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
                  timeout: float = 10.0) -> "Future[LacResult]":
-        return self._submit(bookie_id, lambda client: client.read_lac(ledger_id, previous, timeout))
+        return self._call(bookie_id, lambda client: client.read_lac_async(ledger_id, previous, timeout))
+
+    def write_lac(self, bookie_id: str, ledger_id: int, master_key: bytes, last_add_confirmed: int,
+                  timeout: float = 10.0) -> "Future[WriteLacResult]":
+        return self._call(bookie_id, lambda client: client.write_lac_async(ledger_id, master_key,
+                                                                           last_add_confirmed, timeout))
 
     def bookies(self, include_read_only: bool = True) -> list[str]:
         return self._pool.bookies(include_read_only)
 
     def close(self) -> None:
-        """Stop the read threads (waiting for calls in flight) and close every channel."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Close every add stream and channel (calls in flight fail as cancelled) and join the loop thread."""
         self._pool.close()
 
-    def _submit(self, bookie_id: str, call) -> Future:
-        def run():
-            return call(self._pool.client(bookie_id))
+    def _call(self, bookie_id: str, call) -> Future:
         try:
-            return self._executor.submit(run)
-        except RuntimeError as exc:  # shut down
-            return failed_future(BookieUnavailableError(f"the client is closed: {exc}", bookie_id=bookie_id,
-                                                        status="CLOSED"))
+            return call(self._pool.client(bookie_id))
+        except LedgerError as exc:  # the bookie cannot be located, or a malformed request
+            return failed_future(exc)
 
 
 def _as_bookie_error(exc: LedgerError, bookie_id: str) -> BookieError:

@@ -1,40 +1,44 @@
-"""The writer's handle of one ledger: pipelined appends, ensemble changes and close.
+"""The writer's handle of one ledger: pipelined appends, ensemble changes, explicit LAC and close.
 
 Every decision is the protocol core's (``AddTracker`` for write sets,
 confirmation order, the LAC and the entries to re-send; ``ledger_rules``
 through ``ensemble_change`` / ``metadata_ops`` for metadata). This module
-encodes entries, sends them over the transport, feeds the answers back and
-completes the callers' futures, in entry order.
+encodes each entry once (``add_wire.AddEncoder``: the same bytes go to every
+bookie of its write set), sends it over the transport, feeds the answers back
+-- one event per answer batch of a bookie -- and completes the callers'
+futures, in entry order.
 
-Threads: answers arrive on transport threads, add timeouts on the client's
-scheduler, ensemble changes run on the client's worker pool. All of them
-take ``_lock`` (re-entrant, since a future may complete inside ``add()``)
-and post events to ``_inbox``, drained by whoever holds the lock, so a
-callback never re-enters the tracker half-way. User futures are completed
-after the lock is released, by one thread at a time, in order.
-An answer FENCED or UNAUTHORIZED is fatal for the writer; any other error
-status, a broken stream or a silent bookie (``add_timeout_s``) is a bookie
-failure and leads to an ensemble change.
+Threads: answers arrive on the transport's thread, add timeouts and explicit
+LAC checks on the client's scheduler, ensemble changes run on the client's
+worker pool. All of them post events to ``WriterEvents``, which runs them
+under ``_lock`` (re-entrant, since a future may complete inside ``add()``),
+one at a time, so a callback never re-enters the tracker half-way. User
+futures are completed after the lock is released, by one thread at a time,
+in order. An answer FENCED or UNAUTHORIZED is fatal for the writer; any other
+error status, a broken stream or a silent bookie (``add_timeout_s``) is a
+bookie failure and leads to an ensemble change.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 
-from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, Outstanding
+from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, Outstanding, WriterEvents
+from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_wire import AddEncoder, check_payload
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ensemble_change import change_ensemble
+from pyspark_ledger.client.explicit_lac import LacFlusher
 from pyspark_ledger.client.metadata_ops import close_ledger
-from pyspark_ledger.client.rpc_errors import BookieStatus
+from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
-from pyspark_ledger.errors import (BookieError, InvalidConfigurationError, LedgerClosedError, LedgerError,
-                                   LedgerFencedError, UnauthorizedError)
+from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFencedError, UnauthorizedError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import AddTracker, ConfirmedAdd, EnsembleChangeRequest
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
@@ -50,14 +54,15 @@ class LedgerWriter:
         self._current = created
         self._codec = EntryCodec(md.digest_type, password)
         self._key = master_key(password)
+        self._encoder = AddEncoder(md.ledger_id, self._key)
         self._max_payload = ctx.config.max_entry_bytes - HEADER_SIZE - _DIGEST_ROOM
         self._tracker = AddTracker(md.current_fragment.bookies, md.write_quorum, md.ack_quorum)
         self._lock = threading.RLock()
         self._room = threading.Condition(self._lock)
-        self._inbox: deque = deque()
-        self._busy = False
-        self._bodies: dict[int, bytes] = {}
+        self._events = WriterEvents(self._lock, self._complete_futures)
+        self._frames: dict[int, bytes] = {}  # entry id -> encoded add, kept until confirmed (for re-sends)
         self._futures: dict[int, Future] = {}
+        self._answers = AddCallbacks(self._answered, self._stream_failed)
         self._outstanding = Outstanding()
         self._failed_bookies: set[str] = set()
         self._failure: LedgerError | None = None
@@ -67,6 +72,7 @@ class LedgerWriter:
         self._done = OrderedCompletions()
         self._metadata_lock = threading.Lock()
         self._on_close = on_close
+        self._lac_flusher = LacFlusher(ctx, md.ledger_id, self._key, self._events.post, self._lac_snapshot)
         self._timer = ctx.scheduler.call_later(self._sweep_interval(), self._check_timeouts)
 
     # --- public API -------------------------------------------------------------
@@ -96,18 +102,25 @@ class LedgerWriter:
         Blocks while ``max_inflight_adds`` adds are unconfirmed. Done-callbacks run on
         client threads: keep them short and never wait for this writer in them.
         """
-        payload = self._check_payload(data)
+        payload = check_payload(data, self._max_payload)
         with self._lock:
-            self._room.wait_for(self._has_room)
+            if not self._has_room():
+                self._room.wait_for(self._has_room)
             self._check_open()
             future: Future = Future()
+            ledger_id = self.ledger_id
             plan = self._tracker.add(len(payload))
-            body = self._codec.encode(self.ledger_id, plan.entry_id, plan.last_add_confirmed, plan.length, payload)
-            self._bodies[plan.entry_id] = body
-            self._futures[plan.entry_id] = future
+            entry_id = plan.entry_id
+            body = self._codec.encode(ledger_id, entry_id, plan.last_add_confirmed, plan.length, payload)
+            frame = self._frames[entry_id] = self._encoder.encode(entry_id, body)
+            self._futures[entry_id] = future
             now = time.monotonic()
-            self._under_lock(lambda: [self._send(plan.entry_id, bookie, body, now) for bookie in plan.targets])
-        self._complete_futures()
+            self._lac_flusher.entry_sent(plan.last_add_confirmed, now)
+            adds = ((entry_id, frame),)
+            self._events.run(lambda: [self._send(bookie, adds, now) for bookie in plan.targets])
+        self._events.drain()
+        if self._done:
+            self._complete_futures()
         return future
 
     def close(self) -> None:
@@ -121,6 +134,7 @@ class LedgerWriter:
             first = not self._closing
             self._closing = True
             self._room.notify_all()
+        self._events.drain()
         if not first:
             self._close_done.wait()
             if self._close_error is not None:
@@ -140,8 +154,10 @@ class LedgerWriter:
         """Stop without closing the ledger: pending adds fail with LedgerClosedError (client shutdown)."""
         with self._lock:
             self._closing = True
-            self._under_lock(lambda: self._fail_writer(LedgerClosedError(f"ledger {self.ledger_id}: {reason}")))
+            self._events.run(lambda: self._fail_writer(LedgerClosedError(f"ledger {self.ledger_id}: {reason}")))
+        self._events.drain()
         self._timer.cancel()
+        self._lac_flusher.cancel()
         self._complete_futures()
         self._close_done.set()
 
@@ -163,60 +179,77 @@ class LedgerWriter:
         with self._lock:
             self._room.wait_for(lambda: not self._futures or self._failure is not None,
                                 max(0.0, deadline - time.monotonic()))
-            self._under_lock(lambda: self._stop(LedgerClosedError(
+            self._events.run(lambda: self._stop(LedgerClosedError(
                 f"ledger {self.ledger_id} was closed before this add was confirmed")))
+        self._events.drain()
         self._timer.cancel()
+        self._lac_flusher.cancel()
         self._complete_futures()
         with self._metadata_lock:  # waits for an ensemble change in flight
             with self._lock:
+                self._events.run(lambda: None)  # its outcome may still be queued
                 current, lac, length = self._current, self._tracker.last_add_confirmed, self._tracker.length
+            self._events.drain()
             self._current = close_ledger(self._ctx.store, current, lac, length, self._ctx.config.metadata_retries)
         log.debug("ledger %d closed at entry %d", self.ledger_id, lac)
 
     # --- sending and answers (lock held) --------------------------------------------
-    def _send(self, entry_id: int, bookie: str, body: bytes, now: float | None = None) -> None:
-        self._outstanding.sent(bookie, entry_id, now)
+    def _send(self, bookie: str, adds, now: float) -> None:
+        """Send ``(entry id, encoded add)`` pairs to one bookie; a refusal is a bookie failure."""
+        sent = self._outstanding.sent
+        for entry_id, _ in adds:
+            sent(bookie, entry_id, now)
+        self._events.sending = True
         try:
-            future = self._ctx.transport.add(bookie, self.ledger_id, entry_id, self._key, body)
+            self._ctx.transport.send_adds(bookie, self.ledger_id, adds, self._answers)
         except LedgerError as exc:
-            self._inbox.append(lambda: self._on_bookie_error(entry_id, bookie, str(exc)))
-            return
-        future.add_done_callback(lambda done: self._on_add_done(entry_id, bookie, done))
+            first, reason = adds[0][0], str(exc)
+            self._events.queue(lambda: self._on_bookie_error(first, bookie, reason))
+        finally:
+            self._events.sending = False
 
-    def _on_add_done(self, entry_id: int, bookie: str, done: Future) -> None:
-        """An add's answer arrived (transport thread); the hot path of ``_post``."""
-        with self._lock:
-            if self._busy:
-                self._inbox.append(lambda: self._on_answer(entry_id, bookie, done))
-                return
-            self._busy = True
-            try:
-                self._on_answer(entry_id, bookie, done)
-                while self._inbox:
-                    self._inbox.popleft()()
-            finally:
-                self._busy = False
-        if self._done:
-            self._complete_futures()
+    def _answered(self, bookie: str, results: list) -> None:
+        """The add-stream listener (transport thread): one writer event per answer batch of a bookie."""
+        self._events.post(lambda: self._on_results(bookie, results))
 
-    def _on_answer(self, entry_id: int, bookie: str, done: Future) -> None:
-        self._outstanding.answered(bookie, entry_id)
-        try:
-            result = done.result()
-        except BaseException as error:  # noqa: BLE001 - any failure of the call is a bookie failure
-            reason = str(error) if isinstance(error, BookieError) else repr(error)
-            return self._on_bookie_error(entry_id, bookie, reason)
-        if result.ok:
-            return self._confirm(self._tracker.ack(entry_id, bookie))
-        if result.status == BookieStatus.FENCED:
+    def _stream_failed(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
+        self._events.post(lambda: self._on_failure(bookie, keys, error))
+
+    def _on_results(self, bookie: str, results: list) -> None:
+        """One answer batch of a bookie (transport thread): acks, and statuses that end a bookie or the writer."""
+        sent = self._outstanding.of(bookie)
+        ack = self._tracker.ack
+        confirmed: list[ConfirmedAdd] = []
+        for result in results:
+            entry_id = result.entry_id
+            if sent is not None:
+                sent.pop(entry_id, None)
+            if result.status == pb.OK:
+                released = ack(entry_id, bookie)
+                if released:
+                    confirmed.extend(released)
+                continue
+            if confirmed:
+                self._confirm(confirmed)
+                confirmed = []
+            self._on_status(entry_id, bookie, as_status(result.status), result.message)
+        if confirmed:
+            self._confirm(confirmed)
+
+    def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str) -> None:
+        if status == BookieStatus.FENCED:
             return self._fail_writer(LedgerFencedError(
                 f"ledger {self.ledger_id} was fenced by another client (bookie {bookie}, entry {entry_id}); "
                 "adds not yet confirmed may or may not be in the ledger"))
-        if result.status == BookieStatus.UNAUTHORIZED:
+        if status == BookieStatus.UNAUTHORIZED:
             return self._fail_writer(UnauthorizedError(
                 f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
-                f"key for this ledger id ({result.message})"))
-        self._on_bookie_error(entry_id, bookie, f"{result.status.name}: {result.message}")
+                f"key for this ledger id ({message})"))
+        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}")
+
+    def _on_failure(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
+        """The stream to ``bookie`` broke with these adds unanswered (transport thread)."""
+        self._on_bookie_error(keys[0][1], bookie, str(error))
 
     def _on_bookie_error(self, entry_id: int, bookie: str, reason: str) -> None:
         if self._failure is not None or bookie in self._failed_bookies:
@@ -228,18 +261,20 @@ class LedgerWriter:
         if request is not None:
             self._start_change(request)
 
-    def _confirm(self, confirmed: tuple[ConfirmedAdd, ...]) -> None:
+    def _confirm(self, confirmed) -> None:
+        frames, futures, push = self._frames, self._futures, self._done.push
         for add in confirmed:
-            self._bodies.pop(add.entry_id, None)
-            future = self._futures.pop(add.entry_id, None)
+            frames.pop(add.entry_id, None)
+            future = futures.pop(add.entry_id, None)
             if future is not None:
-                self._done.push(future, add.entry_id)
+                push(future, add.entry_id)
         if confirmed:
             self._room.notify_all()
+            self._lac_flusher.lac_moved(self._tracker.last_add_confirmed)
 
     def _stop(self, error: LedgerError) -> None:
         for entry_id in self._tracker.stop(str(error)):
-            self._bodies.pop(entry_id, None)
+            self._frames.pop(entry_id, None)
             future = self._futures.pop(entry_id, None)
             if future is not None:
                 self._done.push(future, error=error)
@@ -266,20 +301,24 @@ class LedgerWriter:
             try:
                 changed = change_ensemble(self._ctx, self._current, request, exclude)
             except LedgerError as exc:
-                return self._post(lambda: self._fail_writer(exc))
+                return self._events.post(lambda: self._fail_writer(exc))
             except Exception as exc:  # noqa: BLE001 - surfaced to every pending add, never lost
                 error = LedgerClosedError(f"ensemble change of ledger {self.ledger_id} failed: {exc!r}")
-                return self._post(lambda: self._fail_writer(error))
-            self._post(lambda: self._changed(changed))
+                return self._events.post(lambda: self._fail_writer(error))
+            self._events.post(lambda: self._changed(changed))
 
     def _changed(self, changed: Versioned[LedgerMetadata]) -> None:
         self._current = changed
         if self._tracker.stopped:
             return
         outcome = self._tracker.ensemble_changed(changed.value.current_fragment.bookies)
+        resends: dict[str, list[tuple[int, bytes]]] = {}
         for resend in outcome.resends:
             for bookie in resend.targets:
-                self._send(resend.entry_id, bookie, self._bodies[resend.entry_id])
+                resends.setdefault(bookie, []).append((resend.entry_id, self._frames[resend.entry_id]))
+        now = time.monotonic()
+        for bookie, adds in resends.items():
+            self._send(bookie, adds, now)
         self._confirm(outcome.confirmed)
         if outcome.next_change is not None:
             self._start_change(outcome.next_change)
@@ -290,47 +329,28 @@ class LedgerWriter:
 
     def _check_timeouts(self) -> None:
         limit = time.monotonic() - self._ctx.config.add_timeout_s
-        self._post(lambda: self._time_out_before(limit))
+        self._events.post(lambda: self._time_out_before(limit))
         with self._lock:
             if not self._tracker.stopped:  # also while close() waits for adds in flight
                 self._timer = self._ctx.scheduler.call_later(self._sweep_interval(), self._check_timeouts)
+        self._events.drain()
 
     def _time_out_before(self, limit: float) -> None:
         for bookie, entry_id in self._outstanding.silent_since(limit):
             self._on_bookie_error(entry_id, bookie, f"no answer within {self._ctx.config.add_timeout_s} s")
 
-    # --- event plumbing -------------------------------------------------------------------
-    def _post(self, event) -> None:
-        """Run ``event`` under the lock, after any event being handled up the stack."""
-        with self._lock:
-            self._inbox.append(event)
-            if not self._busy:
-                self._drain_inbox()
-        self._complete_futures()
-
-    def _under_lock(self, action) -> None:
-        """Run ``action`` (lock held) so that events it triggers wait until it is done."""
-        busy, self._busy = self._busy, True
-        try:
-            action()
-        finally:
-            self._busy = busy
-        if not busy:
-            self._drain_inbox()
-
-    def _drain_inbox(self) -> None:
-        self._busy = True
-        try:
-            while self._inbox:
-                self._inbox.popleft()()
-        finally:
-            self._busy = False
-
+    # --- completions ----------------------------------------------------------------------
     def _complete_futures(self) -> None:
         """Complete finished user futures in entry order, outside the lock."""
         self._done.run()
 
     # --- checks ---------------------------------------------------------------------------
+    def _lac_snapshot(self) -> tuple[int, tuple[str, ...]] | None:
+        """For the explicit LAC (lock held): the LAC and the current ensemble, while adds are taken."""
+        if self._tracker.stopped or self._closing:
+            return None
+        return self._tracker.last_add_confirmed, self._tracker.ensemble
+
     def _has_room(self) -> bool:
         return (len(self._futures) < self._ctx.config.max_inflight_adds or self._failure is not None
                 or self._closing)
@@ -340,14 +360,3 @@ class LedgerWriter:
             raise type(self._failure)(f"ledger {self.ledger_id} takes no more adds: {self._failure}")
         if self._closing:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed (or closing): it takes no more adds")
-
-    def _check_payload(self, data) -> bytes:
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise InvalidConfigurationError(
-                f"an entry must be bytes-like, got {type(data).__name__}: encode text first (e.g. s.encode())")
-        payload = bytes(data)
-        if len(payload) > self._max_payload:
-            raise InvalidConfigurationError(
-                f"entry of {len(payload)} bytes exceeds the largest entry of {self._max_payload} bytes "
-                "(ClientConfig.max_entry_bytes, which must stay within the bookies' --max-entry-size): split it")
-        return payload

@@ -1,9 +1,10 @@
 """In-memory bookies behind the client's transport seam, with hooks to script failures.
 
 ``FakeCluster(["b0", "b1", "b2"])`` holds ``FakeBookie`` objects that answer
-adds, fencing reads, range reads and LAC reads with the statuses of the real
-bookie (``bookie_server``), and one *network* thread that carries every
-request and answer in order. ``cluster.transport()`` is a ``BookieTransport``
+adds, fencing reads, range reads, LAC reads and explicit LAC writes with the
+statuses of the real bookie (``bookie_server``), and one *network* thread
+that carries every request and answer in order (each add of a batch
+separately, so hooks can single out one entry). ``cluster.transport()`` is a ``BookieTransport``
 for one ``LedgerClient``. Requests and answers are real protobuf messages
 serialized to bytes, and entries are the client's encoded entries, so the
 client's codecs run exactly as against a real bookie.
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import Iterable
+from typing import Iterable, Sequence
 
-from pyspark_ledger.client.add_stream import AddResult
-from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult
+from pyspark_ledger.client.add_stream import AddListener
+from pyspark_ledger.client.add_wire import AddResult
+from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.client.rpc_errors import as_status
 from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
 from pyspark_ledger.testing.fake_bookie_store import FakeBookie
@@ -125,6 +127,14 @@ class FakeTransport:
         self._futures: set[Future] = set()
         self._lock = threading.Lock()
 
+    def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                  listener: AddListener) -> None:
+        for entry_id, frame in adds:
+            request = pb.AddBatch.FromString(frame).adds[0]
+            future = self._send(Request("add", bookie_id, ledger_id, entry_id, entry_id, request.recovery,
+                                        request.SerializeToString(), None, pb.AddResult.FromString))
+            future.add_done_callback(lambda done, key=(ledger_id, entry_id): _answer(listener, bookie_id, key, done))
+
     def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":
         data = pb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=master_key, body=body,
@@ -149,6 +159,13 @@ class FakeTransport:
         wait = timeout + 5.0 if previous is not None else timeout
         return self._send(Request("lac", bookie_id, ledger_id, -1, -1, previous is not None, data, wait,
                                   _lac_result))
+
+    def write_lac(self, bookie_id: str, ledger_id: int, master_key: bytes, last_add_confirmed: int,
+                  timeout: float = 10.0) -> "Future[WriteLacResult]":
+        data = pb.WriteLacRequest(ledger_id=ledger_id, master_key=master_key,
+                                  last_add_confirmed=last_add_confirmed).SerializeToString()
+        return self._send(Request("write_lac", bookie_id, ledger_id, -1, -1, False, data, timeout,
+                                  _write_lac_result))
 
     def bookies(self, include_read_only: bool = True) -> list[str]:
         return sorted(b for b in self._cluster.registered
@@ -188,6 +205,14 @@ def _fail(future: Future, error: BaseException) -> None:
             pass
 
 
+def _answer(listener: AddListener, bookie_id: str, key: tuple[int, int], done: Future) -> None:
+    error = done.exception()
+    if error is None:
+        listener.on_add_results(bookie_id, [done.result()])
+    else:
+        listener.on_add_failure(bookie_id, [key], error)
+
+
 def _add_result(data: bytes) -> AddResult:
     message = pb.AddResult.FromString(data)
     return AddResult(as_status(message.status), message.message)
@@ -205,3 +230,7 @@ def _lac_result(data: bytes) -> LacResult:
     return LacResult(as_status(message.status), message.message, message.last_add_confirmed,
                      message.last_entry_id, message.fenced)
 
+
+def _write_lac_result(data: bytes) -> WriteLacResult:
+    message = pb.WriteLacResponse.FromString(data)
+    return WriteLacResult(as_status(message.status), message.message, message.last_add_confirmed, message.fenced)

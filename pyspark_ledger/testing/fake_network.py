@@ -8,6 +8,7 @@ outside the bookies' lock (their callbacks run client code). See
 from __future__ import annotations
 
 import heapq
+import hmac
 import itertools
 import threading
 import time
@@ -21,12 +22,12 @@ from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 REQUEST_ACTIONS = frozenset({"hold_request", "drop", "fail", "error"})
 REPLY_ACTIONS = frozenset({"hold", "drop_reply", "delay"})
-OPS = frozenset({"add", "read", "fence", "lac", "any"})
+OPS = frozenset({"add", "read", "fence", "lac", "write_lac", "any"})
 
 
 @dataclass
 class Request:
-    op: str              # add | read | fence | lac
+    op: str              # add | read | fence | lac | write_lac
     bookie_id: str
     ledger_id: int
     first: int
@@ -219,6 +220,11 @@ class FakeNetwork:
             self._reply(request, data)
             if advanced:
                 self._wake_waiters(request.bookie_id, request.ledger_id)
+        elif request.op == "write_lac":
+            data, advanced = write_lac(bookie, request.data)
+            self._reply(request, data)
+            if advanced:
+                self._wake_waiters(request.bookie_id, request.ledger_id)
         elif request.op == "lac":
             data, parsed = bookie.handle_read_lac(request.data)
             if parsed.has_previous and bookie.last_add_confirmed(parsed.ledger_id) <= parsed.previous_lac:
@@ -316,11 +322,33 @@ class FakeNetwork:
                 return
 
 
+def write_lac(bookie, data: bytes) -> tuple[bytes, bool]:
+    """A fake bookie's WriteLac (as ``bookie_server``): keep max(LAC, given); whether the LAC went up."""
+    request = pb.WriteLacRequest.FromString(data)
+    ledger = bookie.ledgers.get(request.ledger_id)
+    if not request.master_key or request.last_add_confirmed < -1:
+        status = pb.BAD_REQUEST
+    elif ledger is None:
+        status = pb.NO_SUCH_LEDGER
+    elif not hmac.compare_digest(ledger.master_key, request.master_key):
+        status = pb.UNAUTHORIZED
+    else:
+        status = pb.OK
+    advanced = status == pb.OK and request.last_add_confirmed > ledger.last_add_confirmed
+    if advanced:
+        ledger.last_add_confirmed = request.last_add_confirmed
+    response = pb.WriteLacResponse(status=status, last_add_confirmed=-1 if ledger is None
+                                   else ledger.last_add_confirmed, fenced=ledger is not None and ledger.fenced)
+    return response.SerializeToString(), advanced
+
+
 def _status_answer(request: Request, status: int) -> bytes:
     message = f"scripted {pb.Status.Name(status)}"
     if request.op == "add":
         return pb.AddResult(ledger_id=request.ledger_id, entry_id=request.first, status=status,
                             message=message).SerializeToString()
+    if request.op == "write_lac":
+        return pb.WriteLacResponse(status=status, message=message, last_add_confirmed=-1).SerializeToString()
     if request.op == "lac":
         return pb.ReadLacResponse(status=status, message=message, last_add_confirmed=-1,
                                   last_entry_id=-1).SerializeToString()

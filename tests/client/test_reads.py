@@ -44,8 +44,9 @@ def test_L2_no_such_ledger_plus_a_down_bookie_never_reads_as_empty(client, make_
         make_client(seed=3).open_ledger(writer.ledger_id, PASSWORD, recovery=False)
 
 
-def test_L3_long_poll_with_a_bookie_down_never_regresses(client, make_client, cluster):
-    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+def test_L3_long_poll_with_a_bookie_down_never_regresses(make_client, cluster):
+    # explicit LAC off: the tail must learn each LAC only from the next entry for the poll to time out
+    writer = make_client(explicit_lac_interval_s=0).create_ledger(3, 3, 2, password=PASSWORD)
     for _ in range(3):
         writer.append(b"x")
     tail = make_client(seed=2).open_ledger(writer.ledger_id, PASSWORD, recovery=False)

@@ -136,6 +136,28 @@ class ReadLacResponse(_message.Message):
     fenced: bool
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., last_add_confirmed: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
+class WriteLacRequest(_message.Message):
+    __slots__ = ("ledger_id", "master_key", "last_add_confirmed")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    LAST_ADD_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    master_key: bytes
+    last_add_confirmed: int
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., last_add_confirmed: _Optional[int] = ...) -> None: ...
+
+class WriteLacResponse(_message.Message):
+    __slots__ = ("status", "message", "last_add_confirmed", "fenced")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ADD_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    last_add_confirmed: int
+    fenced: bool
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., last_add_confirmed: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
 class BookieInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -49,6 +49,11 @@ class BookieStub:
                 request_serializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.ReadLacRequest.SerializeToString,
                 response_deserializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.ReadLacResponse.FromString,
                 _registered_method=True)
+        self.WriteLac = channel.unary_unary(
+                '/pyspark_ledger.wire.v1.Bookie/WriteLac',
+                request_serializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.WriteLacRequest.SerializeToString,
+                response_deserializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.WriteLacResponse.FromString,
+                _registered_method=True)
         self.Info = channel.unary_unary(
                 '/pyspark_ledger.wire.v1.Bookie/Info',
                 request_serializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.BookieInfoRequest.SerializeToString,
@@ -77,6 +82,12 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteLac(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Info(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -100,6 +111,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadLac,
                     request_deserializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.ReadLacRequest.FromString,
                     response_serializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.ReadLacResponse.SerializeToString,
+            ),
+            'WriteLac': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteLac,
+                    request_deserializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.WriteLacRequest.FromString,
+                    response_serializer=pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.WriteLacResponse.SerializeToString,
             ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
@@ -188,6 +204,33 @@ class Bookie:
             '/pyspark_ledger.wire.v1.Bookie/ReadLac',
             pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.ReadLacRequest.SerializeToString,
             pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.ReadLacResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteLac(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pyspark_ledger.wire.v1.Bookie/WriteLac',
+            pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.WriteLacRequest.SerializeToString,
+            pyspark__ledger_dot_wire_dot_v1_dot_bookie__pb2.WriteLacResponse.FromString,
             options,
             channel_credentials,
             insecure,

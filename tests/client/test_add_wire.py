@@ -1,0 +1,54 @@
+"""Adds encoded once per entry: byte for byte what protobuf serializes, and batches are concatenations."""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_ledger.client.add_wire import AddEncoder, encode_add, varint
+from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+CASES = [
+    (0, 0, b"", b"", False),
+    (1, 0, b"k", b"", True),
+    (7, 1, b"k" * 20, b"x" * 127, False),
+    (300, 127, b"q", b"w" * 128, True),
+    (2**32, 16383, b"q" * 255, b"w" * 16384, False),
+    (2**64 - 1, 2**63 - 1, b"key", b"z" * (1 << 20), True),
+    (5, -1, b"key", b"body", False),
+    (5, -2**63, b"key", b"body", False),
+]
+
+
+@pytest.mark.parametrize("ledger_id, entry_id, key, body, recovery", CASES)
+def test_encoded_add_is_what_protobuf_serializes(ledger_id, entry_id, key, body, recovery):
+    expected = pb.AddBatch(adds=[pb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=key, body=body,
+                                               recovery=recovery)]).SerializeToString()
+    assert encode_add(ledger_id, entry_id, key, body, recovery) == expected
+    assert AddEncoder(ledger_id, key).encode(entry_id, body, recovery) == expected
+
+
+def test_a_batch_is_the_concatenation_of_its_adds():
+    encoder = AddEncoder(42, b"secret")
+    adds = [(entry_id, b"entry %d" % entry_id * entry_id) for entry_id in range(20)]
+    batch = pb.AddBatch.FromString(b"".join(encoder.encode(entry_id, body) for entry_id, body in adds))
+    assert [(add.ledger_id, add.entry_id, add.master_key, add.body, add.recovery) for add in batch.adds] == \
+        [(42, entry_id, b"secret", body, False) for entry_id, body in adds]
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**63, 2**64 - 1])
+def test_varint_round_trips_through_protobuf(value):
+    parsed = pb.AddRequest.FromString(b"\x08" + varint(value))
+    assert parsed.ledger_id == value
+
+
+@pytest.mark.parametrize("ledger_id, entry_id, key, body, match", [
+    (-1, 0, b"k", b"", "out of range"),
+    (2**64, 0, b"k", b"", "out of range"),
+    (1, 2**63, b"k", b"", "out of range"),
+    (True, 0, b"k", b"", "out of range"),
+    (1, 0, "k", b"", "bytes"),
+    (1, 0, b"k", bytearray(b"x"), "bytes"),
+])
+def test_what_the_wire_cannot_carry_is_refused(ledger_id, entry_id, key, body, match):
+    with pytest.raises(InvalidConfigurationError, match=match):
+        encode_add(ledger_id, entry_id, key, body)
