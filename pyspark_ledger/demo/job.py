@@ -1,0 +1,200 @@
+"""One ``ledger demo`` run, from an empty machine to a verdict, leaving no process behind.
+
+``run_demo(config, reporter)``:
+
+1. starts a sandbox (SQLite metadata, ``config.bookies`` >= 4 bookie processes);
+2. starts a local Spark session (its log in a file);
+3. streams generated events into a new stream for ``config.duration_s``,
+   printing progress, and kills one bookie part-way while a ledger is being
+   written (``bookie_killer``); then lets the current micro-batch finish;
+4. reads the stream back with readStream (availableNow) and checks every row
+   against what the sink committed (``verify``);
+5. reads the stream's ledgers, fragments and ensemble changes (``stream_layout``)
+   and returns a ``DemoSummary``.
+
+Everything started is stopped on every path — success, failure, Ctrl-C — in
+reverse order (queries, Spark and its JVM, clients, bookies). A temporary work
+dir is removed after a successful run; after a failure it is kept for its
+Spark log, and the summary or the error says where it is.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pyspark_ledger.demo import spark_runs
+from pyspark_ledger.demo.interrupts import StopSignals
+from pyspark_ledger.demo.stream_layout import inspect_stream
+from pyspark_ledger.demo.summary import DemoSummary
+from pyspark_ledger.demo.verify import Tally
+from pyspark_ledger.demo.write_phase import WritePhase
+from pyspark_ledger.errors import InvalidConfigurationError
+
+log = logging.getLogger(__name__)
+MIN_BOOKIES = 4
+READ_PROGRESS_EVERY_S = 5.0
+WHY_FOUR = ("4 bookies for ledgers of 3 (E=3, Qw=3, Qa=2): when one is killed, a spare takes its place; "
+            "with only 3, writes would fail with not-enough-bookies.")
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    duration_s: float = 60.0
+    bookies: int = MIN_BOOKIES
+    data_dir: str | None = None
+    kill: bool = True
+    rows_per_batch: int = 400_000
+    rows_per_entry: int = 500
+    partitions: int = 2
+
+    def check(self) -> "DemoConfig":
+        if self.bookies < MIN_BOOKIES:
+            raise InvalidConfigurationError(f"--bookies {self.bookies} is too few: {WHY_FOUR}")
+        if not 5 <= self.duration_s <= 3600:
+            raise InvalidConfigurationError(f"--duration {self.duration_s:g} is out of range: give 5 to 3600 "
+                                            "seconds of streaming")
+        return self
+
+
+def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> DemoSummary:
+    """Run the whole demo (see the module docstring).
+
+    ``stop`` (installed by the caller) turns Ctrl-C/SIGTERM into a KeyboardInterrupt at the next safe
+    point; everything started is stopped either way.
+    """
+    config.check()
+    stop = stop or StopSignals()
+    started = time.monotonic()
+    with ExitStack() as cleanup:
+        temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup)
+        try:
+            sandbox = _start_sandbox(config, reporter, cleanup)
+            work = temporary or _kept_work_dir(sandbox)
+            stop.check()
+            spark = _start_spark(work.path, reporter, cleanup, stop)
+            streams = _stream_client(sandbox.metadata_uri, cleanup)
+            stream = "events-" + time.strftime("%Y%m%d-%H%M%S")
+            phase = WritePhase(config, sandbox, spark, streams, stream, work.path, reporter, cleanup, stop)
+            phase.run()
+            expected = spark_runs.emitted_rows(phase.checkpoint, phase.last_batch)
+            tally, read_s = _read_back(spark, sandbox.metadata_uri, stream, work.path, expected, reporter, stop)
+            summary = _summary(sandbox, phase, inspect_stream(streams, stream), tally, read_s,
+                               time.monotonic() - started, work)
+        except KeyboardInterrupt:
+            if temporary is not None:
+                temporary.keep = False  # the user asked to stop, not to investigate
+            raise
+        work.keep = not summary.passed
+        return summary
+
+
+def _summary(sandbox, phase: WritePhase, layout, tally: Tally, read_s: float, elapsed_s: float,
+             work: "WorkDir") -> DemoSummary:
+    verdict = tally.verdict()
+    steady_rows, steady_s = phase.after_first_batch()
+    bookies = sandbox.bookies
+    return DemoSummary(
+        verdict=verdict, layout=layout, micro_batches=0 if phase.last_batch is None else phase.last_batch + 1,
+        write_s=phase.write_s, read_s=read_s, elapsed_s=elapsed_s, kill=phase.kill, kill_note=phase.kill_note,
+        bookies=len(bookies), bookies_alive=sum(bookie.is_running() for bookie in bookies),
+        bookie_names={bookie.bookie_id: f"bookie {index}" for index, bookie in enumerate(bookies)},
+        metadata_uri=sandbox.metadata_uri, data_dir=None if work.temporary else str(sandbox.data_dir),
+        spark_log=str(work.path / "spark.log") if not work.temporary or not verdict.passed else None,
+        pids={"bookies": [bookie.pid for bookie in bookies], "spark_jvm": spark_runs.jvm_pid()},
+        warmup_s=phase.warmup_s, steady_rows=steady_rows, steady_s=steady_s)
+
+
+def _start_sandbox(config: DemoConfig, reporter, cleanup: ExitStack):
+    from pyspark_ledger.sandbox import Sandbox
+
+    where = config.data_dir or "a temporary dir"
+    reporter.say(f"starting a sandbox: {config.bookies} bookie processes and the metadata store in {where}")
+    reporter.say(f"  ({WHY_FOUR})")
+    sandbox = Sandbox(config.bookies, config.data_dir, announce=lambda line: reporter.say("  " + line))
+    cleanup.callback(_quietly, "stopping the sandbox", sandbox.stop)
+    sandbox.start()
+    reporter.say(f"  metadataServiceUri = {sandbox.metadata_uri}")
+    return sandbox
+
+
+@dataclass
+class WorkDir:
+    """Where the demo keeps Spark's log and checkpoints; a temporary one is removed unless ``keep``."""
+
+    path: Path
+    temporary: bool
+    keep: bool = True
+
+
+def _temporary_work_dir(reporter, cleanup: ExitStack) -> WorkDir:
+    """Made first, so that it is removed last, once Spark and the bookies are down."""
+    work = WorkDir(Path(tempfile.mkdtemp(prefix="ledger-demo-")), temporary=True)
+    cleanup.callback(_remove_unless_kept, work, reporter)
+    return work
+
+
+def _kept_work_dir(sandbox) -> WorkDir:
+    work = WorkDir(Path(sandbox.data_dir) / "demo", temporary=False)
+    work.path.mkdir(exist_ok=True)
+    return work
+
+
+def _remove_unless_kept(work: WorkDir, reporter) -> None:
+    if work.keep:
+        reporter.say(f"kept {work.path} for inspection (Spark's log: {work.path / 'spark.log'})")
+    else:
+        shutil.rmtree(work.path, ignore_errors=True)
+
+
+def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals):
+    log_path = work / "spark.log"
+    reporter.say(f"starting Spark in local mode (2 cores); its log goes to {log_path}")
+    spark = spark_runs.start_spark(log_path)
+    cleanup.callback(_quietly, "stopping Spark", spark_runs.stop_spark, spark, spark_runs.jvm_process())
+    stop.install()  # pyspark replaced the SIGINT handler with its own
+    stop.check()
+    return spark
+
+
+def _stream_client(metadata_uri: str, cleanup: ExitStack):
+    from pyspark_ledger.log import StreamClient
+
+    streams = StreamClient(metadata_uri)
+    cleanup.callback(_quietly, "closing the stream client", streams.close)
+    return streams
+
+
+def _read_back(spark, metadata_uri: str, stream: str, work: Path, expected: int, reporter,
+               stop: StopSignals) -> tuple[Tally, float]:
+    reporter.say(f"reading stream {stream!r} back with readStream (trigger availableNow) and checking every row "
+                 f"against the {expected:,} events the sink committed")
+    tally = Tally(expected)
+    started = time.monotonic()
+    said = [started]
+
+    def on_rows(batch_id: int, ids, intact) -> None:
+        tally.add(ids, intact)
+        now = time.monotonic()
+        if now - said[0] >= READ_PROGRESS_EVERY_S or tally.rows_read >= expected:
+            said[0] = now
+            reporter.say(f"[{now - started:6.1f}s] read {tally.rows_read:,} of {expected:,} rows "
+                         f"({batch_id + 1} micro-batches)")
+
+    checkpoint = str(work / "read-checkpoint" / uuid.uuid4().hex)
+    spark_runs.read_back(spark, metadata_uri, stream, checkpoint, on_rows, on_wait=stop.check)
+    return tally, time.monotonic() - started
+
+
+def _quietly(what: str, action: Callable, *args) -> None:
+    """Run a cleanup step; a failure is logged, never raised, so the next steps still run."""
+    try:
+        action(*args)
+    except Exception as exc:  # noqa: BLE001 - cleanup must go on; the run's own error matters more
+        log.warning("ledger demo: %s failed: %s", what, str(exc).splitlines()[0] if str(exc) else repr(exc))

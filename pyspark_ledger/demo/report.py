@@ -1,0 +1,109 @@
+"""What ``ledger demo`` prints: live progress lines, then the summary as a table or as JSON.
+
+Progress goes to ``out`` line by line (flushed, so it shows as it happens and
+reads well in a log); with ``--json`` it goes to stderr and stdout holds only
+the summary document. Formatting is pure: ``progress_line`` and
+``summary_lines`` return text for a ``DemoSummary`` (``job.py``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+MB = 1_000_000
+
+
+def progress_line(elapsed_s: float, writing_s: float, rows: int, batches: int, alive: int, bookies: int,
+                  note: str = "") -> str:
+    """One line of live progress; the rate counts from the first write (``writing_s`` ago)."""
+    rate = rows / writing_s if writing_s > 0 else 0.0
+    line = (f"[{elapsed_s:6.1f}s] {rows:>12,} rows committed ({rate:>9,.0f} rows/s), "
+            f"{batches:>4} micro-batches, bookies alive {alive}/{bookies}")
+    return f"{line}  {note}" if note else line
+
+
+def kill_line(kill, bookie_name: str) -> str:
+    others = kill.open_ledgers - 1
+    ledgers = f"ledger {kill.ledger_id} was" if others <= 0 else \
+        f"ledger {kill.ledger_id} and {others} other{'s' if others > 1 else ''} were"
+    return (f"[{kill.at_s:6.1f}s] KILL -9 {bookie_name} ({kill.bookie_id}, pid {kill.pid}): {ledgers} being "
+            "written with it in the ensemble")
+
+
+def summary_lines(summary) -> list[str]:
+    """The human summary: a two-column table, the ensemble changes, and the verdict."""
+    verdict, layout = summary.verdict, summary.layout
+    rows = [
+        ("stream", f"{layout.stream} ({layout.partitions} partitions, E=3 Qw=3 Qa=2)"),
+        ("rows written (committed)", f"{verdict.expected_rows:,} in {summary.micro_batches} micro-batches"),
+        ("rows read back", f"{verdict.rows_read:,}"),
+        ("missing / duplicates", f"{verdict.missing:,} / {verdict.duplicates:,}"),
+        ("unexpected / altered", f"{verdict.unexpected:,} / {verdict.altered:,}"),
+        ("Spark warm-up", f"{summary.warmup_s:.1f} s (query start to the first write)"),
+        ("data written", f"{layout.bytes / MB:,.1f} MB in {summary.write_s:.1f} s = {summary.mb_per_s:,.2f} MB/s "
+                         f"({summary.rows_per_s:,.0f} rows/s) from the first write to the last commit"),
+        ("after the first batch", _steady_text(summary)),
+        ("ledgers / fragments", f"{layout.ledgers:,} / {layout.fragments:,} ({layout.entries:,} entries)"),
+        ("bookie killed", _kill_text(summary)),
+        ("ensemble changes", f"{len(layout.changes)}"),
+        ("orphan ledgers", f"{layout.orphan_ledgers} (failed task attempts, not part of the stream)"),
+        ("elapsed", f"{summary.elapsed_s:.1f} s (read back {summary.read_s:.1f} s)"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = ["", "summary", "-------"] + [f"  {name.ljust(width)}  {value}" for name, value in rows]
+    lines += _change_lines(summary)
+    lines += ["", _verdict_text(summary)]
+    return lines
+
+
+def _steady_text(summary) -> str:
+    if summary.steady_s <= 0:
+        return "n/a (only one micro-batch)"
+    return f"{summary.steady_mb_per_s:,.2f} MB/s ({summary.steady_rows_per_s:,.0f} rows/s)"
+
+
+def _kill_text(summary) -> str:
+    kill = summary.kill
+    if kill is None:
+        return summary.kill_note or "none"
+    return f"{summary.bookie_names.get(kill.bookie_id, kill.bookie_id)} ({kill.bookie_id}) at {kill.at_s:.1f} s"
+
+
+def _change_lines(summary) -> list[str]:
+    changes = summary.layout.changes
+    if changes:
+        lines = ["", "ensemble changes (bookie replaced -> replacement, from entry):"]
+        return lines + [f"  {change.describe(summary.bookie_names)}" for change in changes]
+    if summary.kill is None:
+        return []
+    return ["", f"NO ensemble change happened: no ledger of the stream has more than one fragment "
+                f"(the kill of {summary.kill.bookie_id} did not hit a write in progress)."]
+
+
+def _verdict_text(summary) -> str:
+    if summary.verdict.passed:
+        return (f"CHECK PASSED: all {summary.verdict.expected_rows:,} committed events read back exactly once, "
+                "with their exact content.")
+    return "CHECK FAILED: " + "; ".join(summary.verdict.problems()) + "."
+
+
+def print_summary(summary, out: TextIO = sys.stdout) -> None:
+    for line in summary_lines(summary):
+        print(line, file=out)
+    out.flush()
+
+
+def print_summary_json(summary, out: TextIO = sys.stdout) -> None:
+    print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
+    out.flush()
+
+
+class Reporter:
+    """Prints progress lines as they happen (to stderr when stdout is reserved for JSON)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def say(self, line: str = "") -> None:
+        print(line, file=self.out, flush=True)

@@ -1,0 +1,258 @@
+"""The pure parts of ``ledger demo``: verdict, events, victim choice, ensemble changes, offsets, report, flags."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pyspark_ledger.cli.main import main
+from pyspark_ledger.demo.bookie_killer import Kill, choose_victim, fresh_ledgers
+from pyspark_ledger.demo.events import EVENT_SCHEMA, PAYLOAD_BYTES, event_batch, event_batches, intact_column
+from pyspark_ledger.demo.report import summary_lines
+from pyspark_ledger.demo.spark_runs import emitted_rows
+from pyspark_ledger.demo.stream_layout import ensemble_changes, summarize_ledgers
+from pyspark_ledger.demo.summary import DemoSummary
+from pyspark_ledger.demo.verify import Tally
+from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.metadata.model import CLOSED, OPEN, Fragment, LedgerMetadata
+
+A, B, C, D = "127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003", "127.0.0.1:1004"
+
+
+def _tally(expected: int, *chunks) -> Tally:
+    tally = Tally(expected)
+    for ids, intact in chunks:
+        tally.add(np.array(ids, dtype=np.int64), np.array(intact, dtype=bool))
+    return tally
+
+
+def _ledger(ledger_id: int, *fragments, state=OPEN, ctime_ms=0, partition=0, last=-1, length=0) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id=ledger_id, ensemble_size=3, write_quorum=3, ack_quorum=2,
+                          fragments=tuple(Fragment(first, tuple(bookies)) for first, bookies in fragments),
+                          state=state, last_entry_id=last, length=length, ctime_ms=ctime_ms,
+                          custom_metadata={"stream": b"s", "partition": str(partition).encode()})
+
+
+# --- verdict ------------------------------------------------------------------------------
+
+
+def test_every_id_once_in_any_order_and_chunks_passes():
+    verdict = _tally(6, ([5, 0, 3], [True] * 3), ([1, 4, 2], [True] * 3)).verdict()
+    assert verdict.passed and verdict.problems() == []
+    assert (verdict.rows_read, verdict.distinct_ids, verdict.missing, verdict.duplicates) == (6, 6, 0, 0)
+
+
+def test_a_duplicate_fails_even_when_the_count_is_made_up_elsewhere():
+    verdict = _tally(4, ([0, 1, 2], [True] * 3), ([2], [True])).verdict()
+    assert not verdict.passed
+    assert (verdict.duplicates, verdict.missing) == (1, 1)
+    assert any("more than once" in problem for problem in verdict.problems())
+
+
+def test_a_missing_id_fails():
+    verdict = _tally(5, ([0, 1, 3, 4], [True] * 4)).verdict()
+    assert not verdict.passed
+    assert verdict.missing == 1 and verdict.duplicates == 0
+    assert verdict.problems() == ["1 committed events were not read back (data loss)"]
+
+
+def test_an_id_the_sink_never_committed_fails():
+    verdict = _tally(3, ([0, 1, 2, 3], [True] * 4)).verdict()
+    assert not verdict.passed and verdict.unexpected == 1 and verdict.missing == 0
+
+
+def test_an_altered_row_fails():
+    verdict = _tally(3, ([0, 1, 2], [True, False, True])).verdict()
+    assert not verdict.passed and verdict.altered == 1
+
+
+def test_nothing_committed_and_nothing_read_passes_but_a_stray_row_does_not():
+    assert _tally(0).verdict().passed
+    assert not _tally(0, ([0], [True])).verdict().passed
+
+
+def test_tally_rejects_bad_input():
+    with pytest.raises(ValueError, match="expected_rows"):
+        Tally(-1)
+    with pytest.raises(ValueError, match="one length"):
+        Tally(3).add(np.array([0, 1]), np.array([True]))
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+def test_events_follow_from_their_ids():
+    batch = event_batch(40, 5, 1_700_000_000_000_000)
+    assert batch.schema == EVENT_SCHEMA
+    assert batch.column("event_id").to_pylist() == [40, 41, 42, 43, 44]
+    assert all(len(payload) == PAYLOAD_BYTES for payload in batch.column("payload").to_pylist())
+    again = event_batch(42, 1, 0)
+    assert again.column("payload")[0] == batch.column("payload")[2]
+    assert again.column("kind")[0] == batch.column("kind")[2]
+
+
+def test_event_batches_cover_the_range_in_bounded_batches():
+    batches = list(event_batches(10, 35, 0, 10))
+    assert [b.num_rows for b in batches] == [10, 10, 5]
+    assert pa.concat_arrays([b.column("event_id") for b in batches]).to_pylist() == list(range(10, 35))
+
+
+def _altered_events() -> pa.Table:
+    """Events 0..4 with row 0's user, row 1's kind, row 2's payload and row 3's ts altered; row 4 intact."""
+    batch = event_batch(0, 5, 1_700_000_000_000_000)
+    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    columns["user"][0] += 1
+    columns["kind"][1] = "nope"
+    columns["payload"][2] = columns["payload"][2][:-1] + "x"
+    columns["ts"][3] = None
+    return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA)
+
+
+@pytest.mark.spark
+def test_the_spark_check_accepts_generated_events_and_flags_each_alteration(spark):
+    generated = spark.createDataFrame(pa.Table.from_batches([event_batch(10**9, 50, 0)]))
+    assert [row.intact for row in generated.select(intact_column().alias("intact")).collect()] == [True] * 50
+    altered = spark.createDataFrame(_altered_events()).orderBy("event_id")
+    flags = [row.intact for row in altered.select(intact_column().alias("intact")).collect()]
+    assert flags == [False, False, False, False, True]
+
+
+# --- victim choice ---------------------------------------------------------------------------
+
+
+def test_victim_is_the_live_bookie_of_the_most_ledgers_being_written():
+    ledgers = [_ledger(1, (0, [A, B, C])), _ledger(2, (0, [B, C, D])), _ledger(3, (0, [A, B, D]))]
+    victim = choose_victim(ledgers, alive=[A, B, C, D])
+    assert (victim.bookie_id, victim.ledger_id, victim.open_ledgers) == (B, 3, 3)
+    victim = choose_victim(ledgers, alive=[A, C, D])  # B is dead already: among the live ones
+    assert victim.bookie_id in (A, C, D) and victim.open_ledgers == 2
+
+
+def test_victim_follows_the_current_fragment_and_needs_a_candidate():
+    changed = _ledger(5, (0, [A, B, C]), (9, [D, B, C]))
+    assert choose_victim([changed], alive=[A, D]).bookie_id == D
+    assert choose_victim([], alive=[A, B, C, D]) is None
+
+
+def test_only_fresh_ledgers_are_candidates():
+    ledgers = [_ledger(1, (0, [A, B, C]), ctime_ms=1_000), _ledger(2, (0, [A, B, C]), ctime_ms=9_000)]
+    assert [m.ledger_id for m in fresh_ledgers(ledgers, now_ms=10_000, fresh_s=1.5)] == [2]
+
+
+# --- ensemble changes and layout ----------------------------------------------------------------
+
+
+def test_ensemble_change_names_replaced_bookie_replacement_and_entry():
+    assert ensemble_changes(_ledger(1, (0, [A, B, C]))) == []
+    (change,) = ensemble_changes(_ledger(4, (0, [A, B, C]), (17, [A, D, C]), partition=1))
+    assert (change.ledger_id, change.partition, change.first_entry_id) == (4, 1, 17)
+    assert (change.replaced, change.replacements) == ((B,), (D,))
+    assert change.describe({B: "bookie 1", D: "bookie 3"}) == \
+        "ledger 4 (partition 1): bookie 1 -> bookie 3 from entry 17"
+
+
+def test_layout_counts_ledgers_fragments_entries_bytes_and_changes():
+    ledgers = [_ledger(1, (0, [A, B, C]), state=CLOSED, last=9, length=100),
+               _ledger(2, (0, [A, B, C]), (3, [A, B, D]), (6, [D, B, C]), state=CLOSED, last=19, length=250)]
+    layout = summarize_ledgers("s", 2, ledgers, orphan_ledgers=1)
+    assert (layout.ledgers, layout.fragments, layout.entries, layout.bytes) == (2, 4, 30, 350)
+    assert [c.first_entry_id for c in layout.changes] == [3, 6] and layout.orphan_ledgers == 1
+    assert json.loads(json.dumps(layout.to_dict()))["changes"][0]["replacements"] == [D]
+
+
+# --- offsets of the write query ---------------------------------------------------------------
+
+
+def test_emitted_rows_reads_the_offset_log_of_a_batch(tmp_path):
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"next_id": 1600000, "ts_us": 5}\n')
+    assert emitted_rows(str(tmp_path), 3) == 1_600_000
+    assert emitted_rows(str(tmp_path), None) == 0
+    with pytest.raises(LedgerError, match="batch 4"):
+        emitted_rows(str(tmp_path), 4)
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def _summary(verdict, changes=(), kill=True) -> DemoSummary:
+    layout = summarize_ledgers("events-x", 2, [_ledger(1, *changes or [(0, [A, B, C])], state=CLOSED,
+                                                       last=9, length=1000)])
+    killed = Kill(1, B, 4242, 1, 0, 1, 12.5) if kill else None
+    return DemoSummary(verdict=verdict, layout=layout, micro_batches=2, write_s=10.0, read_s=2.0, elapsed_s=30.0,
+                       kill=killed, kill_note="" if kill else "none (--no-kill)", bookies=4, bookies_alive=3,
+                       bookie_names={A: "bookie 0", B: "bookie 1", C: "bookie 2", D: "bookie 3"})
+
+
+def test_summary_shows_the_change_and_a_passed_check():
+    text = "\n".join(summary_lines(_summary(_tally(2, ([0, 1], [True, True])).verdict(),
+                                            changes=[(0, [A, B, C]), (5, [A, D, C])])))
+    assert "ledger 1 (partition 0): bookie 1 -> bookie 3 from entry 5" in text
+    assert "CHECK PASSED" in text and "NO ensemble change" not in text
+
+
+def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed():
+    summary = _summary(_tally(2, ([0, 0], [True, True])).verdict())
+    text = "\n".join(summary_lines(summary))
+    assert "NO ensemble change happened" in text
+    assert "CHECK FAILED" in text and "more than once" in text
+    document = summary.to_dict()
+    assert document["passed"] is False and document["ensemble_changed"] is False
+    assert document["verdict"]["duplicates"] == 1
+
+
+# --- flags --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--bookies", "3"], "must be >= 4"),
+    (["--duration", "0"], "5 to 3600 seconds"),
+    (["--duration", "soon"], "number of seconds"),
+])
+def test_bad_flags_are_refused_before_anything_starts(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_json_flag_is_accepted_before_or_after_the_command():
+    from pyspark_ledger.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["--json", "demo"]).json is True
+    assert parser.parse_args(["demo", "--json"]).json is True
+    assert getattr(parser.parse_args(["demo"]), "json", False) is False
+
+
+# --- the event source's planning and the stop request ----------------------------------------------
+
+
+def test_a_micro_batch_is_split_into_contiguous_ranges():
+    pytest.importorskip("pyspark")
+    from pyspark_ledger.demo.event_source import split_range
+
+    ranges = split_range(100, 107, 3, ts_us=5)
+    assert [(r.first_id, r.end_id) for r in ranges] == [(100, 102), (102, 104), (104, 107)]
+    assert [(r.first_id, r.end_id) for r in split_range(0, 2, 4, ts_us=5)] == [(0, 1), (1, 2)]
+    assert split_range(9, 9, 2, ts_us=5) == []
+
+
+def test_a_signal_is_acted_on_only_at_check_and_a_second_one_at_once():
+    import os
+    import signal
+
+    from pyspark_ledger.demo.interrupts import StopSignals
+
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stop:
+        stop.check()  # nothing requested: no effect
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            stop.check()
+        with pytest.raises(KeyboardInterrupt):  # Python runs the handler right after os.kill returns
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before
