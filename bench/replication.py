@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -311,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.noop_server is not None:
         serve_noop(args.noop_server)
         return 0
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
     text = json.dumps(run(args.seconds), indent=2)
     print(text)
     if args.out is not None:

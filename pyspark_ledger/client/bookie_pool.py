@@ -5,8 +5,8 @@ then its address comes from its registration info (``host`` / ``port``).
 Addresses are cached once seen, so a bookie that died and whose
 registration expired can still be asked (and answer "unavailable") for the
 entries of old fragments. A broken add stream is replaced by a new one on
-the next add. Every add stream runs on the pool's one ``IoLoop``, which
-``close()`` joins after closing every stream and channel.
+the next add. Every call runs on the process's shared ``IoLoop``, which
+``close()`` releases after closing every stream and channel.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import threading
 
 from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
-from pyspark_ledger.client.io_loop import IoLoop
+from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, MetadataError
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
 
@@ -33,7 +33,7 @@ class BookiePool:
         self._streams: dict[str, AddStream] = {}
         self._addresses: dict[str, str] = {}
         self._closed = False
-        self._io = IoLoop()
+        self._io = acquire_io_loop()
 
     def bookies(self, include_read_only: bool = True) -> list[str]:
         """Ids of the registered (live) bookies, sorted; remembers their addresses."""
@@ -89,9 +89,11 @@ class BookiePool:
             self._closed = True
             clients, self._clients = list(self._clients.values()), {}
             self._streams = {}
+            io_loop, self._io = self._io, None
         for client in clients:
             client.close()
-        self._io.close()
+        if io_loop is not None:
+            release_io_loop(io_loop)
 
     def _check_open(self, bookie_id: str) -> None:
         if self._closed:

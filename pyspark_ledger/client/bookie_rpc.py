@@ -10,8 +10,8 @@ fails with those errors instead; they hold no thread while waiting and their
 callbacks run on the loop thread (keep them short).
 
 Every call runs on one grpc.aio channel driven by an ``IoLoop``: the one
-passed in (shared by a whole replication client), or one this client starts
-at its first call and joins in ``close()``. The blocking forms wait for the
+passed in, or the process's shared one, acquired at the first call and
+released in ``close()``. The blocking forms wait for the
 loop, so never call them from the loop's own thread (a listener or a future
 callback).
 """
@@ -28,7 +28,7 @@ import grpc
 import grpc.aio
 
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
-from pyspark_ledger.client.io_loop import IoLoop
+from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
 from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -156,7 +156,7 @@ class BookieClient:
         if self._closed:
             raise InvalidConfigurationError(f"client of bookie {self.bookie_id} is closed")
         if self._io is None:
-            self._io = IoLoop(name=f"bookie-client-io {self.bookie_id}")
+            self._io = acquire_io_loop()
         return self._io
 
     # --- reads ---------------------------------------------------------------------
@@ -269,7 +269,7 @@ class BookieClient:
             except Exception:  # noqa: BLE001 - closing anyway; the loop's shutdown cancels what is left
                 log.warning("closing the channel to bookie %s failed", self.bookie_id, exc_info=True)
         if self._owns_io:
-            io_loop.close()
+            release_io_loop(io_loop)
 
     async def _close_channel(self) -> None:
         channel, self._channel = self._channel, None

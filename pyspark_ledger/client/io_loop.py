@@ -12,6 +12,12 @@ kicks before the loop gets to them cost one wake-up.
 ``submit(coroutine)`` returns a Future of it and ``spawn(coroutine)`` just
 starts it, from any thread. Only the owner calls ``close()``: it cancels
 what is still running, stops the loop and joins the thread.
+
+Clients share one loop per process: ``acquire_io_loop()`` starts it for the
+first user and ``release_io_loop()`` closes it (joining its thread) when the
+last one lets go. grpc.aio serves every event loop of a process from one
+poller thread that wakes all of them for each event, so one loop is also the
+cheapest.
 """
 from __future__ import annotations
 
@@ -144,3 +150,31 @@ class IoLoop:
     def _check_open(self) -> None:
         if self._closed:
             raise BookieUnavailableError("the client's network thread is closed", status="CLOSED")
+
+
+_shared_lock = threading.Lock()
+_shared: IoLoop | None = None
+_shared_users = 0
+
+
+def acquire_io_loop() -> IoLoop:
+    """The process's shared loop (started if needed); pair every call with ``release_io_loop``."""
+    global _shared, _shared_users
+    with _shared_lock:
+        if _shared is None:
+            _shared = IoLoop()
+        _shared_users += 1
+        return _shared
+
+
+def release_io_loop(io_loop: IoLoop) -> None:
+    """One user of the shared loop is done; the last one closes it (and joins its thread)."""
+    global _shared, _shared_users
+    with _shared_lock:
+        if io_loop is not _shared:
+            return
+        _shared_users -= 1
+        if _shared_users:
+            return
+        _shared = None
+    io_loop.close()
