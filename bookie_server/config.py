@@ -41,6 +41,7 @@ class ServerConfig:
     entry_log_size: int = 1024 * MiB
     checkpoint_interval_s: float = 30.0
     skip_journal_corruption: bool = False
+    journal_write_data: bool = False
     allow_new_data_dir: bool = False
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
@@ -64,6 +65,7 @@ class ServerConfig:
             entry_log_size=self.entry_log_size,
             checkpoint_interval_s=self.checkpoint_interval_s,
             skip_journal_corruption=self.skip_journal_corruption,
+            journal_write_data=self.journal_write_data,
         )
 
 
@@ -156,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between background checkpoints; 0 disables them")
     add("--skip-journal-corruption", action="store_true",
         help="start even past corruption in the middle of the journal (entries there are lost)")
+    add("--journal-write-data", action="store_true",
+        help="also copy every entry body into the journal (one fsync per group commit, twice the bytes "
+             "written); default: journal a reference, the body is written once to the entry log")
     add("--allow-new-data-dir", action="store_true",
         help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,

@@ -8,7 +8,9 @@ Each record is::
     28 body
 
 A batch of records goes to the kernel with one ``writev`` (page cache only);
-``sync`` fsyncs every log written since the previous sync, at checkpoint time.
+``sync`` fsyncs every log written since the previous sync: at checkpoint time,
+and before each journal group commit when the journal holds references
+instead of entry bodies (``StorageConfig.journal_write_data`` off).
 A new log is started by the first append after open and when the current one reaches
 ``entry_log_size``. Reads check the record's ids and checksum and raise
 ``CorruptStorageError`` when they do not match.
@@ -81,10 +83,10 @@ class EntryLogger:
             chunks.append(body)
             locations.append(EntryLocation(self._log_id, offset, len(body)))
             offset += HEADER_SIZE + len(body)
-        with self._lock:
-            self._unsynced.add(self._log_id)
         write_all(self._fds[self._log_id], chunks)
         self._offset = offset
+        with self._lock:  # only after the write: a sync that cleared the set before it must not cover it
+            self._unsynced.add(self._log_id)
         return locations
 
     def read(self, location: EntryLocation, ledger_id: int, entry_id: int) -> bytes:

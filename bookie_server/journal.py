@@ -59,13 +59,16 @@ class Journal:
     """Appends records to ``<dir>/<id>.txn`` files, starting a new file at ``first_file_id``."""
 
     def __init__(self, config: StorageConfig, first_file_id: int,
-                 on_sync: SyncListener | None = None) -> None:
+                 on_sync: SyncListener | None = None, before_write: Callable[[], None] | None = None) -> None:
+        """``before_write`` runs on the journal thread before each batch is written (e.g. fsync the entry
+        logs its records point to); if it raises, the batch fails like a failed write."""
         self._dir: Path = config.journal_dir
         self._max_wait_s = config.journal_max_wait_ms / 1000.0
         self._max_records = config.journal_max_batch_records
         self._max_bytes = config.journal_max_batch_bytes
         self._file_size = config.journal_file_size
         self._on_sync = on_sync
+        self._before_write = before_write
         self._cond = threading.Condition()
         self._queue: deque[_Submission] = deque()
         self._closing = False
@@ -155,6 +158,8 @@ class Journal:
         try:
             if self._offset >= self._file_size:
                 self._rotate()
+            if self._before_write is not None:
+                self._before_write()
             chunks = [chunk for item in batch for chunk in item.chunks]
             written = write_all(self._fd, chunks)
             started = time.monotonic()

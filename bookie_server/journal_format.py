@@ -8,9 +8,12 @@ A journal file is a sequence of records, each::
     12 kind   u8
     13 payload (length bytes)
 
-Payloads: ADD = ledger id u64, entry id i64, entry body; LEDGER_KEY and
-FENCE = ledger id u64, master key. A ledger's LEDGER_KEY record precedes its
-first ADD; a FENCE record also creates the ledger if needed, so it carries the key.
+Payloads: ADD = ledger id u64, entry id i64, entry body; ADD_REF = ledger
+id u64, entry id i64, LAC i64, entry log id u64, offset u64, body length u32
+(the body itself is in that entry log, fsync'd before this record was
+written); LEDGER_KEY and FENCE = ledger id u64, master key. A ledger's
+LEDGER_KEY record precedes its first ADD or ADD_REF; a FENCE record also
+creates the ledger if needed, so it carries the key.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ MAGIC = b"PLJR"
 ADD = 1
 LEDGER_KEY = 2
 FENCE = 3
-KINDS = (ADD, LEDGER_KEY, FENCE)
+ADD_REF = 4
+KINDS = (ADD, LEDGER_KEY, FENCE, ADD_REF)
 
 HEADER_SIZE = 13
 MAX_PAYLOAD = 2**31  # bigger lengths are corruption, not data
@@ -34,6 +38,7 @@ _LENGTH_KIND = struct.Struct(">IB")
 _ADD_FIXED = struct.Struct(">IBQq")  # length, kind, ledger id, entry id
 _LEDGER_ID = struct.Struct(">Q")
 _ENTRY_IDS = struct.Struct(">Qq")
+_REF = struct.Struct(">QqqQQI")  # ledger id, entry id, LAC, entry log id, offset, body length
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +46,19 @@ class JournalRecord:
     kind: int
     ledger_id: int
     entry_id: int  # -1 unless kind == ADD
-    data: bytes  # the entry body (ADD) or the master key
+    data: bytes  # the entry body (ADD) or the master key; empty for ADD_REF
     end: int  # file offset just after this record
+    reference: "EntryReference | None" = None  # ADD_REF only
+
+
+@dataclass(frozen=True, slots=True)
+class EntryReference:
+    """Where an ADD_REF record's entry is: the entry log record (log id, offset) and its body length."""
+
+    last_add_confirmed: int
+    log_id: int
+    offset: int
+    length: int
 
 
 def encode_add(ledger_id: int, entry_id: int, body: Buffer) -> list[Buffer]:
@@ -50,6 +66,14 @@ def encode_add(ledger_id: int, entry_id: int, body: Buffer) -> list[Buffer]:
     fixed = _ADD_FIXED.pack(_ENTRY_IDS.size + len(body), ADD, ledger_id, entry_id)
     crc = crc32c.crc32c(body, value=crc32c.crc32c(fixed))
     return [MAGIC + _CRC.pack(crc) + fixed, body]
+
+
+def encode_add_ref(ledger_id: int, entry_id: int, last_add_confirmed: int, log_id: int, offset: int,
+                   length: int) -> bytes:
+    """The record of one add whose body is already durable in an entry log."""
+    payload = _REF.pack(ledger_id, entry_id, last_add_confirmed, log_id, offset, length)
+    covered = _LENGTH_KIND.pack(_REF.size, ADD_REF) + payload
+    return MAGIC + _CRC.pack(crc32c.crc32c(covered)) + covered
 
 
 def encode_ledger_key(ledger_id: int, master_key: bytes) -> bytes:
@@ -85,6 +109,11 @@ def parse_record(buf: Buffer, offset: int, size: int) -> JournalRecord | str:
 
 
 def _decode(kind: int, payload: bytes, end: int) -> JournalRecord | str:
+    if kind == ADD_REF:
+        if len(payload) != _REF.size:
+            return "add reference record of a wrong size"
+        ledger_id, entry_id, lac, log_id, offset, length = _REF.unpack(payload)
+        return JournalRecord(ADD_REF, ledger_id, entry_id, b"", end, EntryReference(lac, log_id, offset, length))
     if kind == ADD:
         if len(payload) < _ENTRY_IDS.size:
             return "add record too short"

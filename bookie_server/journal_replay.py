@@ -26,7 +26,7 @@ from pyspark_ledger.errors import JournalCorruptError
 log = logging.getLogger(__name__)
 
 NO_MARK = JournalMark(0, 0)
-_HOW_TO_SKIP = ("The bookie refuses to start because entries it acknowledged may be lost. To start anyway, "
+HOW_TO_SKIP = ("The bookie refuses to start because entries it acknowledged may be lost. To start anyway, "
                 "skipping what cannot be read, set StorageConfig.skip_journal_corruption=True.")
 
 
@@ -103,6 +103,6 @@ def _truncate(path: Path, length: int, size: int) -> None:
 
 def _corrupt(result: ReplayResult, skip_corruption: bool, message: str) -> None:
     if not skip_corruption:
-        raise JournalCorruptError(f"{message}. {_HOW_TO_SKIP}")
+        raise JournalCorruptError(f"{message}. {HOW_TO_SKIP}")
     result.skipped_regions += 1
     log.error("%s; skipping it because skip_journal_corruption is set (data there is lost)", message)

@@ -4,7 +4,11 @@ Write path (``add_entries``): validate the batch without the lock; under one
 lock check keys and fencing, append the batch's bodies to the entry log with
 one write, update the index and ledger state, and submit the batch's journal
 records as one submission; the future resolves once the journal thread has
-fsync'd them. Entries are readable as soon as they are stored; the add is
+fsync'd them. The records are ADD records carrying the bodies
+(``journal_write_data``) or, by default, ADD_REF records naming where each
+body is in the entry log: the journal thread then fsyncs the entry logs
+before it writes them, so a reference never points at data that is not
+durable. Entries are readable as soon as they are stored; the add is
 acknowledged (OK) only once durable.
 
 Failure policy: if the journal, the entry log or a checkpoint fails, the
@@ -22,11 +26,11 @@ import threading
 from typing import Callable, Sequence
 
 from bookie_server.checkpoint import Checkpointer, read_mark
-from bookie_server.entry_log import EntryLogger
+from bookie_server.entry_log import EntryLocation, EntryLogger
 from bookie_server.files import lock_directory, make_dirs, unlock_directory
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
-from bookie_server.journal_format import encode_fence, encode_ledger_key
+from bookie_server.journal_format import encode_add_ref, encode_fence, encode_ledger_key
 from bookie_server.journal_replay import replay_journal
 from bookie_server.ledger_state import LedgerRecord, LedgerStates
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
@@ -42,11 +46,12 @@ log = logging.getLogger(__name__)
 
 
 class _AdmittedBatch:
-    __slots__ = ("accepted", "chunks", "entries")
+    __slots__ = ("accepted", "chunks", "records", "entries")
 
     def __init__(self) -> None:
         self.accepted: list[int] = []  # positions of the accepted adds in the request
         self.chunks: list = []  # their journal records, in order (ledger keys first where new)
+        self.records = 0  # journal records in chunks
         self.entries: list[StoredEntry] = []
 
 
@@ -84,13 +89,15 @@ class BookieStorage:
         self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes)
         with self._lock:
-            applier = ReplayApplier(self._states, self._store)
+            applier = ReplayApplier(self._states, self._store, self._index_entries, self._entry_log.read,
+                                    config.skip_journal_corruption)
             result = replay_journal(config.journal_dir, read_mark(config.data_dir / MARK_FILE_NAME),
                                     config.skip_journal_corruption, applier.apply)
             applier.flush()
         log.info("bookie storage %s: replayed %d journal records from %d files", config.data_dir,
                  result.records, result.files)
-        self._journal = Journal(config, result.next_file_id, on_journal_sync)
+        self._journal = Journal(config, result.next_file_id, on_journal_sync,
+                                None if config.journal_write_data else self._entry_log.sync)
         self._checkpointer = Checkpointer(
             mark_path=config.data_dir / MARK_FILE_NAME, snapshot_path=config.data_dir / LEDGER_SNAPSHOT_NAME,
             journal=self._journal, entry_logger=self._entry_log, index=self._index, states=self._states,
@@ -105,7 +112,8 @@ class BookieStorage:
         The future is completed on the journal thread: done-callbacks must be quick and must not block.
         """
         future = _running_future()
-        prepared = [prepare_add(add) for add in adds]
+        with_body = self._config.journal_write_data
+        prepared = [prepare_add(add, with_body) for add in adds]
         statuses = [pb.BAD_REQUEST] * len(prepared)
         with self._lock:
             batch = self._admit_batch(adds, prepared, statuses)
@@ -125,20 +133,23 @@ class BookieStorage:
         for position, (add, prep) in enumerate(zip(adds, prepared)):
             if prep is None:
                 continue
-            status, record = (pb.IO_ERROR, None) if refused else self._admit(add, batch.chunks)
+            status, record = (pb.IO_ERROR, None) if refused else self._admit(add, batch)
             statuses[position] = status
             if record is not None:
                 batch.accepted.append(position)
-                batch.chunks.extend(prep.journal_chunks)
+                if prep.journal_chunks is not None:
+                    batch.chunks.extend(prep.journal_chunks)
+                    batch.records += 1
                 batch.entries.append(StoredEntry(record, add.ledger_id, add.entry_id, add.body,
                                                  prep.last_add_confirmed))
         return batch
 
-    def _admit(self, add: AddOp, chunks: list) -> tuple[int, LedgerRecord | None]:
+    def _admit(self, add: AddOp, batch: _AdmittedBatch) -> tuple[int, LedgerRecord | None]:
         record = self._states.get(add.ledger_id)
         if record is None:
             record = self._states.create(add.ledger_id, add.master_key)
-            chunks.append(encode_ledger_key(add.ledger_id, add.master_key))
+            batch.chunks.append(encode_ledger_key(add.ledger_id, add.master_key))
+            batch.records += 1
         elif not hmac.compare_digest(record.master_key, add.master_key):
             return pb.UNAUTHORIZED, None
         elif record.fenced and not add.recovery:
@@ -147,18 +158,26 @@ class BookieStorage:
 
     def _store_and_submit(self, batch: _AdmittedBatch, callback: Callable[[bool], None]) -> bool:
         try:
-            self._store(batch.entries)
+            locations = self._store(batch.entries)
         except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt
             self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
                                                "until it is restarted (restart replays the journal)")
             log.error("%s", self._store_failure)
             return False
-        records = len(batch.chunks) - len(batch.entries)  # an add is 2 chunks, a ledger key record 1
-        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), records, callback)
+        if not self._config.journal_write_data:
+            batch.chunks.extend(encode_add_ref(entry.ledger_id, entry.entry_id, entry.last_add_confirmed, *location)
+                                for entry, location in zip(batch.entries, locations))
+            batch.records += len(locations)
+        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback)
 
-    def _store(self, entries: list[StoredEntry]) -> None:
+    def _store(self, entries: list[StoredEntry]) -> list[EntryLocation]:
         """Append entries to the entry log, index them and update ledger state (lock held)."""
         locations = self._entry_log.append_batch([(e.ledger_id, e.entry_id, e.body) for e in entries])
+        self._index_entries(entries, locations)
+        return locations
+
+    def _index_entries(self, entries: list[StoredEntry], locations: Sequence[EntryLocation]) -> None:
+        """Point the index at stored entries and update ledger state (lock held)."""
         advanced = set()
         for entry, location in zip(entries, locations):
             self._index.put(entry.ledger_id, entry.entry_id, location)

@@ -1,38 +1,64 @@
 """Applies replayed journal records to the ledger state, entry logs and index, in batches.
 
+An ADD record carries the entry's body: it is appended to the entry log
+again and indexed there. An ADD_REF record names where the body already is
+(its entry log was fsync'd before the record was written): the record there
+is read back and checked (ids, length, checksum), then indexed in place.
+A reference to missing or damaged entry-log data is corruption: replay stops
+with ``JournalCorruptError`` unless ``skip_corruption`` (then the entry is
+left out and logged).
+
 Replay is idempotent: a ledger key for a known ledger changes nothing, a fence
-of a fenced ledger changes nothing, and a re-added entry is appended again
-and its index slot points to the new copy (LAC and last entry only grow).
+of a fenced ledger changes nothing, and a re-added entry's index slot points
+to its newest copy (LAC and last entry only grow). Records are applied in
+journal order: a batch of one kind is flushed before a record of the other.
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Sequence
 
-from bookie_server.journal_format import ADD, FENCE, LEDGER_KEY, JournalRecord
+from bookie_server.entry_log import EntryLocation
+from bookie_server.journal_format import ADD, ADD_REF, FENCE, LEDGER_KEY, JournalRecord
+from bookie_server.journal_replay import HOW_TO_SKIP
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_requests import StoredEntry
 from pyspark_ledger.entry import peek_header
-from pyspark_ledger.errors import CorruptEntryError
+from pyspark_ledger.errors import CorruptEntryError, JournalCorruptError, StorageError
 
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 1024
 BATCH_BYTES = 16 * 1024 * 1024
 
+Store = Callable[[list[StoredEntry]], object]
+Index = Callable[[list[StoredEntry], Sequence[EntryLocation]], None]
+Check = Callable[[EntryLocation, int, int], object]
+
 
 class ReplayApplier:
-    """Feed it records with ``apply``; call ``flush`` at the end."""
+    """Feed it records with ``apply``; call ``flush`` at the end.
 
-    def __init__(self, states: LedgerStates, store: Callable[[list[StoredEntry]], None]) -> None:
+    ``store(entries)`` appends and indexes bodies; ``index(entries, locations)`` indexes entries already in
+    an entry log; ``check(location, ledger_id, entry_id)`` reads one back, raising StorageError if it is
+    missing or damaged."""
+
+    def __init__(self, states: LedgerStates, store: Store, index: Index | None = None, check: Check | None = None,
+                 skip_corruption: bool = False) -> None:
         self._states = states
         self._store = store
+        self._index = index
+        self._check = check
+        self._skip_corruption = skip_corruption
         self._batch: list[StoredEntry] = []
+        self._locations: list[EntryLocation] = []
+        self._batch_kind = ADD
         self._batch_bytes = 0
         self.orphan_adds = 0
+        self.lost_entries = 0
 
     def apply(self, record: JournalRecord) -> None:
-        if record.kind == ADD:
+        if record.kind in (ADD, ADD_REF):
             self._add(record)
             return
         ledger = self._states.get(record.ledger_id)
@@ -44,9 +70,13 @@ class ReplayApplier:
             raise AssertionError(f"unknown journal record kind {record.kind}")
 
     def flush(self) -> None:
-        if self._batch:
+        if not self._batch:
+            return
+        if self._batch_kind == ADD:
             self._store(self._batch)
-            self._batch, self._batch_bytes = [], 0
+        else:
+            self._index(self._batch, self._locations)
+        self._batch, self._locations, self._batch_bytes = [], [], 0
 
     def _add(self, record: JournalRecord) -> None:
         ledger = self._states.get(record.ledger_id)
@@ -55,11 +85,39 @@ class ReplayApplier:
             log.warning("journal replay: skipping entry %d of ledger %d, whose ledger key record is missing",
                         record.entry_id, record.ledger_id)
             return
-        try:
-            last_add_confirmed = peek_header(record.data).last_add_confirmed
-        except CorruptEntryError:  # validated when added; keep the bytes, readers verify them
-            last_add_confirmed = -1
-        self._batch.append(StoredEntry(ledger, record.ledger_id, record.entry_id, record.data, last_add_confirmed))
-        self._batch_bytes += len(record.data)
+        if record.kind != self._batch_kind:
+            self.flush()
+            self._batch_kind = record.kind
+        if record.kind == ADD:
+            self._batch.append(StoredEntry(ledger, record.ledger_id, record.entry_id, record.data,
+                                           _last_add_confirmed(record.data)))
+            self._batch_bytes += len(record.data)
+        elif self._referenced(record):
+            ref = record.reference
+            self._batch.append(StoredEntry(ledger, record.ledger_id, record.entry_id, b"", ref.last_add_confirmed))
+            self._locations.append(EntryLocation(ref.log_id, ref.offset, ref.length))
+            self._batch_bytes += ref.length
         if len(self._batch) >= BATCH_RECORDS or self._batch_bytes >= BATCH_BYTES:
             self.flush()
+
+    def _referenced(self, record: JournalRecord) -> bool:
+        """True if the entry log holds the referenced entry intact; else corruption (raised or skipped)."""
+        ref = record.reference
+        try:
+            self._check(EntryLocation(ref.log_id, ref.offset, ref.length), record.ledger_id, record.entry_id)
+            return True
+        except StorageError as exc:
+            message = (f"the journal names ledger {record.ledger_id} entry {record.entry_id} in entry log "
+                       f"{ref.log_id} at offset {ref.offset}, but that record is missing or damaged ({exc})")
+            if not self._skip_corruption:
+                raise JournalCorruptError(f"{message}. {HOW_TO_SKIP}") from exc
+            self.lost_entries += 1
+            log.error("%s; skipping it because skip_journal_corruption is set (the entry is lost)", message)
+            return False
+
+
+def _last_add_confirmed(body: bytes) -> int:
+    try:
+        return peek_header(body).last_add_confirmed
+    except CorruptEntryError:  # validated when added; keep the bytes, readers verify them
+        return -1

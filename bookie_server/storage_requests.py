@@ -2,7 +2,8 @@
 
 ``prepare_add`` does everything about an add that needs no ledger state:
 checks the ids, the master key and the entry header, and encodes the add's
-journal record (its CRC is the costly part, so it is done outside the lock).
+ADD journal record when the journal holds bodies (its CRC is the costly part,
+so it is done outside the lock).
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class LedgerView:
 
 class PreparedAdd(NamedTuple):
     last_add_confirmed: int
-    journal_chunks: list[Buffer]
+    journal_chunks: list[Buffer] | None  # the ADD record's chunks; None when the journal holds references
 
 
 class StoredEntry(NamedTuple):
@@ -62,8 +63,9 @@ def valid_key(master_key: object) -> bool:
     return isinstance(master_key, (bytes, bytearray)) and 0 < len(master_key) <= MAX_KEY_BYTES
 
 
-def prepare_add(add: AddOp) -> PreparedAdd | None:
-    """The add's LAC and journal record, or None if the request is malformed (BAD_REQUEST)."""
+def prepare_add(add: AddOp, with_body_record: bool = True) -> PreparedAdd | None:
+    """The add's LAC and (``with_body_record``) its ADD journal record, or None if the request is
+    malformed (BAD_REQUEST)."""
     try:
         if not valid_ledger_id(add.ledger_id) or not valid_key(add.master_key):
             return None
@@ -74,6 +76,7 @@ def prepare_add(add: AddOp) -> PreparedAdd | None:
         header = peek_header(add.body)
         if header.ledger_id != add.ledger_id or header.entry_id != add.entry_id:
             return None
-        return PreparedAdd(header.last_add_confirmed, encode_add(add.ledger_id, add.entry_id, add.body))
+        chunks = encode_add(add.ledger_id, add.entry_id, add.body) if with_body_record else None
+        return PreparedAdd(header.last_add_confirmed, chunks)
     except (CorruptEntryError, TypeError, AttributeError, ValueError):
         return None

@@ -7,6 +7,7 @@ from typing import Callable, Iterator
 import pytest
 
 from bookie_server.storage import BookieStorage, StorageConfig
+from tests.bookie_storage.entries import journal_write_data_from_env
 
 
 @pytest.fixture
@@ -21,6 +22,7 @@ def open_storage(data_dir: Path) -> Iterator[Callable[..., BookieStorage]]:
 
     def _open(directory: Path | None = None, on_journal_sync=None, **settings) -> BookieStorage:
         settings.setdefault("checkpoint_interval_s", 0)
+        settings.setdefault("journal_write_data", journal_write_data_from_env())
         storage = BookieStorage(StorageConfig(directory or data_dir, **settings), on_journal_sync)
         opened.append(storage)
         return storage

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 from bookie_server.storage import AddOp
 from pyspark_ledger.entry import EntryCodec, master_key
@@ -25,3 +26,11 @@ def body(ledger_id: int, entry_id: int, lac: int | None = None) -> bytes:
 def add_op(ledger_id: int, entry_id: int, key: bytes = KEY, *, lac: int | None = None,
            recovery: bool = False) -> AddOp:
     return AddOp(ledger_id, entry_id, key, body(ledger_id, entry_id, lac), recovery)
+
+
+JOURNAL_MODE_ENV = "TEST_BOOKIE_JOURNAL_WRITE_DATA"
+
+
+def journal_write_data_from_env() -> bool:
+    """The journal mode of storages opened by a test and its child processes (set by ``journal_mode``)."""
+    return os.environ.get(JOURNAL_MODE_ENV) == "1"

@@ -1,4 +1,6 @@
-"""Crash recovery with real processes: kill -9, torn journal tails, mid-journal corruption, crash points."""
+"""Crash recovery with real processes: kill -9, torn journal tails, mid-journal corruption, crash points.
+
+Every test runs with both journal modes: references to entry-log records (the default) and full bodies."""
 from __future__ import annotations
 
 import os
@@ -6,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bookie_server.journal_format import ADD
+from bookie_server.journal_format import ADD, ADD_REF
 from bookie_server.storage import LedgerView
 from pyspark_ledger.errors import JournalCorruptError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
-from tests.bookie_storage.entries import add_op, body
+from tests.bookie_storage.entries import JOURNAL_MODE_ENV, add_op, body
 from tests.bookie_storage.helpers import flip_byte, journal_records, run_child, stream_then_kill
 
 
@@ -20,8 +22,16 @@ def assert_all_readable(storage, acks) -> None:
         assert storage.read_entry(ledger_id, entry_id) == body(ledger_id, entry_id), (ledger_id, entry_id)
 
 
+@pytest.fixture(autouse=True, params=["references", "bodies"])
+def journal_mode(request, monkeypatch) -> str:
+    """Runs the test (its storages and child processes) with each journal mode."""
+    monkeypatch.setenv(JOURNAL_MODE_ENV, "1" if request.param == "bodies" else "0")
+    return request.param
+
+
 def add_records(data_dir: Path):
-    return [(path, offset, record) for path, offset, record in journal_records(data_dir) if record.kind == ADD]
+    return [(path, offset, record) for path, offset, record in journal_records(data_dir)
+            if record.kind in (ADD, ADD_REF)]
 
 
 def test_kill_9_during_concurrent_adds_loses_no_acknowledged_entry(open_storage, data_dir):

@@ -54,7 +54,7 @@ def test_group_commit_respects_the_batch_record_limit(open_storage):
 
 
 def test_journal_rotates_and_checkpoint_removes_old_files(open_storage, data_dir):
-    storage = open_storage(journal_file_size=16 * 1024)
+    storage = open_storage(journal_file_size=1024)  # a batch of 10 references is 570 bytes
     for first in range(0, 200, 10):
         assert storage.add_entries([add_op(1, e) for e in range(first, first + 10)]).result(30) == [pb.OK] * 10
     before = [file_id for file_id, _ in journal_files(data_dir / "journal")]
