@@ -122,6 +122,9 @@ class AddStreamSession:
             return f"ledger {op.ledger_id} is fenced on bookie {self._bookie_id}: {where} was not added"
         if status == pb.UNAUTHORIZED:
             return f"master key does not match the one stored for ledger {op.ledger_id}: {where} was not added"
+        if status == pb.READ_ONLY:
+            return (f"bookie {self._bookie_id} is read-only ({self._storage.read_only or 'not taking adds'}): "
+                    f"{where} was not added")
         if status == pb.IO_ERROR:
             return f"bookie {self._bookie_id} could not make {where} durable (journal failure): outcome unknown"
         return f"{where}: {STATUS_NAMES.get(status, status)}"

@@ -42,6 +42,9 @@ class ServerConfig:
     checkpoint_interval_s: float = 30.0
     skip_journal_corruption: bool = False
     journal_write_data: bool = False
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm: float = 0.90
+    disk_check_interval_s: float = 10.0
     allow_new_data_dir: bool = False
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
@@ -67,6 +70,16 @@ class ServerConfig:
             skip_journal_corruption=self.skip_journal_corruption,
             journal_write_data=self.journal_write_data,
         )
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], e.g. 0.95, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -161,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--journal-write-data", action="store_true",
         help="also copy every entry body into the journal (one fsync per group commit, twice the bytes "
              "written); default: journal a reference, the body is written once to the entry log")
+    add("--disk-usage-threshold", type=_fraction, default=0.95,
+        help="turn read-only (refuse adds, register as read-only) when a disk of the bookie is fuller than this")
+    add("--disk-usage-lwm", type=_fraction, default=0.90,
+        help="turn writable again once the fullest disk is below this fraction")
+    add("--disk-check-interval", dest="disk_check_interval_s", type=_non_negative_float, default=10.0,
+        help="seconds between disk usage checks; 0 disables them")
     add("--allow-new-data-dir", action="store_true",
         help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,
@@ -177,6 +196,9 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     args = parser.parse_args(argv)
     if not args.metadata_uri.strip():
         parser.error("argument --metadata: must not be empty")
+    if args.disk_usage_lwm > args.disk_usage_threshold:
+        parser.error(f"argument --disk-usage-lwm: {args.disk_usage_lwm} must not exceed --disk-usage-threshold "
+                     f"{args.disk_usage_threshold}")
     if args.journal_dir is not None and args.journal_dir.resolve() == args.data_dir.resolve():
         parser.error("argument --journal-dir: must differ from --data-dir (omit it to use DATA_DIR/journal)")
     fields = vars(args)

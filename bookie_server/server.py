@@ -68,6 +68,7 @@ class BookieServer:
         self._servicer: BookieServicer | None = None
         self._health: health.HealthServicer | None = None
         self._registration = None
+        self._disk_monitor = None
         self._stopped = False
 
     @property
@@ -85,7 +86,10 @@ class BookieServer:
             if self.config.metrics_port >= 0:
                 self._serve_metrics()
             self._grpc.start()
+            self._watch_disks()
             self._register()
+            if self._disk_monitor is not None:
+                self._disk_monitor.start()
         except BaseException:
             self._close_resources()
             raise
@@ -115,7 +119,7 @@ class BookieServer:
         self._servicer = BookieServicer(self._storage, self.metrics, bookie_id=self.bookie_id,
                                         version=pyspark_ledger.__version__, max_entry_size=config.max_entry_size,
                                         max_inflight_adds=config.max_inflight_adds,
-                                        is_read_only=lambda: self._storage is None or self._storage.failure is not None)
+                                        is_read_only=self._is_read_only)
         pb_grpc.add_BookieServicer_to_server(self._servicer, self._grpc)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -146,7 +150,31 @@ class BookieServer:
     def _register(self) -> None:
         info = bookie_info(self.config.host, self.config.port, self.metrics_port, self.metrics_url,
                            str(self.config.data_dir))
-        self._registration = register(self._store, self.bookie_id, info)
+        read_only = self._storage is not None and self._storage.read_only is not None
+        self._registration = register(self._store, self.bookie_id, info, read_only=read_only)
+
+    def _watch_disks(self) -> None:
+        from bookie_server.disk_monitor import DiskMonitor, DiskPolicy
+
+        config = self.config
+        if config.disk_check_interval_s <= 0:
+            return
+        policy = DiskPolicy(config.disk_usage_threshold, config.disk_usage_lwm)
+        directories = [config.data_dir] + ([config.journal_dir] if config.journal_dir is not None else [])
+        self._disk_monitor = DiskMonitor(policy, directories, config.disk_check_interval_s, self._disk_changed)
+        self._disk_monitor.check()  # a full disk at start: registered read-only from the first moment
+
+    def _disk_changed(self, read_only: bool, reason: str) -> None:
+        """The disk monitor's verdict: refuse or take adds, and register as read-only or writable."""
+        storage, registration = self._storage, self._registration
+        if storage is not None:
+            storage.set_read_only(reason if read_only else None)
+        if registration is not None:
+            registration.set_read_only(read_only)
+
+    def _is_read_only(self) -> bool:
+        storage = self._storage
+        return storage is None or storage.failure is not None or storage.read_only is not None
 
     def _set_health(self, status) -> None:
         for service in ("", BOOKIE_SERVICE_NAME):
@@ -174,6 +202,8 @@ class BookieServer:
     def _close_resources(self) -> None:
         """Close whatever start() opened, in shutdown order; every step runs even if one fails."""
         self._stopped = True
+        if self._disk_monitor is not None:
+            self._disk_monitor.stop()
         if self._grpc is not None and not self._grpc.stop(0).wait(EXTRA_STOP_WAIT_S):
             _log.warning("the gRPC server did not finish its shutdown within %.0f s", EXTRA_STOP_WAIT_S)
         if self._executor is not None:

@@ -71,6 +71,7 @@ class BookieStorage:
         self._lac_waiters: dict[int, list] = {}  # ledger id -> [Condition, waiter count]
         self._closed = False
         self._store_failure: StorageError | None = None
+        self._read_only_reason: str | None = None
         self._lock_fd = self._entry_log = self._journal = self._checkpointer = None
         try:
             self._open(on_journal_sync)
@@ -129,11 +130,11 @@ class BookieStorage:
                      statuses: list[int]) -> _AdmittedBatch:
         """Decide each well-formed add's status; collect the accepted ones and their journal records."""
         batch = _AdmittedBatch()
-        refused = self._refusal() is not None
+        refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
         for position, (add, prep) in enumerate(zip(adds, prepared)):
             if prep is None:
                 continue
-            status, record = (pb.IO_ERROR, None) if refused else self._admit(add, batch)
+            status, record = (refusal, None) if refusal is not None else self._admit(add, batch)
             statuses[position] = status
             if record is not None:
                 batch.accepted.append(position)
@@ -300,6 +301,16 @@ class BookieStorage:
         if self._closed:
             return StorageError("bookie storage is closed")
         return self._store_failure or self._journal.failure or self._checkpointer.failure
+
+    @property
+    def read_only(self) -> str | None:
+        """Why adds are refused READ_ONLY (e.g. the disk is nearly full), else None."""
+        return self._read_only_reason
+
+    def set_read_only(self, reason: str | None) -> None:
+        """Refuse adds with READ_ONLY (``reason``) or, with None, take them again. Reads and fences go on."""
+        with self._lock:
+            self._read_only_reason = reason
 
     def checkpoint(self) -> None:
         if self._closed:

@@ -1,0 +1,121 @@
+"""Disk-usage watch: a bookie turns read-only above a threshold and writable again below a low-water mark.
+
+``read_only_decision`` is the rule (pure, with hysteresis so a bookie near
+the threshold does not flap). ``DiskMonitor`` is the thread that applies it:
+every ``interval_s`` it reads the used fraction of each directory the bookie
+writes (data and journal), decides, and calls ``on_change(read_only, reason)``
+when the answer changes. The owner makes storage refuse adds (READ_ONLY),
+re-registers the bookie as read-only (clients pick ensembles among writable
+bookies only) and, below the low-water mark, undoes both.
+
+The environment variable ``BOOKIE_DISK_USAGE_OVERRIDE`` may name a file
+holding a used fraction (e.g. ``0.97``) read instead of the real usage: the
+seam the tests use to fill a disk without filling it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pyspark_ledger.errors import InvalidConfigurationError
+
+log = logging.getLogger(__name__)
+OVERRIDE_ENV = "BOOKIE_DISK_USAGE_OVERRIDE"
+DEFAULT_THRESHOLD = 0.95
+DEFAULT_LOW_WATER_MARK = 0.90
+DEFAULT_INTERVAL_S = 10.0
+
+
+@dataclass(frozen=True)
+class DiskPolicy:
+    """Read-only above ``threshold`` (fraction of the disk used), writable again below ``low_water_mark``."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    low_water_mark: float = DEFAULT_LOW_WATER_MARK
+
+    def __post_init__(self) -> None:
+        for name in ("threshold", "low_water_mark"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise InvalidConfigurationError(f"disk usage {name} must be a fraction in (0, 1], got {value!r}")
+        if self.low_water_mark > self.threshold:
+            raise InvalidConfigurationError(
+                f"disk usage low-water mark {self.low_water_mark} must not exceed the threshold {self.threshold}")
+
+
+def read_only_decision(policy: DiskPolicy, read_only: bool, used_fraction: float) -> bool:
+    """Whether the bookie should be read-only, given whether it is and how full its fullest disk is."""
+    if read_only:
+        return used_fraction >= policy.low_water_mark
+    return used_fraction > policy.threshold
+
+
+def used_fraction(directories: Sequence[Path]) -> float:
+    """The used fraction of the fullest disk holding one of ``directories`` (or the override file's value)."""
+    override = os.environ.get(OVERRIDE_ENV)
+    if override:
+        return float(Path(override).read_text().strip())
+    fractions = []
+    for directory in directories:
+        usage = shutil.disk_usage(directory)
+        fractions.append((usage.total - usage.free) / usage.total if usage.total else 1.0)
+    return max(fractions)
+
+
+class DiskMonitor:
+    """Checks disk usage every ``interval_s`` on its own thread; ``stop()`` joins it."""
+
+    def __init__(self, policy: DiskPolicy, directories: Sequence[Path], interval_s: float,
+                 on_change: Callable[[bool, str], None],
+                 measure: Callable[[Sequence[Path]], float] = used_fraction) -> None:
+        self._policy = policy
+        self._directories = list(directories)
+        self._interval_s = interval_s
+        self._on_change = on_change
+        self._measure = measure
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bookie-disk-monitor", daemon=True)
+        self.read_only = False
+
+    def start(self) -> None:
+        """Start the periodic checks (call ``check()`` first for an answer before anything else starts)."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def check(self) -> None:
+        """One check: measure, decide, and report a change."""
+        try:
+            used = self._measure(self._directories)
+        except (OSError, ValueError) as exc:
+            log.error("cannot read the disk usage of %s: %s", ", ".join(map(str, self._directories)), exc)
+            return
+        read_only = read_only_decision(self._policy, self.read_only, used)
+        if read_only == self.read_only:
+            return
+        self.read_only = read_only
+        if read_only:
+            reason = (f"disk {used:.1%} full, over the {self._policy.threshold:.0%} threshold "
+                      f"(--disk-usage-threshold); adds are refused until it is below "
+                      f"{self._policy.low_water_mark:.0%}: free space or add disks")
+        else:
+            reason = f"disk {used:.1%} full, below the {self._policy.low_water_mark:.0%} low-water mark"
+        log.warning("bookie turns %s: %s", "read-only" if read_only else "writable", reason)
+        try:
+            self._on_change(read_only, reason)
+        except Exception:  # noqa: BLE001 - e.g. the metadata store is down: retried at the next check
+            self.read_only = not read_only
+            log.exception("switching the bookie to %s failed; retrying at the next check",
+                          "read-only" if read_only else "writable")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.check()
