@@ -5,11 +5,16 @@ start (one line on stderr says why), 2 for invalid flags. Once serving it
 prints one line to stdout::
 
     bookie 127.0.0.1:3181 ready address=127.0.0.1:3181 metrics=http://127.0.0.1:9000/metrics
+
+With ``--exit-with-parent`` it also stops (gracefully, as on SIGTERM) once
+the process that started it is gone, even if that one was killed: a sandbox
+in a notebook kernel that died leaves no bookie behind.
 """
 from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import sys
 import threading
@@ -19,6 +24,7 @@ from bookie_server.config import configure_logging, parse_args
 from pyspark_ledger.errors import LedgerError
 
 _log = logging.getLogger("bookie_server")
+PARENT_CHECK_INTERVAL_S = 0.5
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = BookieServer(config)
     stop_requested = threading.Event()
     _install_signal_handlers(stop_requested)
+    if config.exit_with_parent:
+        _watch_parent(os.getppid(), stop_requested)
     try:
         server.start()
     except (LedgerError, OSError) as exc:
@@ -42,6 +50,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):  # a repeated stop signal must not turn exit 0 into a kill
         signal.signal(signum, signal.SIG_IGN)
     return 0
+
+
+def _watch_parent(parent_pid: int, stop_requested: threading.Event) -> None:
+    """Request a stop once this process is re-parented (its parent ended)."""
+    def watch() -> None:
+        while not stop_requested.wait(PARENT_CHECK_INTERVAL_S):
+            if os.getppid() != parent_pid:
+                _log.warning("the process that started this bookie (pid %d) is gone: stopping", parent_pid)
+                stop_requested.set()
+
+    threading.Thread(target=watch, name="bookie-parent-watch", daemon=True).start()
 
 
 def _install_signal_handlers(stop_requested: threading.Event) -> None:

@@ -45,6 +45,7 @@ class ServerConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
+    exit_with_parent: bool = False
     allow_new_data_dir: bool = False
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
@@ -180,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn writable again once the fullest disk is below this fraction")
     add("--disk-check-interval", dest="disk_check_interval_s", type=_non_negative_float, default=10.0,
         help="seconds between disk usage checks; 0 disables them")
+    add("--exit-with-parent", action="store_true",
+        help="stop gracefully once the process that started this bookie has ended (sandboxes use it)")
     add("--allow-new-data-dir", action="store_true",
         help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,

@@ -22,7 +22,8 @@ replicas). ``zookeeper=None`` likewise follows the data dir (default SQLite).
 arguments are bookie-server flags (``checkpoint_interval=0`` ...).
 Every process started is stopped by ``stop()`` (SIGTERM to the bookies so
 they checkpoint, then ZooKeeper), by ``__exit__`` and, as a last resort, at
-interpreter exit.
+interpreter exit; bookies also stop by themselves when the process that
+started them is killed (``--exit-with-parent``).
 """
 from __future__ import annotations
 
@@ -244,8 +245,8 @@ class Sandbox:
                 status="PORT_IN_USE")
 
     def _bookie_process(self, slot: BookieSlot) -> BookieProcess:
-        return BookieProcess(self.data_dir / slot.data_dir, self._metadata.bookie_uri, slot.port,
-                             **self._bookie_flags)
+        flags = {"exit_with_parent": True, **self._bookie_flags}  # a killed owner leaves no bookie behind
+        return BookieProcess(self.data_dir / slot.data_dir, self._metadata.bookie_uri, slot.port, **flags)
 
     def _start(self, index: int) -> BookieProcess:
         bookie = self.bookies[index].start()

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -128,3 +129,34 @@ def test_an_interpreter_that_forgets_stop_leaves_no_bookie_behind():
     assert done.returncode == 0, done.stderr
     pid_text, data_dir = done.stdout.split()
     assert not bookie_alive(int(pid_text)) and not os.path.exists(data_dir)
+
+
+def test_a_killed_owner_leaves_no_bookie_behind(tmp_path):
+    """A notebook kernel that dies (kill -9: no atexit, no __exit__): its sandbox's bookies stop by themselves."""
+    script = ("import sys; from pyspark_ledger.sandbox import Sandbox; "
+              f"sb = Sandbox(bookies=2, data_dir={str(tmp_path / 'sb')!r}).start(); "
+              "print(*[b.pid for b in sb.bookies], flush=True); sys.stdin.read()")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=REPO_ROOT)
+    pids: list[int] = []
+    try:
+        pids = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(pids) == 2 and all(bookie_alive(pid) for pid in pids)
+        owner.kill()
+        owner.wait(30)
+        deadline = time.monotonic() + 60
+        while any(bookie_alive(pid) for pid in pids):
+            assert time.monotonic() < deadline, "a bookie outlived its killed owner"
+            time.sleep(0.1)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        owner.stdin.close()
+        owner.stdout.close()
+        for pid in pids:
+            if bookie_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    for index in range(2):  # they stopped gracefully: checkpointed and said so
+        log = (tmp_path / "sb" / f"bookie-{index}" / "bookie-stderr.log").read_text()
+        assert "is gone: stopping" in log and "stopped" in log
