@@ -23,7 +23,7 @@ class ClientConfig:
     """
 
     #: An add unanswered by a bookie for this long counts as that bookie failing
-    #: (the writer then replaces it: an ensemble change).
+    #: (the writer then replaces it: an ensemble change; see ``delay_ensemble_change``).
     add_timeout_s: float = 10.0
     #: Deadline of one read / fencing read / LAC read request to one bookie.
     read_timeout_s: float = 10.0
@@ -64,6 +64,13 @@ class ClientConfig:
     placement: PlacementPolicy = field(default_factory=RandomPlacement)
     #: Seed of the placement's random choices; ``None`` = seeded from the OS.
     placement_seed: int | None = None
+    #: Delayed ensemble change (BookKeeper's ``delayEnsembleChange``): a bookie
+    #: that fails, or stays silent for ``add_timeout_s``, is kept in the ensemble
+    #: ("degraded", see ``LedgerWriter.degraded_bookies``) while every write set
+    #: still has Qa other bookies; entries are then confirmed without it and keep
+    #: Qa copies instead of Qw. One ensemble change replaces every failed bookie
+    #: once a further failure would block confirmation. False: replace at once.
+    delay_ensemble_change: bool = False
 
     def __post_init__(self) -> None:
         for name in ("add_timeout_s", "read_timeout_s", "close_timeout_s", "recovery_timeout_s",
@@ -88,6 +95,9 @@ class ClientConfig:
         if self.placement_seed is not None and (not isinstance(self.placement_seed, int)
                                                 or isinstance(self.placement_seed, bool)):
             raise InvalidConfigurationError(f"placement_seed must be an int or None, got {self.placement_seed!r}")
+        if not isinstance(self.delay_ensemble_change, bool):
+            raise InvalidConfigurationError(
+                f"delay_ensemble_change must be True or False, got {self.delay_ensemble_change!r}")
 
 
 def _positive_number(name: str, value: object, hint: str = "") -> None:

@@ -16,7 +16,9 @@ one at a time, so a callback never re-enters the tracker half-way. User
 futures are completed after the lock is released, by one thread at a time,
 in order. An answer FENCED or UNAUTHORIZED is fatal for the writer; any other
 error status, a broken stream or a silent bookie (``add_timeout_s``) is a
-bookie failure and leads to an ensemble change.
+bookie failure and leads to an ensemble change -- or, with
+``delay_ensemble_change``, to a degraded bookie while Qa stays reachable
+(``degraded_bookies``; logged at INFO once per bookie).
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ class LedgerWriter:
         self._key = master_key(password)
         self._encoder = AddEncoder(md.ledger_id, self._key)
         self._max_payload = ctx.config.max_entry_bytes - HEADER_SIZE - _DIGEST_ROOM
-        self._tracker = AddTracker(md.current_fragment.bookies, md.write_quorum, md.ack_quorum)
+        self._tracker = AddTracker(md.current_fragment.bookies, md.write_quorum, md.ack_quorum,
+                                   delay_ensemble_change=ctx.config.delay_ensemble_change)
         self._lock = threading.RLock()
         self._room = threading.Condition(self._lock)
         self._events = WriterEvents(self._lock, self._complete_futures)
@@ -91,6 +94,15 @@ class LedgerWriter:
     @property
     def metadata(self) -> LedgerMetadata:
         return self._current.value
+
+    @property
+    def degraded_bookies(self) -> tuple[str, ...]:
+        """Failed or silent bookies kept in the ensemble (``delay_ensemble_change``), in ensemble order.
+
+        Entries written meanwhile are confirmed without them and keep Qa copies, not Qw.
+        """
+        with self._lock:
+            return self._tracker.degraded_bookies
 
     def append(self, data: bytes) -> int:
         """Add one entry; returns its id once Qa bookies stored it and every earlier entry is confirmed."""
@@ -245,21 +257,32 @@ class LedgerWriter:
             return self._fail_writer(UnauthorizedError(
                 f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
                 f"key for this ledger id ({message})"))
-        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}")
+        read_only = status == BookieStatus.READ_ONLY  # will not take writes soon: replaced even when delaying
+        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}", replace_now=read_only)
 
     def _on_failure(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
         """The stream to ``bookie`` broke with these adds unanswered (transport thread)."""
         self._on_bookie_error(keys[0][1], bookie, str(error))
 
-    def _on_bookie_error(self, entry_id: int, bookie: str, reason: str) -> None:
+    def _on_bookie_error(self, entry_id: int, bookie: str, reason: str, replace_now: bool = False) -> None:
         if self._failure is not None or bookie in self._failed_bookies:
             return
         log.info("ledger %d: add of entry %d to bookie %s failed: %s", self.ledger_id, entry_id, bookie, reason)
         self._failed_bookies.add(bookie)
         self._outstanding.forget(bookie)
-        request = self._tracker.failed(bookie)
+        request = self._tracker.failed(bookie, replace_now=replace_now)
         if request is not None:
             self._start_change(request)
+        elif bookie in self._tracker.degraded_bookies:
+            self._log_degraded((bookie,))
+
+    def _log_degraded(self, bookies) -> None:
+        """Once per bookie: it failed at most once for this writer, or during a change (logged after it)."""
+        quorums = self._tracker.quorums
+        for bookie in bookies:
+            log.info("ledger %d: bookie %s degraded, not replaced (delay_ensemble_change): entries it has not "
+                     "acked are confirmed without it, under-replicated (%d copies, not %d)", self.ledger_id, bookie,
+                     quorums.ack_quorum, quorums.write_quorum)
 
     def _confirm(self, confirmed) -> None:
         frames, futures, push = self._frames, self._futures, self._done.push
@@ -322,6 +345,8 @@ class LedgerWriter:
         self._confirm(outcome.confirmed)
         if outcome.next_change is not None:
             self._start_change(outcome.next_change)
+        else:  # failures that joined this change and may wait (delay_ensemble_change)
+            self._log_degraded(self._tracker.degraded_bookies)
 
     # --- add timeouts -----------------------------------------------------------------
     def _sweep_interval(self) -> float:

@@ -10,6 +10,14 @@ replaced bookies gave for unconfirmed entries no longer count (those entries
 now belong to the new fragment, where the replacement does not have them yet),
 and every unconfirmed entry whose write set contains a replaced index is re-sent.
 
+With ``delay_ensemble_change`` (``delayed_change``) a failed bookie stays in
+the ensemble, *degraded*, while every write set keeps Qa other bookies: no
+change is requested, new entries skip it and are confirmed by Qa acks from
+the others. The first failure that would block confirmation requests one
+change naming every failed bookie. A failure reported with ``replace_now``
+(a read-only bookie: it will not take writes again soon) is never delayed,
+as in BookKeeper.
+
 Bookies are named by id; an ack from a bookie that is not (or no longer) at
 a write-set position of the entry in the current ensemble is ignored. Also
 used by recovery for its write-back (``add_recovered``).
@@ -20,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.protocol.delayed_change import may_delay_change
 from pyspark_ledger.protocol.schedule import Quorums
 
 
@@ -76,7 +85,7 @@ class AddTracker:
     """Pending adds of one ledger handle, for the current ensemble."""
 
     def __init__(self, ensemble: Sequence[str], write_quorum: int, ack_quorum: int, *,
-                 last_add_confirmed: int = -1, length: int = 0) -> None:
+                 last_add_confirmed: int = -1, length: int = 0, delay_ensemble_change: bool = False) -> None:
         self.quorums = Quorums(len(ensemble), write_quorum, ack_quorum)
         if last_add_confirmed < -1 or length < 0:
             raise InvalidConfigurationError(
@@ -88,8 +97,10 @@ class AddTracker:
         self._pushed_length = length
         self._pending: dict[int, _Pending] = {}
         self._failed: set[int] = set()
+        self._replace_now: set[int] = set()
         self._changing = False
         self._stopped_reason = ""
+        self._delay_change = bool(delay_ensemble_change)
 
     def _set_ensemble(self, ensemble: Sequence[str]) -> None:
         bookies = tuple(str(bookie) for bookie in ensemble)
@@ -129,6 +140,17 @@ class AddTracker:
     @property
     def stopped(self) -> bool:
         return bool(self._stopped_reason)
+
+    @property
+    def degraded_bookies(self) -> tuple[str, ...]:
+        """Failed bookies kept in the ensemble, unreplaced (delayed ensemble change), in ensemble order.
+
+        Entries are confirmed without them. Empty while a change is in progress
+        (the failed bookies are being replaced) and always empty without delay.
+        """
+        if self._changing:
+            return ()
+        return tuple(self._ensemble[index] for index in sorted(self._failed))
 
     # --- events ---------------------------------------------------------------
     def add(self, payload_size: int) -> AddPlan:
@@ -176,18 +198,25 @@ class AddTracker:
             head = self._pending.get(self._lac + 1)
         return tuple(released)
 
-    def failed(self, bookie_id: str) -> EnsembleChangeRequest | None:
+    def failed(self, bookie_id: str, *, replace_now: bool = False) -> EnsembleChangeRequest | None:
         """A write to ``bookie_id`` failed. Returns the change to make, or None when one is
-        already in progress (the failure joins the next change) or the bookie is not in
-        the ensemble any more."""
+        already in progress (the failure joins the next change), the bookie is not in
+        the ensemble any more, or -- with delayed ensemble change -- every write set can
+        still reach Qa without the failed bookies (it is then degraded) and no failed
+        bookie was reported with ``replace_now``."""
         index = self._index_of.get(bookie_id)
         if self._stopped_reason or index is None or index in self._failed:
             return None
         self._failed.add(index)
-        if self._changing:
+        if replace_now:
+            self._replace_now.add(index)
+        if self._changing or self._may_delay():
             return None
         self._changing = True
         return self._change_request()
+
+    def _may_delay(self) -> bool:
+        return self._delay_change and not self._replace_now and may_delay_change(self.quorums, self._failed)
 
     def _change_request(self) -> EnsembleChangeRequest:
         failed = {index: self._ensemble[index] for index in sorted(self._failed)}
@@ -201,6 +230,7 @@ class AddTracker:
         self._set_ensemble(new_ensemble)
         replaced = {i for i, bookie in enumerate(self._ensemble) if bookie != old[i]}
         self._failed -= replaced
+        self._replace_now -= replaced
         resends = []
         for entry_id in sorted(self._pending):
             pending = self._pending[entry_id]
@@ -208,7 +238,7 @@ class AddTracker:
             targets = tuple(self._ensemble[i] for i in pending.write_set if i in replaced)
             if targets:
                 resends.append(Resend(entry_id, targets))
-        if self._failed:
+        if self._failed and not self._may_delay():
             return EnsembleChangeOutcome(tuple(resends), (), self._change_request())
         self._changing = False
         return EnsembleChangeOutcome(tuple(resends), self._release(), None)
