@@ -123,8 +123,13 @@ class EntryCodec:
 
     def encode(self, ledger_id: int, entry_id: int, last_add_confirmed: int, length: int,
                payload: bytes | memoryview) -> bytes:
+        return b"".join((self.encode_head(ledger_id, entry_id, last_add_confirmed, length, payload), payload))
+
+    def encode_head(self, ledger_id: int, entry_id: int, last_add_confirmed: int, length: int,
+                    payload: bytes | memoryview) -> bytes:
+        """The encoded entry's bytes before its payload (header and digest): ``encode`` is head + payload."""
         header = _HEADER.pack(MAGIC, VERSION, self._code, ledger_id, entry_id, last_add_confirmed, length)
-        return b"".join((header, self._digest(header, payload), payload))
+        return header + self._digest(header, payload)
 
     def decode(self, body: bytes, ledger_id: int | None = None, entry_id: int | None = None) -> DecodedEntry:
         """Verify the digest (and the expected ids) and return the entry."""

@@ -19,6 +19,7 @@ def test_round_trip(digest, payload):
     entry = codec.decode(body, 7, 42)
     assert (entry.ledger_id, entry.entry_id, entry.last_add_confirmed, entry.length) == (7, 42, 41, 1234)
     assert entry.payload == payload
+    assert codec.encode_head(7, 42, 41, 1234, payload) + payload == body
 
 
 @pytest.mark.parametrize("digest", DIGESTS)

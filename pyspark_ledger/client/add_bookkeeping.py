@@ -2,10 +2,12 @@
 
 ``WriterEvents`` runs the events posted by transport, scheduler and worker
 threads under the writer's lock, one at a time and never one inside another
-half-way: the poster runs them once it gets the lock, or the holder does
-when it lets go (``drain`` after every ``with lock``). A poster does not wait
-while the holder is sending (``sending``): a send may wait for room on a
-stream, which only the answers the poster delivers make.
+half-way: the poster runs them if it gets the lock at once; if another
+thread holds it, the poster leaves them queued and returns (it never waits:
+the transport thread must not stall behind a caller), and the holder runs
+them when it lets go -- every ``with lock`` of the writer is followed by
+``drain()``. Posters queue before they try the lock and holders drain after
+they release it, so no event is ever stranded.
 
 ``Outstanding`` remembers when each add was sent to each bookie, so a bookie
 silent for longer than ``add_timeout_s`` can be treated as failed (the oldest
@@ -23,8 +25,6 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Callable
 
-_LOCK_POLL_S = 0.005  # how often a poster waiting for the lock checks whether its holder is sending
-
 
 class WriterEvents:
     """A writer's queue of events, run under its lock (see the module docstring)."""
@@ -34,7 +34,6 @@ class WriterEvents:
         self._after_drain = after_drain
         self._inbox: deque[Callable[[], None]] = deque()
         self._busy = False
-        self.sending = False
 
     def post(self, event: Callable[[], None]) -> None:
         """Run ``event`` under the lock, after any event being handled up the stack."""
@@ -56,11 +55,10 @@ class WriterEvents:
             self._run_queued()
 
     def drain(self) -> None:
-        """Run queued events once the lock is free; ``after_drain`` runs outside the lock."""
+        """Run queued events unless another thread holds the lock (it will); ``after_drain`` runs outside it."""
         while self._inbox:
-            while not self._lock.acquire(timeout=_LOCK_POLL_S):
-                if self.sending:
-                    return
+            if not self._lock.acquire(blocking=False):
+                return
             try:
                 if self._busy:  # this thread is inside an action or an event: that level runs them
                     return

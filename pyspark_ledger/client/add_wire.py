@@ -80,13 +80,18 @@ class AddEncoder:
 
     def encode(self, entry_id: int, body: bytes, recovery: bool = False) -> bytes:
         """One add (``entry_id`` a signed 64-bit int, ``body`` bytes), framed as a field of an AddBatch."""
+        return self.encode_pieces(entry_id, b"", body, recovery)
+
+    def encode_pieces(self, entry_id: int, head: bytes, payload: bytes, recovery: bool = False) -> bytes:
+        """``encode(entry_id, head + payload)`` without building the body first (one copy of the payload)."""
         ledger, key = self._common
         entry = _ENTRY_ID + varint(entry_id % _UINT64) if entry_id else b""
         size = len(ledger) + len(entry) + len(key) + (2 if recovery else 0)
-        if body:
-            body_length = varint(len(body))
-            size += 1 + len(body_length) + len(body)
-            parts = [_ADDS_FIELD, varint(size), ledger, entry, key, _BODY, body_length, body]
+        body_size = len(head) + len(payload)
+        if body_size:
+            body_length = varint(body_size)
+            size += 1 + len(body_length) + body_size
+            parts = [_ADDS_FIELD, varint(size), ledger, entry, key, _BODY, body_length, head, payload]
         else:
             parts = [_ADDS_FIELD, varint(size), ledger, entry, key]
         if recovery:

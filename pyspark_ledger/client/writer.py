@@ -102,7 +102,9 @@ class LedgerWriter:
         Entries written meanwhile are confirmed without them and keep Qa copies, not Qw.
         """
         with self._lock:
-            return self._tracker.degraded_bookies
+            degraded = self._tracker.degraded_bookies
+        self._events.drain()
+        return degraded
 
     def append(self, data: bytes) -> int:
         """Add one entry; returns its id once Qa bookies stored it and every earlier entry is confirmed."""
@@ -120,16 +122,14 @@ class LedgerWriter:
                 self._room.wait_for(self._has_room)
             self._check_open()
             future: Future = Future()
-            ledger_id = self.ledger_id
             plan = self._tracker.add(len(payload))
             entry_id = plan.entry_id
-            body = self._codec.encode(ledger_id, entry_id, plan.last_add_confirmed, plan.length, payload)
-            frame = self._frames[entry_id] = self._encoder.encode(entry_id, body)
+            head = self._codec.encode_head(self.ledger_id, entry_id, plan.last_add_confirmed, plan.length, payload)
+            frame = self._frames[entry_id] = self._encoder.encode_pieces(entry_id, head, payload)
             self._futures[entry_id] = future
             now = time.monotonic()
             self._lac_flusher.entry_sent(plan.last_add_confirmed, now)
-            adds = ((entry_id, frame),)
-            self._events.run(lambda: [self._send(bookie, adds, now) for bookie in plan.targets])
+            self._events.run(lambda: self._send_to_all(plan.targets, ((entry_id, frame),), now))
         self._events.drain()
         if self._done:
             self._complete_futures()
@@ -206,19 +206,20 @@ class LedgerWriter:
         log.debug("ledger %d closed at entry %d", self.ledger_id, lac)
 
     # --- sending and answers (lock held) --------------------------------------------
+    def _send_to_all(self, bookies, adds, now: float) -> None:
+        for bookie in bookies:
+            self._send(bookie, adds, now)
+
     def _send(self, bookie: str, adds, now: float) -> None:
         """Send ``(entry id, encoded add)`` pairs to one bookie; a refusal is a bookie failure."""
         sent = self._outstanding.sent
         for entry_id, _ in adds:
             sent(bookie, entry_id, now)
-        self._events.sending = True
         try:
             self._ctx.transport.send_adds(bookie, self.ledger_id, adds, self._answers)
         except LedgerError as exc:
             first, reason = adds[0][0], str(exc)
             self._events.queue(lambda: self._on_bookie_error(first, bookie, reason))
-        finally:
-            self._events.sending = False
 
     def _answered(self, bookie: str, results: list) -> None:
         """The add-stream listener (transport thread): one writer event per answer batch of a bookie."""
@@ -324,7 +325,7 @@ class LedgerWriter:
             try:
                 changed = change_ensemble(self._ctx, self._current, request, exclude)
             except LedgerError as exc:
-                return self._events.post(lambda: self._fail_writer(exc))
+                return self._events.post(lambda error=exc: self._fail_writer(error))  # exc is unbound later
             except Exception as exc:  # noqa: BLE001 - surfaced to every pending add, never lost
                 error = LedgerClosedError(f"ensemble change of ledger {self.ledger_id} failed: {exc!r}")
                 return self._events.post(lambda: self._fail_writer(error))

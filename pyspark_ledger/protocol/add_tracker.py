@@ -110,6 +110,9 @@ class AddTracker:
             )
         self._ensemble = bookies
         self._index_of = {bookie: index for index, bookie in enumerate(bookies)}
+        quorums = self.quorums  # an entry's write set and targets depend only on entry_id % E
+        self._write_sets = tuple(quorums.write_set(residue) for residue in range(quorums.ensemble_size))
+        self._targets = tuple(tuple(bookies[i] for i in write_set) for write_set in self._write_sets)
 
     # --- queries ------------------------------------------------------------
     @property
@@ -171,10 +174,14 @@ class AddTracker:
     def _push(self, entry_id: int, length: int) -> AddPlan:
         if self._stopped_reason:
             raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
-        pending = _Pending(entry_id, length, self.quorums.write_set(entry_id))
-        self._pending[entry_id] = pending
+        residue = entry_id % self.quorums.ensemble_size
+        write_set = self._write_sets[residue]
+        self._pending[entry_id] = _Pending(entry_id, length, write_set)
         self._pushed_length = length
-        targets = tuple(self._ensemble[i] for i in pending.write_set if i not in self._failed)
+        if self._failed:
+            targets = tuple(self._ensemble[i] for i in write_set if i not in self._failed)
+        else:
+            targets = self._targets[residue]
         return AddPlan(entry_id, self._lac, length, targets)
 
     def ack(self, entry_id: int, bookie_id: str) -> tuple[ConfirmedAdd, ...]:

@@ -25,6 +25,8 @@ def test_encoded_add_is_what_protobuf_serializes(ledger_id, entry_id, key, body,
                                                recovery=recovery)]).SerializeToString()
     assert encode_add(ledger_id, entry_id, key, body, recovery) == expected
     assert AddEncoder(ledger_id, key).encode(entry_id, body, recovery) == expected
+    for cut in {0, len(body) // 3, len(body)}:  # the body given as head + payload: the same bytes
+        assert AddEncoder(ledger_id, key).encode_pieces(entry_id, body[:cut], body[cut:], recovery) == expected
 
 
 def test_a_batch_is_the_concatenation_of_its_adds():
