@@ -8,7 +8,9 @@ A checkpoint
   3. fsyncs the entry logs (covering every entry those copies point to),
      writes and fsyncs the index pages, atomically replaces the state snapshot;
   4. atomically replaces the mark file (temp, fsync, rename, fsync dir);
-  5. deletes journal files wholly before the mark.
+  5. unlinks the index files of ledgers garbage collected before step 1
+     (deleted at a journal sequence the mark covers: see ``storage_gc``);
+  6. deletes journal files wholly before the mark.
 Adds keep running meanwhile: whatever they change after step 1 is replayed
 from the journal after a crash, and replay is idempotent.
 
@@ -118,12 +120,13 @@ class Checkpointer:
                 raise self._failure from exc
 
     def _checkpoint(self) -> None:
-        mark = self._journal.mark()
+        mark, durable = self._journal.durable_position()
         crash_point("checkpoint_after_mark_taken")
         with self._lock:
             pages = self._index.dirty_pages()
             snapshot = self._states.snapshot()
-        if mark == self._last_mark and not pages and snapshot is None:
+            removed = self._index.ready_discards(durable, lambda ledger_id: self._states.get(ledger_id) is not None)
+        if mark == self._last_mark and not pages and snapshot is None and not removed:
             return  # nothing happened since the last checkpoint
         try:
             self._entry_logger.sync()
@@ -139,6 +142,11 @@ class Checkpointer:
         crash_point("checkpoint_before_mark_persist")
         write_mark(self._mark_path, mark)
         self._last_mark = mark
+        if removed:
+            crash_point("checkpoint_before_index_unlink")
+            self._index.remove_files(removed)
+            with self._lock:
+                self._index.forget_discards(removed)
         self._journal.remove_files_before(mark.file_id)
 
     def _run(self) -> None:

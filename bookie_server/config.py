@@ -45,6 +45,8 @@ class ServerConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
+    gc_interval_s: float = 300.0
+    gc_compaction_threshold: float = 0.2
     exit_with_parent: bool = False
     allow_new_data_dir: bool = False
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
@@ -80,6 +82,16 @@ def _fraction(text: str) -> float:
         value = -1.0
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], e.g. 0.95, got {text!r}")
+    return value
+
+
+def _compaction_threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), e.g. 0.2 (0 = no compaction), got {text!r}")
     return value
 
 
@@ -181,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn writable again once the fullest disk is below this fraction")
     add("--disk-check-interval", dest="disk_check_interval_s", type=_non_negative_float, default=10.0,
         help="seconds between disk usage checks; 0 disables them")
+    add("--gc-interval", dest="gc_interval_s", type=_non_negative_float, default=300.0,
+        help="seconds between garbage collection passes (ledgers deleted from the metadata store lose their "
+             "data here after two passes); 0 turns garbage collection off")
+    add("--gc-compaction-threshold", type=_compaction_threshold, default=0.2,
+        help="compact a sealed entry log (copy its live entries, delete it) once live data is below this "
+             "fraction of it; 0 = never compact")
     add("--exit-with-parent", action="store_true",
         help="stop gracefully once the process that started this bookie has ended (sandboxes use it)")
     add("--allow-new-data-dir", action="store_true",

@@ -14,9 +14,16 @@ instead of entry bodies (``StorageConfig.journal_write_data`` off).
 A new log is started by the first append after open and when the current one reaches
 ``entry_log_size``. Reads check the record's ids and checksum and raise
 ``CorruptStorageError`` when they do not match.
+
+For garbage collection the logger keeps each log's ``LogUsage`` (which
+ledgers, how many bytes; see ``entry_log_usage``), persists it when a log is
+sealed, rebuilds it at open, and deletes whole logs (``remove_log``) once
+the collector has made sure nothing can need them any more. The newest log
+on disk is never removed, so a log id is never used twice.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -25,8 +32,11 @@ from typing import NamedTuple, Sequence
 
 import crc32c
 
+from bookie_server.entry_log_usage import USAGE_SUFFIX, LogUsage, load_usage, usage_path, write_usage
 from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all
 from pyspark_ledger.errors import CorruptStorageError, StorageError
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"PLEL"
 LOG_SUFFIX = ".log"
@@ -45,8 +55,8 @@ class EntryLocation(NamedTuple):
 class EntryLogger:
     """Appends entries to ``<dir>/<id>.log`` files and reads them back by location.
 
-    ``append_batch`` must be called by one thread at a time (the storage lock);
-    ``read`` and ``sync`` may run concurrently with it.
+    ``append_batch``, ``remove_log`` and the usage accessors must be called by one thread at a time
+    (the storage lock); ``read`` and ``sync`` may run concurrently with them.
     """
 
     def __init__(self, directory: Path, max_log_size: int) -> None:
@@ -57,10 +67,14 @@ class EntryLogger:
         self._unsynced: set[int] = set()
         self._dir_dirty = False
         self._closed = False
+        self._readers: dict[int, int] = {}  # log id -> reads in progress (a removed log's fd waits for them)
+        self._retired: dict[int, int] = {}  # log id -> fd of a removed log still being read
         existing = numbered_files(directory, LOG_SUFFIX)
         self._log_id = (existing[-1][0] if existing else 0) + 1  # created at the first append
         self._offset = 0
         self._started = False
+        self._usage = {log_id: _load_usage(path) for log_id, path in existing}
+        _remove_orphan_usage_files(directory, set(self._usage))
 
     def path(self, log_id: int) -> Path:
         return self._dir / numbered_name(log_id, LOG_SUFFIX)
@@ -72,11 +86,15 @@ class EntryLogger:
         caller must stop appending (the storage becomes read-only).
         """
         if not self._started or self._offset >= self._max_size:
+            if self._started:
+                self._seal(self._log_id)
             self._start_log(self._log_id + 1 if self._started else self._log_id)
         chunks: list[Buffer] = []
         locations = []
         offset = self._offset
+        usage = self._usage[self._log_id]
         for ledger_id, entry_id, body in entries:
+            usage.add(ledger_id, len(body))
             fixed = _FIXED.pack(ledger_id, entry_id, len(body))
             crc = crc32c.crc32c(body, value=crc32c.crc32c(fixed))
             chunks.append(MAGIC + _CRC.pack(crc) + fixed)
@@ -95,18 +113,48 @@ class EntryLogger:
         what = f"ledger {ledger_id} entry {entry_id} in entry log {self.path(log_id)} at offset {offset}"
         try:
             fd = self._read_fd(log_id)
-            if length <= _SMALL_READ:
-                record = os.pread(fd, HEADER_SIZE + length, offset)
-                header, body = record[:HEADER_SIZE], record[HEADER_SIZE:]
-            else:
-                header = os.pread(fd, HEADER_SIZE, offset)
-                body = os.pread(fd, length, offset + HEADER_SIZE)
         except FileNotFoundError as exc:
             raise CorruptStorageError(f"{what}: the entry log file is missing") from exc
         except OSError as exc:
             raise StorageError(f"reading {what} failed: {exc}") from exc
+        try:
+            header, body = _pread_record(fd, offset, length)
+        except OSError as exc:
+            raise StorageError(f"reading {what} failed: {exc}") from exc
+        finally:
+            self._release_fd(log_id)
         _check_record(header, body, ledger_id, entry_id, length, what)
         return body
+
+    # --- garbage collection (storage lock held) ----------------------------------------
+
+    @property
+    def current_log_id(self) -> int | None:
+        """The log being appended to, None before the first append after open."""
+        return self._log_id if self._started else None
+
+    def usage(self) -> dict[int, LogUsage]:
+        """Every log's usage map by log id (the logger's own objects: read them under the storage lock)."""
+        return self._usage
+
+    def remove_log(self, log_id: int) -> int:
+        """Delete a log (never the newest one) and its usage file; return the bytes freed. Raises OSError."""
+        if log_id >= max(self._usage, default=0) or log_id == self.current_log_id:
+            raise StorageError(f"entry log {log_id} is the newest one and cannot be removed")
+        path = self.path(log_id)
+        size = path.stat().st_size
+        with self._lock:
+            fd = self._fds.pop(log_id, None)
+            self._unsynced.discard(log_id)
+            if fd is not None and self._readers.get(log_id):
+                self._retired[log_id], fd = fd, None
+        if fd is not None:
+            os.close(fd)
+        path.unlink()
+        usage_path(path).unlink(missing_ok=True)
+        del self._usage[log_id]
+        fsync_dir(self._dir)
+        return size
 
     def sync(self) -> None:
         """fsync every log written since the last sync (and the directory if a log was created)."""
@@ -114,7 +162,7 @@ class EntryLogger:
             pending = sorted(self._unsynced)
             self._unsynced.clear()
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-            fds = [self._fds[log_id] for log_id in pending]
+            fds = [self._fds[log_id] for log_id in pending if log_id in self._fds]
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -127,8 +175,12 @@ class EntryLogger:
             raise
 
     def close(self) -> None:
+        """Persist the current log's usage (so the next start need not scan it) and close every file."""
+        if self._started and not self._closed:
+            self._seal(self._log_id)
         with self._lock:
-            fds, self._fds = list(self._fds.values()), {}
+            fds, self._fds = list(self._fds.values()) + list(self._retired.values()), {}
+            self._retired = {}
             self._closed = True
         for fd in fds:
             os.close(fd)
@@ -138,18 +190,66 @@ class EntryLogger:
         with self._lock:
             self._fds[log_id] = fd
             self._dir_dirty = True
+        self._usage[log_id] = LogUsage()
         self._log_id, self._offset, self._started = log_id, 0, True
 
+    def _seal(self, log_id: int) -> None:
+        """Persist a log's usage once nothing more goes into it; a failure only costs a scan at the next start."""
+        try:
+            write_usage(self.path(log_id), self._usage[log_id])
+        except OSError as exc:
+            log.warning("cannot persist the ledger map of entry log %s (%s); it is rebuilt at the next start",
+                        self.path(log_id), exc)
+
     def _read_fd(self, log_id: int) -> int:
+        """The log's fd, counted as in use until ``_release_fd`` (so removing the log cannot close it)."""
         with self._lock:
             fd = self._fds.get(log_id)
-            if fd is not None:
-                return fd
-            if self._closed:
-                raise StorageError("the entry logger is closed")
-            fd = os.open(self.path(log_id), os.O_RDONLY)
-            self._fds[log_id] = fd
+            if fd is None:
+                if self._closed:
+                    raise StorageError("the entry logger is closed")
+                fd = os.open(self.path(log_id), os.O_RDONLY)
+                self._fds[log_id] = fd
+            self._readers[log_id] = self._readers.get(log_id, 0) + 1
             return fd
+
+    def _release_fd(self, log_id: int) -> None:
+        with self._lock:
+            count = self._readers.get(log_id, 0) - 1
+            if count > 0:
+                self._readers[log_id] = count
+                return
+            self._readers.pop(log_id, None)
+            fd = self._retired.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
+
+
+def _pread_record(fd: int, offset: int, length: int) -> tuple[bytes, bytes]:
+    if length <= _SMALL_READ:
+        record = os.pread(fd, HEADER_SIZE + length, offset)
+        return record[:HEADER_SIZE], record[HEADER_SIZE:]
+    return os.pread(fd, HEADER_SIZE, offset), os.pread(fd, length, offset + HEADER_SIZE)
+
+
+def _load_usage(path: Path) -> LogUsage:
+    usage, scanned = load_usage(path)
+    if usage.pinned:
+        log.error("%s", usage.pinned)
+    elif scanned:
+        log.info("entry log %s: rebuilt its ledger map by scanning it (%d ledgers)", path, len(usage.ledgers))
+        try:
+            write_usage(path, usage)
+        except OSError as exc:
+            log.warning("cannot persist the ledger map of entry log %s: %s", path, exc)
+    return usage
+
+
+def _remove_orphan_usage_files(directory: Path, log_ids: set[int]) -> None:
+    """Usage files whose log is gone (a crash between the two unlinks of ``remove_log``)."""
+    for log_id, path in numbered_files(directory, USAGE_SUFFIX):
+        if log_id not in log_ids:
+            path.unlink(missing_ok=True)
 
 
 def _check_record(header: bytes, body: bytes, ledger_id: int, entry_id: int, length: int, what: str) -> None:

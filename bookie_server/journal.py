@@ -77,6 +77,8 @@ class Journal:
         self._fd = self._create_file(first_file_id)
         self._offset = 0
         self._synced = JournalMark(first_file_id, 0)
+        self._submitted = 0  # submissions accepted so far; they are written in this order
+        self._durable = 0  # of those, how many are fsync'd (all before ``_synced``)
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
         self._thread.start()
 
@@ -92,8 +94,34 @@ class Journal:
             if self._closing or self._failure is not None:
                 return False
             self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback))
+            self._submitted += 1
             self._cond.notify()
         return True
+
+    @property
+    def submitted(self) -> int:
+        """How many submissions were accepted so far (a sequence number for ``durable_position``)."""
+        with self._cond:
+            return self._submitted
+
+    def durable_position(self) -> tuple[JournalMark, int]:
+        """The mark and how many submissions are fsync'd: every submission numbered up to that count is
+        before the mark (submissions are written in the order they were accepted)."""
+        with self._cond:
+            return self._synced, self._durable
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until everything submitted before this call is fsync'd; False if the journal failed,
+        is closed or did not get there within ``timeout_s``."""
+        done = threading.Event()
+        outcome: list[bool] = []
+
+        def record(durable: bool) -> None:
+            outcome.append(durable)
+            done.set()
+        if not self.submit([], 0, 0, record):
+            return False
+        return done.wait(timeout_s) and outcome == [True]
 
     def mark(self) -> JournalMark:
         """The position just after the last fsync'd batch."""
@@ -171,6 +199,7 @@ class Journal:
         self._offset += written
         with self._cond:
             self._synced = JournalMark(self._file_id, self._offset)
+            self._durable += len(batch)
         for item in batch:
             _call(item.callback, True)
         if self._on_sync is not None:

@@ -9,7 +9,10 @@ each checkpoint, by an atomically replaced snapshot file::
 
 Every change is monotonic (a ledger is created once with its key, fenced
 only goes to True, LAC and last entry only grow), which is what makes
-replaying journal records on top of a newer snapshot harmless.
+replaying journal records on top of a newer snapshot harmless. The one
+exception is ``remove`` (garbage collection of a ledger deleted from the
+metadata store): see ``storage_gc`` for why replay cannot bring back a
+removed ledger in a broken state.
 Not thread-safe: the storage lock serialises every call.
 """
 from __future__ import annotations
@@ -58,6 +61,16 @@ class LedgerStates:
         record = self._records[ledger_id] = LedgerRecord(bytes(master_key))
         self._dirty = True
         return record
+
+    def ids(self) -> set[int]:
+        return set(self._records)
+
+    def remove(self, ledger_id: int) -> bool:
+        """Forget the ledger (garbage collection); False if it was not known."""
+        if self._records.pop(ledger_id, None) is None:
+            return False
+        self._dirty = True
+        return True
 
     def fence(self, record: LedgerRecord) -> None:
         if not record.fenced:

@@ -4,7 +4,10 @@ Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
 ``read_requests_total{status}``, ``add_latency_seconds``,
 ``read_latency_seconds``, ``journal_fsync_latency_seconds``,
 ``journal_batch_records``, ``journal_batch_bytes``, ``bytes_written_total``,
-``bytes_read_total``, ``inflight_adds``, ``add_streams``.
+``bytes_read_total``, ``inflight_adds``, ``add_streams``; garbage collection:
+``gc_passes_total{outcome}``, ``gc_ledgers_collected_total``,
+``gc_entry_logs_deleted_total``, ``gc_entry_logs_compacted_total``,
+``gc_entries_copied_total``, ``gc_bytes_reclaimed_total``.
 """
 from __future__ import annotations
 
@@ -48,6 +51,16 @@ class BookieMetrics:
         self._bytes_read = Counter("bookie_bytes_read", "Entry bytes returned by reads", registry=reg)
         self._inflight = Gauge("bookie_inflight_adds", "Adds received and not yet durable", registry=reg)
         self._streams = Gauge("bookie_add_streams", "Open add streams", registry=reg)
+        self._gc_passes = Counter("bookie_gc_passes", "Garbage collection passes, by outcome", ["outcome"],
+                                  registry=reg)
+        self._gc_ledgers = Counter("bookie_gc_ledgers_collected", "Ledgers deleted by garbage collection",
+                                   registry=reg)
+        self._gc_logs = Counter("bookie_gc_entry_logs_deleted", "Entry logs deleted by garbage collection",
+                                registry=reg)
+        self._gc_compacted = Counter("bookie_gc_entry_logs_compacted", "Entry logs compacted", registry=reg)
+        self._gc_copied = Counter("bookie_gc_entries_copied", "Live entries copied by compaction", registry=reg)
+        self._gc_bytes = Counter("bookie_gc_bytes_reclaimed", "Entry log bytes freed by garbage collection",
+                                 registry=reg)
         self._http = None
         self._http_thread: threading.Thread | None = None
 
@@ -83,6 +96,15 @@ class BookieMetrics:
         self._batch_records.observe(records)
         self._batch_bytes.observe(written_bytes)
         self._fsync_latency.observe(fsync_seconds)
+
+    def gc_pass_done(self, result) -> None:
+        """One garbage collection pass (a ``gc.GcPass``) finished."""
+        self._gc_passes.labels(outcome=result.outcome).inc()
+        self._gc_ledgers.inc(len(result.ledgers_deleted))
+        self._gc_logs.inc(len(result.logs_deleted))
+        self._gc_compacted.inc(len(result.logs_compacted))
+        self._gc_copied.inc(result.entries_copied)
+        self._gc_bytes.inc(result.bytes_reclaimed)
 
     def stream_opened(self) -> None:
         self._streams.inc()

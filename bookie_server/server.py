@@ -2,11 +2,12 @@
 
 ``BookieServer(config).start()`` opens the metadata store, checks the cookie,
 opens storage (replaying the journal), binds the gRPC port, serves /metrics,
-registers the bookie and only then reports SERVING on the standard gRPC
-health service. ``stop()`` is the graceful path taken on SIGTERM/SIGINT:
+registers the bookie, starts the garbage collector (``--gc-interval``) and
+only then reports SERVING on the standard gRPC health service. ``stop()`` is the graceful path taken on SIGTERM/SIGINT:
 NOT_SERVING, stop accepting RPCs, let in-flight adds become durable and be
-answered (bounded by the grace period), close storage (drain the journal and
-checkpoint), deregister, close the metadata store.
+answered (bounded by the grace period), stop the garbage collector, close
+storage (drain the journal and checkpoint), deregister, close the metadata
+store.
 
 A failure while starting raises a LedgerError whose message is the one line
 the CLI prints; whatever was opened is closed again.
@@ -69,6 +70,7 @@ class BookieServer:
         self._health: health.HealthServicer | None = None
         self._registration = None
         self._disk_monitor = None
+        self._gc = None
         self._stopped = False
 
     @property
@@ -90,6 +92,7 @@ class BookieServer:
             self._register()
             if self._disk_monitor is not None:
                 self._disk_monitor.start()
+            self._start_gc()
         except BaseException:
             self._close_resources()
             raise
@@ -164,6 +167,19 @@ class BookieServer:
         self._disk_monitor = DiskMonitor(policy, directories, config.disk_check_interval_s, self._disk_changed)
         self._disk_monitor.check()  # a full disk at start: registered read-only from the first moment
 
+    def _start_gc(self) -> None:
+        from bookie_server.gc import GarbageCollector
+
+        config = self.config
+        if config.gc_interval_s <= 0:
+            _log.info("garbage collection off (--gc-interval 0): deleted ledgers keep their data here")
+            return
+        self._gc = GarbageCollector(self._storage, self._store, config.gc_interval_s,
+                                    config.gc_compaction_threshold, self.metrics)
+        self._gc.start()
+        _log.info("garbage collection every %.1f s (compaction threshold %.2f)", config.gc_interval_s,
+                  config.gc_compaction_threshold)
+
     def _disk_changed(self, read_only: bool, reason: str) -> None:
         """The disk monitor's verdict: refuse or take adds, and register as read-only or writable."""
         storage, registration = self._storage, self._registration
@@ -204,6 +220,8 @@ class BookieServer:
         self._stopped = True
         if self._disk_monitor is not None:
             self._disk_monitor.stop()
+        if self._gc is not None:
+            self._gc.stop()
         if self._grpc is not None and not self._grpc.stop(0).wait(EXTRA_STOP_WAIT_S):
             _log.warning("the gRPC server did not finish its shutdown within %.0f s", EXTRA_STOP_WAIT_S)
         if self._executor is not None:

@@ -14,6 +14,10 @@ acknowledged (OK) only once durable.
 Failure policy: if the journal, the entry log or a checkpoint fails, the
 storage stops taking adds and fences (they answer IO_ERROR, see ``failure``)
 but keeps serving reads; a restart replays the journal from the last mark.
+
+Garbage collection (``delete_ledgers``, ``reclaim_entry_logs``,
+``compact_entry_logs``; the crash-safety design is in ``storage_gc``) is
+driven by the bookie's collector thread (``gc.py``).
 """
 from __future__ import annotations
 
@@ -34,13 +38,14 @@ from bookie_server.journal_format import encode_add_ref, encode_fence, encode_le
 from bookie_server.journal_replay import replay_journal
 from bookie_server.ledger_state import LedgerRecord, LedgerStates
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
-from bookie_server.storage_requests import (AddOp, LedgerView, PreparedAdd, StoredEntry, prepare_add, valid_key,
-                                            valid_ledger_id)
+from bookie_server.storage_gc import GcOutcome, StorageGc
+from bookie_server.storage_requests import (AddOp, LedgerView, PreparedAdd, StoredEntry, completion, prepare_add,
+                                            running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
 from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
-__all__ = ["AddOp", "BookieStorage", "LedgerView", "StorageConfig"]
+__all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +100,9 @@ class BookieStorage:
             result = replay_journal(config.journal_dir, read_mark(config.data_dir / MARK_FILE_NAME),
                                     config.skip_journal_corruption, applier.apply)
             applier.flush()
-        log.info("bookie storage %s: replayed %d journal records from %d files", config.data_dir,
-                 result.records, result.files)
+            orphans = self._index.remove_orphan_files(lambda ledger_id: self._states.get(ledger_id) is not None)
+        log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
+                 "ledgers", config.data_dir, result.records, result.files, orphans)
         self._journal = Journal(config, result.next_file_id, on_journal_sync,
                                 None if config.journal_write_data else self._entry_log.sync)
         self._checkpointer = Checkpointer(
@@ -104,6 +110,9 @@ class BookieStorage:
             journal=self._journal, entry_logger=self._entry_log, index=self._index, states=self._states,
             lock=self._lock, interval_s=config.checkpoint_interval_s)
         self._checkpointer.start()
+        self._gc = StorageGc(lock=self._lock, states=self._states, index=self._index, entry_log=self._entry_log,
+                             journal=self._journal, checkpointer=self._checkpointer, refusal=self._refusal,
+                             fail=self._fail_store)
 
     # --- writes -----------------------------------------------------------------------
 
@@ -112,14 +121,14 @@ class BookieStorage:
 
         The future is completed on the journal thread: done-callbacks must be quick and must not block.
         """
-        future = _running_future()
+        future = running_future()
         with_body = self._config.journal_write_data
         prepared = [prepare_add(add, with_body) for add in adds]
         statuses = [pb.BAD_REQUEST] * len(prepared)
         with self._lock:
             batch = self._admit_batch(adds, prepared, statuses)
             submitted = bool(batch.entries) and self._store_and_submit(
-                batch, _completion(future, statuses, batch.accepted))
+                batch, completion(future, statuses, batch.accepted))
         if not submitted:
             for position in batch.accepted:
                 statuses[position] = pb.IO_ERROR
@@ -161,9 +170,7 @@ class BookieStorage:
         try:
             locations = self._store(batch.entries)
         except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt
-            self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
-                                               "until it is restarted (restart replays the journal)")
-            log.error("%s", self._store_failure)
+            self._fail_store(exc)
             return False
         if not self._config.journal_write_data:
             batch.chunks.extend(encode_add_ref(entry.ledger_id, entry.entry_id, entry.last_add_confirmed, *location)
@@ -191,7 +198,7 @@ class BookieStorage:
 
     def fence(self, ledger_id: int, master_key: bytes) -> concurrent.futures.Future[int]:
         """Durably fence the ledger (creating it fenced if unknown); resolves OK once fsync'd."""
-        future = _running_future()
+        future = running_future()
         if not valid_ledger_id(ledger_id) or not valid_key(master_key):
             future.set_result(pb.BAD_REQUEST)
             return future
@@ -289,6 +296,26 @@ class BookieStorage:
         record = self._states.get(ledger_id)
         return record is not None and record.last_add_confirmed > previous_lac
 
+    # --- garbage collection -----------------------------------------------------------
+
+    def ledger_ids(self) -> set[int]:
+        """Every ledger this bookie holds."""
+        with self._lock:
+            return self._states.ids()
+
+    def delete_ledgers(self, ledger_ids: Sequence[int]) -> list[int]:
+        """Delete these ledgers here (their metadata is gone); returns those that existed. Reads of them
+        answer NO_SUCH_LEDGER at once; disk space comes back with ``reclaim_entry_logs``."""
+        return self._gc.delete_ledgers(ledger_ids)  # a long poll on one ends at its next slice (view None)
+
+    def reclaim_entry_logs(self) -> GcOutcome:
+        """Make deletions durable (journal flush + checkpoint) and delete entry logs with no live ledger."""
+        return self._gc.reclaim_entry_logs()
+
+    def compact_entry_logs(self, threshold: float) -> GcOutcome:
+        """Copy the live entries out of sealed entry logs whose live share is below ``threshold``; delete them."""
+        return self._gc.compact_entry_logs(threshold)
+
     # --- maintenance ------------------------------------------------------------------
 
     @property
@@ -296,6 +323,11 @@ class BookieStorage:
         """Why adds are refused (journal, entry log or checkpoint failure, or closed), else None."""
         with self._lock:
             return self._refusal()
+
+    def _fail_store(self, exc: Exception) -> None:
+        self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
+                                           "until it is restarted (restart replays the journal)")
+        log.error("%s", self._store_failure)
 
     def _refusal(self) -> StorageError | None:
         if self._closed:
@@ -361,19 +393,3 @@ def _lock(config: StorageConfig) -> int:
             raise StorageError(f"data directory {config.data_dir} is in use by another bookie (lock {path} is "
                                "held); stop it first or use another data_dir") from exc
         raise
-
-
-def _running_future() -> concurrent.futures.Future:
-    future: concurrent.futures.Future = concurrent.futures.Future()
-    future.set_running_or_notify_cancel()  # results are always delivered; callers cannot cancel
-    return future
-
-
-def _completion(future: concurrent.futures.Future, statuses: list[int],
-                accepted: list[int]) -> Callable[[bool], None]:
-    def complete(durable: bool) -> None:
-        code = pb.OK if durable else pb.IO_ERROR
-        for position in accepted:
-            statuses[position] = code
-        future.set_result(statuses)
-    return complete

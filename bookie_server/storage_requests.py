@@ -3,18 +3,21 @@
 ``prepare_add`` does everything about an add that needs no ledger state:
 checks the ids, the master key and the entry header, and encodes the add's
 ADD journal record when the journal holds bodies (its CRC is the costly part,
-so it is done outside the lock).
+so it is done outside the lock). ``running_future`` and ``completion`` build
+the futures the façade answers with.
 """
 from __future__ import annotations
 
+import concurrent.futures
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from bookie_server.files import Buffer
 from bookie_server.journal_format import encode_add
 from bookie_server.ledger_state import MAX_KEY_BYTES, LedgerRecord
 from pyspark_ledger.entry import peek_header
 from pyspark_ledger.errors import CorruptEntryError
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 MAX_LEDGER_ID = 2**64 - 1
 MAX_ENTRY_ID = 2**63 - 1
@@ -80,3 +83,21 @@ def prepare_add(add: AddOp, with_body_record: bool = True) -> PreparedAdd | None
         return PreparedAdd(header.last_add_confirmed, chunks)
     except (CorruptEntryError, TypeError, AttributeError, ValueError):
         return None
+
+
+def running_future() -> concurrent.futures.Future:
+    """A future already running: results are always delivered, callers cannot cancel."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()  # results are always delivered; callers cannot cancel
+    return future
+
+
+def completion(future: concurrent.futures.Future, statuses: list[int],
+               accepted: list[int]) -> Callable[[bool], None]:
+    """The journal callback of an add batch: every accepted add becomes OK (durable) or IO_ERROR."""
+    def complete(durable: bool) -> None:
+        code = pb.OK if durable else pb.IO_ERROR
+        for position in accepted:
+            statuses[position] = code
+        future.set_result(statuses)
+    return complete

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 import pytest
 
 from bookie_server.storage import BookieStorage, StorageConfig
-from tests.bookie_storage.entries import journal_write_data_from_env
+from tests.bookie_storage.entries import JOURNAL_MODE_ENV, journal_write_data_from_env
 
 
 @pytest.fixture
@@ -30,3 +30,10 @@ def open_storage(data_dir: Path) -> Iterator[Callable[..., BookieStorage]]:
     yield _open
     for storage in opened:
         storage.close()
+
+
+@pytest.fixture(params=["references", "bodies"])
+def journal_mode(request, monkeypatch) -> str:
+    """Runs the test (its storages and child processes) with each journal mode (use it with usefixtures)."""
+    monkeypatch.setenv(JOURNAL_MODE_ENV, "1" if request.param == "bodies" else "0")
+    return request.param

@@ -20,6 +20,8 @@ class ChildResult:
         self.returncode = returncode
         self.acks = {tuple(map(int, line.split()[1:])) for line in lines if line.startswith("ack ")}
         self.fenced = {int(line.split()[1]) for line in lines if line.startswith("fenced ")}
+        self.deleted = {int(line.split()[1]) for line in lines if line.startswith("deleted ")}
+        self.logs_removed_by_churn = sum(int(line.split()[2]) for line in lines if line.startswith("churned "))
         self.ready = "ready" in lines
 
 
@@ -34,23 +36,30 @@ def _env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
-def run_child(directory: Path, *args: str, env: dict[str, str] | None = None) -> ChildResult:
-    """Run the child in ``write`` mode to completion (it exits by itself)."""
+def run_child(directory: Path, *args: str, env: dict[str, str] | None = None,
+              crash_expected: bool = False) -> ChildResult:
+    """Run the child in ``write`` mode to completion (it exits by itself). ``crash_expected``: it must end
+    at its crash point (exit 137) before it reports ready."""
     done = subprocess.run(_command("write", directory, list(args)), cwd=REPO_ROOT, env=_env(env),
                           capture_output=True, text=True, timeout=120)
     result = ChildResult(done.returncode, done.stdout.splitlines())
-    assert result.ready, f"child failed (exit {done.returncode}): {done.stderr[-3000:]}"
+    if crash_expected:
+        assert done.returncode == 137 and not result.ready, \
+            f"child did not reach its crash point (exit {done.returncode}): {done.stderr[-3000:]}"
+    else:
+        assert result.ready, f"child failed (exit {done.returncode}): {done.stderr[-3000:]}"
     return result
 
 
-def stream_then_kill(directory: Path, min_acks: int, *args: str) -> ChildResult:
-    """Run the child in ``stream`` mode, kill -9 it once it reported ``min_acks`` acks, collect every ack."""
+def stream_then_kill(directory: Path, min_acks: int, *args: str, min_churn: int = 0) -> ChildResult:
+    """Run the child in ``stream`` mode, kill -9 it once it reported ``min_acks`` acks (and ``min_churn``
+    garbage collection rounds), collect every ack."""
     process = subprocess.Popen(_command("stream", directory, list(args)), cwd=REPO_ROOT, env=_env(None),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     output = b""
     try:
         deadline = time.monotonic() + 120
-        while output.count(b"ack ") < min_acks:
+        while output.count(b"ack ") < min_acks or output.count(b"churned ") < min_churn:
             assert time.monotonic() < deadline, "child reported too few acks in time"
             readable, _, _ = select.select([process.stdout], [], [], 1.0)
             if readable:

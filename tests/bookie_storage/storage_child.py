@@ -5,18 +5,24 @@ Lines written (each one only after its add or fence resolved OK):
 ``write`` mode is about to finish. Modes:
 
 * ``write``: add ``--entries`` entries to each of ``--ledgers``, one batch
-  of ``--batch`` at a time (each waited for), fence ``--fence`` ledgers, then
-  ``--finish``: ``crash`` (exit without closing, as a crash would),
-  ``close``, or ``checkpoint`` (then exit without closing: with
-  BOOKIE_CRASH_POINT set, the checkpoint itself ends the process).
+  of ``--batch`` at a time (each waited for; ``--interleave`` takes the
+  ledgers in turn batch by batch, so entry logs mix them), fence ``--fence``
+  ledgers, garbage collect (``--delete`` ledgers, then ``--reclaim`` entry
+  logs, then ``--compact THRESHOLD``), then ``--finish``: ``crash`` (exit
+  without closing, as a crash would), ``close``, or ``checkpoint`` (then
+  exit without closing). With BOOKIE_CRASH_POINT set, reaching that point
+  ends the process (status 137).
 * ``stream``: ``--threads`` threads add to their own ledger, several batches
-  in flight each, with background checkpoints, until the process is killed.
+  in flight each, with background checkpoints, until the process is killed;
+  with ``--gc-churn`` one more thread writes short ledgers (ids from 1000),
+  deletes them and reclaims/compacts entry logs, over and over.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import threading
+import traceback
 from pathlib import Path
 
 from bookie_server.storage import BookieStorage, StorageConfig
@@ -33,20 +39,50 @@ def report(lines: list[str]) -> None:
 
 
 def write_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
-    for ledger_id in args.ledgers:
-        for first in range(args.first_entry, args.first_entry + args.entries, args.batch):
-            ids = range(first, min(first + args.batch, args.first_entry + args.entries))
-            statuses = storage.add_entries([add_op(ledger_id, entry_id) for entry_id in ids]).result(60)
-            report([f"ack {ledger_id} {entry_id}" for entry_id, status in zip(ids, statuses) if status == pb.OK])
+    end = args.first_entry + args.entries
+    batches = [(ledger_id, range(first, min(first + args.batch, end)))
+               for ledger_id in args.ledgers for first in range(args.first_entry, end, args.batch)]
+    if args.interleave:
+        batches.sort(key=lambda batch: (batch[1].start, args.ledgers.index(batch[0])))
+    for ledger_id, ids in batches:
+        statuses = storage.add_entries([add_op(ledger_id, entry_id) for entry_id in ids]).result(60)
+        report([f"ack {ledger_id} {entry_id}" for entry_id, status in zip(ids, statuses) if status == pb.OK])
     for ledger_id in args.fence:
         if storage.fence(ledger_id, KEY).result(60) == pb.OK:
             report([f"fenced {ledger_id}"])
+    collect_garbage(storage, args)
     report(["ready"])
     if args.finish == "close":
         storage.close()
     elif args.finish == "checkpoint":
         storage.checkpoint()
     os._exit(0)  # "crash": leave without closing, like a killed bookie
+
+
+def collect_garbage(storage: BookieStorage, args: argparse.Namespace) -> None:
+    if args.delete:
+        report([f"deleted {ledger_id}" for ledger_id in storage.delete_ledgers(args.delete)])
+    if args.reclaim:
+        report([f"removed log {log_id}" for log_id in storage.reclaim_entry_logs().logs_deleted])
+    if args.compact:
+        report([f"compacted log {log_id}" for log_id in storage.compact_entry_logs(args.compact).logs_compacted])
+
+
+def gc_churn(storage: BookieStorage) -> None:
+    """Short ledgers written, deleted and collected again and again (ids from 1000 up); reports
+    ``churned <ledger> <entry logs removed>`` after each round. A failure ends the process (the test sees it
+    exit early)."""
+    try:
+        for ledger_id in range(1000, 10**6):
+            for first in range(0, 40, 10):
+                ops = [add_op(ledger_id, entry_id) for entry_id in range(first, first + 10)]
+                assert storage.add_entries(ops).result(60) == [pb.OK] * 10
+            assert storage.delete_ledgers([ledger_id]) == [ledger_id]
+            removed = storage.reclaim_entry_logs().logs_deleted + storage.compact_entry_logs(0.9).logs_deleted
+            report([f"churned {ledger_id} {len(removed)}"])
+    except BaseException:
+        traceback.print_exc()
+        os._exit(3)
 
 
 def stream_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
@@ -64,6 +100,8 @@ def stream_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
                         if status == pb.OK])
 
     threads = [threading.Thread(target=adder, args=(index + 1,), daemon=True) for index in range(args.threads)]
+    if args.gc_churn:
+        threads.append(threading.Thread(target=gc_churn, args=(storage,), daemon=True))
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -79,6 +117,11 @@ def main() -> None:
     parser.add_argument("--first-entry", type=int, default=0)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--fence", type=int, nargs="*", default=[])
+    parser.add_argument("--interleave", action="store_true")
+    parser.add_argument("--delete", type=int, nargs="*", default=[])
+    parser.add_argument("--reclaim", action="store_true")
+    parser.add_argument("--compact", type=float, default=0.0)
+    parser.add_argument("--gc-churn", action="store_true")
     parser.add_argument("--finish", choices=["crash", "close", "checkpoint"], default="crash")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--journal-file-size", type=int, default=512 * 1024 * 1024)

@@ -12,7 +12,7 @@ from bookie_server.journal_format import ADD, ADD_REF
 from bookie_server.storage import LedgerView
 from pyspark_ledger.errors import JournalCorruptError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
-from tests.bookie_storage.entries import JOURNAL_MODE_ENV, add_op, body
+from tests.bookie_storage.entries import add_op, body
 from tests.bookie_storage.helpers import flip_byte, journal_records, run_child, stream_then_kill
 
 
@@ -22,11 +22,7 @@ def assert_all_readable(storage, acks) -> None:
         assert storage.read_entry(ledger_id, entry_id) == body(ledger_id, entry_id), (ledger_id, entry_id)
 
 
-@pytest.fixture(autouse=True, params=["references", "bodies"])
-def journal_mode(request, monkeypatch) -> str:
-    """Runs the test (its storages and child processes) with each journal mode."""
-    monkeypatch.setenv(JOURNAL_MODE_ENV, "1" if request.param == "bodies" else "0")
-    return request.param
+pytestmark = pytest.mark.usefixtures("journal_mode")  # every test runs with each journal mode (conftest)
 
 
 def add_records(data_dir: Path):

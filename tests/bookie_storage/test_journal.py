@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from bookie_server.journal import journal_files
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -87,3 +88,42 @@ def test_failed_fsync_fails_waiting_adds_and_later_ones(open_storage, data_dir, 
     assert reopened.failure is None
     assert reopened.read_entry(1, 0) == body(1, 0)
     assert reopened.add_entries([add_op(1, 5)]).result(30) == [pb.OK]
+
+
+def test_flush_waits_for_everything_submitted_before_it(tmp_path):
+    from bookie_server.journal import Journal
+    from bookie_server.journal_format import encode_fence
+    from bookie_server.storage import StorageConfig
+
+    config = StorageConfig(tmp_path, journal_max_wait_ms=0)
+    config.journal_dir.mkdir(parents=True)
+    gate, held = threading.Event(), threading.Event()
+
+    def before_write() -> None:  # holds the journal thread before its first batch
+        held.set()
+        gate.wait(30)
+
+    journal = Journal(config, 1, before_write=before_write)
+    try:
+        record = encode_fence(7, KEY)
+        done = []
+        assert journal.submit([record], len(record), 1, done.append)
+        assert held.wait(30)
+        assert journal.submitted == 1 and journal.durable_position()[1] == 0
+        flushed = []
+        flusher = threading.Thread(target=lambda: flushed.append(journal.flush(30)))
+        flusher.start()
+        deadline = time.monotonic() + 30
+        while journal.submitted < 2:  # the flush's own (empty) submission is queued behind the held batch
+            assert flusher.is_alive() and time.monotonic() < deadline
+            time.sleep(0.005)
+        assert flushed == [] and done == []
+        gate.set()
+        flusher.join(30)
+        assert flushed == [True] and done == [True]
+        mark, durable = journal.durable_position()
+        assert durable == 2 and mark.offset == len(record)
+    finally:
+        gate.set()
+        journal.close()
+    assert journal.flush(1) is False  # a closed journal flushes nothing

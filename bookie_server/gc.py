@@ -1,0 +1,142 @@
+"""The bookie's garbage collector thread: deletes the ledgers the metadata store no longer has, and their data.
+
+Every ``interval_s`` a pass
+  1. reads the ledgers this bookie holds, then lists the metadata store (in
+     that order: a ledger created after the listing began cannot be
+     mistaken for garbage);
+  2. deletes locally every ledger absent from the listing in this pass and
+     the previous one (``gc_rules.LedgerSuspects``: a stale listing or an
+     unknown ledger fenced here (F4) gets one more interval); if the
+     listing fails, nothing is deleted;
+  3. asks the storage to reclaim entry logs left with no live ledger, then
+     (``compaction_threshold`` > 0) to compact the sparse ones. The storage
+     orders every step so that a kill -9 anywhere is safe (``storage_gc``).
+
+The bookie server owns the thread: started after registration, stopped and
+joined before storage closes. A failed pass is logged and counted; the next
+pass tries again. ``run_pass()`` runs one pass on the caller's thread.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+
+from bookie_server.gc_rules import LedgerSuspects
+from bookie_server.storage import BookieStorage
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, StorageError
+from pyspark_ledger.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+DEFAULT_INTERVAL_S = 300.0
+DEFAULT_COMPACTION_THRESHOLD = 0.2
+
+
+@dataclass
+class GcPass:
+    """What one pass did; ``outcome`` is ``ok``, ``listing_failed`` or ``storage_failed``."""
+
+    outcome: str = "ok"
+    ledgers_deleted: list[int] = field(default_factory=list)
+    logs_deleted: list[int] = field(default_factory=list)
+    logs_compacted: list[int] = field(default_factory=list)
+    entries_copied: int = 0
+    bytes_reclaimed: int = 0
+
+    @property
+    def collected_something(self) -> bool:
+        return bool(self.ledgers_deleted or self.logs_deleted or self.logs_compacted)
+
+
+class GarbageCollector:
+    """Runs GC passes every ``interval_s`` on its own thread (see the module docstring)."""
+
+    def __init__(self, storage: BookieStorage, store: MetadataStore, interval_s: float = DEFAULT_INTERVAL_S,
+                 compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD, metrics=None) -> None:
+        _check_settings(interval_s, compaction_threshold)
+        self._storage = storage
+        self._store = store
+        self._interval_s = interval_s
+        self._threshold = compaction_threshold
+        self._metrics = metrics
+        self._suspects = LedgerSuspects()
+        self._pass_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bookie-gc", daemon=True)
+
+    @property
+    def suspects(self) -> frozenset[int]:
+        """Ledgers found missing from the store in the last pass: deleted next pass if still missing."""
+        return self._suspects.suspects
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and join the thread (a pass in progress finishes first). Idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def run_pass(self) -> GcPass:
+        """One pass now; raises nothing (failures are logged and reported in the result)."""
+        with self._pass_lock:
+            result = self._pass()
+        if self._metrics is not None:
+            self._metrics.gc_pass_done(result)
+        return result
+
+    def _pass(self) -> GcPass:
+        result = GcPass()
+        local = self._storage.ledger_ids()
+        try:
+            listed = set(self._store.list_ledgers())
+        except LedgerError as exc:
+            log.warning("garbage collection: cannot list the ledgers in %s (%s); nothing deleted this pass",
+                        self._store.uri, exc)
+            result.outcome = "listing_failed"
+            return result
+        try:
+            result.ledgers_deleted = self._storage.delete_ledgers(sorted(self._suspects.confirm(local, listed)))
+            self._absorb(result, self._storage.reclaim_entry_logs())
+            if self._threshold > 0 and not self._stop.is_set():  # a stopping bookie does not start copying
+                self._absorb(result, self._storage.compact_entry_logs(self._threshold))
+        except StorageError as exc:
+            log.error("garbage collection pass stopped: %s", exc)
+            result.outcome = "storage_failed"
+        if result.collected_something:
+            log.info("garbage collection: deleted %d ledgers %s, %d entry logs %s, compacted %d (%d entries "
+                     "copied), %d bytes reclaimed", len(result.ledgers_deleted), _ids(result.ledgers_deleted),
+                     len(result.logs_deleted), _ids(result.logs_deleted), len(result.logs_compacted),
+                     result.entries_copied, result.bytes_reclaimed)
+        return result
+
+    @staticmethod
+    def _absorb(result: GcPass, outcome) -> None:
+        result.logs_deleted.extend(outcome.logs_deleted)
+        result.logs_compacted.extend(outcome.logs_compacted)
+        result.entries_copied += outcome.entries_copied
+        result.bytes_reclaimed += outcome.bytes_reclaimed
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.run_pass()
+            except Exception:  # noqa: BLE001 - a bug must not end collection silently: logged, retried next pass
+                log.exception("garbage collection pass failed unexpectedly")
+
+
+def _check_settings(interval_s: float, compaction_threshold: float) -> None:
+    if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not 0 < interval_s < math.inf:
+        raise InvalidConfigurationError(f"GC interval must be a finite number of seconds > 0, got {interval_s!r} "
+                                        "(--gc-interval; 0 turns the collector off)")
+    if isinstance(compaction_threshold, bool) or not isinstance(compaction_threshold, (int, float)) \
+            or not 0 <= compaction_threshold < 1:
+        raise InvalidConfigurationError(f"GC compaction threshold must be a fraction in [0, 1), got "
+                                        f"{compaction_threshold!r} (--gc-compaction-threshold; 0 = no compaction)")
+
+
+def _ids(ids: list[int], shown: int = 10) -> str:
+    text = ", ".join(map(str, ids[:shown]))
+    return f"[{text}{', ...' if len(ids) > shown else ''}]"

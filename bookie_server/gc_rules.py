@@ -1,0 +1,71 @@
+"""The garbage collector's pure decisions: which ledgers to delete, which entry logs to delete or compact.
+
+No I/O, no clock, no threads: sets and maps in, decisions out.
+
+Which ledgers. A ledger's metadata is created before any add reaches a
+bookie, so a ledger the bookie holds and the metadata store does not list
+was deleted, with two exceptions: the listing may be stale (a ZooKeeper
+follower behind the leader, a listing that raced a creation) and a fence
+of a ledger the bookie never saw creates local state (F4). Two rules
+cover both: the local ledgers are read *before* the store is listed (so a
+ledger created after the listing began is not a candidate), and a ledger
+is deleted only when it was local and absent from the listing in two
+consecutive successful passes, one GC interval apart (``LedgerSuspects``).
+A failed listing decides nothing and keeps the suspects for the next pass.
+
+Which entry logs. A log can go once every ledger with entries in it is
+``gone`` (deleted, and the deletion made durable) and it is not the newest
+log on disk (the one being written, or the one that will be when the next
+log id is chosen at start). A log whose map could not be rebuilt (pinned)
+is never deleted. A log is worth compacting when the live share of its
+bytes is above zero and below the compaction threshold.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+from bookie_server.entry_log_usage import LogUsage
+
+
+class LedgerSuspects:
+    """Remembers the ledgers found missing from the metadata store in the previous successful pass."""
+
+    def __init__(self) -> None:
+        self._suspects: set[int] = set()
+
+    @property
+    def suspects(self) -> frozenset[int]:
+        return frozenset(self._suspects)
+
+    def confirm(self, local: Iterable[int], listed: Iterable[int]) -> set[int]:
+        """Ledgers to delete now: local (read before the listing) and absent from it now and the last time."""
+        absent = set(local).difference(listed)
+        confirmed = absent & self._suspects
+        self._suspects = absent - confirmed
+        return confirmed
+
+
+def deletable_logs(usage: Mapping[int, LogUsage], gone: Callable[[int], bool]) -> list[int]:
+    """Logs none of whose ledgers is alive any more, except the newest log and pinned logs, ascending."""
+    newest = max(usage, default=None)
+    return sorted(log_id for log_id, log in usage.items()
+                  if log_id != newest and log.pinned is None and all(map(gone, log.ledgers)))
+
+
+def live_fraction(log: LogUsage, live: Callable[[int], bool]) -> float:
+    """The share of the log's bytes that belongs to live ledgers (1.0 for an empty log: nothing to gain)."""
+    total = log.total_bytes
+    if total == 0:
+        return 1.0
+    return sum(nbytes for ledger_id, nbytes in log.ledgers.items() if live(ledger_id)) / total
+
+
+def logs_to_compact(usage: Mapping[int, LogUsage], live: Callable[[int], bool],
+                    threshold: float) -> list[int]:
+    """Logs (not the newest, not pinned) with some live bytes, but a live share below ``threshold``,
+    emptiest first."""
+    newest = max(usage, default=None)
+    fractions = {log_id: live_fraction(log, live) for log_id, log in usage.items()
+                 if log_id != newest and log.pinned is None}
+    return sorted((log_id for log_id, fraction in fractions.items() if 0 < fraction < threshold),
+                  key=lambda log_id: (fractions[log_id], log_id))

@@ -1,0 +1,144 @@
+"""The collector thread's passes over a real storage, with a scripted metadata listing (failures, races)."""
+from __future__ import annotations
+
+import pytest
+
+from bookie_server.gc import GarbageCollector
+from bookie_server.metrics import BookieMetrics
+from bookie_server.storage import AddOp, BookieStorage, StorageConfig
+from pyspark_ledger.entry import EntryCodec, master_key
+from pyspark_ledger.errors import MetadataError, StorageError
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+from .conftest import wait_until
+
+KEY = master_key(b"gc")
+CODEC = EntryCodec()
+
+
+class ScriptedStore:
+    """A metadata store whose listing is scripted: a set of ids, an error, or a callback run mid-listing."""
+
+    uri = "scripted://"
+
+    def __init__(self, listed=()) -> None:
+        self.listed = set(listed)
+        self.error: Exception | None = None
+        self.during_listing = None
+        self.listings = 0
+
+    def list_ledgers(self):
+        self.listings += 1
+        if self.during_listing is not None:
+            self.during_listing()
+        for ledger_id in sorted(self.listed):
+            if self.error is not None:
+                raise self.error  # fails part-way through the listing
+            yield ledger_id
+
+
+def add(storage: BookieStorage, ledger_id: int, entries: int = 8) -> None:
+    """Entries of 2 KiB, one batch each: every ledger fills its own entry logs (4 KiB each)."""
+    for entry_id in range(entries):
+        op = AddOp(ledger_id, entry_id, KEY, CODEC.encode(ledger_id, entry_id, entry_id - 1, 0, b"x" * 2048))
+        assert storage.add_entries([op]).result(30) == [pb.OK]
+
+
+@pytest.fixture
+def storage(tmp_path):
+    storage = BookieStorage(StorageConfig(tmp_path / "data", checkpoint_interval_s=0, entry_log_size=4096))
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
+def sample(metrics: BookieMetrics, name: str, **labels) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_a_ledger_missing_from_the_store_goes_on_the_second_pass(storage):
+    for ledger_id in (1, 2, 3):
+        add(storage, ledger_id)
+    metrics = BookieMetrics()
+    collector = GarbageCollector(storage, ScriptedStore({1, 3}), 60, 0.0, metrics)
+    first = collector.run_pass()
+    assert first.ledgers_deleted == [] and collector.suspects == {2}
+    second = collector.run_pass()
+    assert second.outcome == "ok" and second.ledgers_deleted == [2]
+    assert storage.ledger_ids() == {1, 3}
+    assert second.logs_deleted and second.bytes_reclaimed > 0
+    assert sample(metrics, "bookie_gc_passes_total", outcome="ok") == 2
+    assert sample(metrics, "bookie_gc_ledgers_collected_total") == 1
+    assert sample(metrics, "bookie_gc_entry_logs_deleted_total") == len(second.logs_deleted)
+    assert sample(metrics, "bookie_gc_bytes_reclaimed_total") == second.bytes_reclaimed
+
+
+def test_a_failed_listing_deletes_nothing(storage, caplog):
+    add(storage, 1)
+    add(storage, 2)
+    store = ScriptedStore({1})
+    metrics = BookieMetrics()
+    collector = GarbageCollector(storage, store, 60, 0.0, metrics)
+    collector.run_pass()
+    assert collector.suspects == {2}
+    store.error = MetadataError("connection loss")
+    for _ in range(3):
+        assert collector.run_pass().outcome == "listing_failed"
+    assert storage.ledger_ids() == {1, 2}
+    assert "cannot list the ledgers in scripted:// (connection loss); nothing deleted" in caplog.text
+    assert sample(metrics, "bookie_gc_passes_total", outcome="listing_failed") == 3
+    store.error = None
+    assert collector.run_pass().ledgers_deleted == [2]  # the suspect is confirmed by the next good listing
+
+
+def test_a_ledger_created_while_the_store_is_listed_is_not_a_suspect(storage):
+    add(storage, 1)
+    store = ScriptedStore({1})
+    store.during_listing = lambda: add(storage, 5)  # created (metadata, then adds) after the listing began
+    collector = GarbageCollector(storage, store, 60, 0.0)
+    collector.run_pass()
+    assert collector.suspects == set()  # 5 was not local when the bookie read its ledgers
+    store.listed.add(5)
+    store.during_listing = None
+    collector.run_pass()
+    assert storage.ledger_ids() == {1, 5}
+
+
+def test_compaction_runs_when_a_threshold_is_set(storage):
+    for entry_id in range(0, 40, 4):  # two ledgers interleaved in every log
+        for ledger_id in (1, 2):
+            ops = [AddOp(ledger_id, e, KEY, CODEC.encode(ledger_id, e, e - 1, 0, b"y" * 300))
+                   for e in range(entry_id, entry_id + 4)]
+            assert storage.add_entries(ops).result(30) == [pb.OK] * 4
+    collector = GarbageCollector(storage, ScriptedStore({1}), 60, 0.6)
+    collector.run_pass()
+    result = collector.run_pass()
+    assert result.ledgers_deleted == [2] and result.logs_compacted and result.entries_copied > 0
+    assert all(storage.read_entry(1, e) for e in range(40))
+
+
+def test_a_failed_storage_stops_the_pass_without_raising(storage, monkeypatch, caplog):
+    add(storage, 1)
+    collector = GarbageCollector(storage, ScriptedStore(), 60, 0.0)
+    collector.run_pass()
+    monkeypatch.setattr(storage, "_store_failure", StorageError("journal fsync failed"))
+    assert collector.run_pass().outcome == "storage_failed"
+    assert "garbage collection pass stopped: no garbage collection: journal fsync failed" in caplog.text
+    assert storage.ledger_ids() == {1}
+
+
+def test_the_thread_collects_periodically_and_stops_when_asked(storage):
+    add(storage, 1)
+    add(storage, 2)
+    store = ScriptedStore({2})
+    collector = GarbageCollector(storage, store, 0.05, 0.0)
+    collector.start()
+    try:
+        wait_until(lambda: storage.ledger_ids() == {2}, what="ledger 1 collected")
+    finally:
+        collector.stop()
+    listings = store.listings
+    assert listings >= 2
+    collector.stop()  # idempotent
+    assert store.listings == listings  # no pass after stop() returned
