@@ -34,7 +34,7 @@ class ServerConfig:
     metrics_port: int = DEFAULT_METRICS_PORT  # 0 = a free port, -1 = no metrics endpoint
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     max_inflight_adds: int = DEFAULT_MAX_INFLIGHT_ADDS
-    journal_max_wait_ms: float = 2.0
+    journal_max_wait_ms: float = 0.0
     journal_max_batch_records: int = 10_000
     journal_max_batch_bytes: int = 32 * MiB
     journal_file_size: int = 512 * MiB
@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest accepted entry body in bytes")
     add("--max-inflight-adds", type=_positive_int, default=DEFAULT_MAX_INFLIGHT_ADDS,
         help="adds not yet durable per add stream; more are answered TOO_MANY_REQUESTS")
-    add("--journal-max-wait-ms", type=_non_negative_float, default=2.0,
+    add("--journal-max-wait-ms", type=_non_negative_float, default=0.0,
         help="group commit: longest wait for more records after the first")
     add("--journal-max-batch-records", type=_positive_int, default=10_000,
         help="group commit: most records per fsync")

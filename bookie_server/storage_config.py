@@ -44,7 +44,7 @@ class StorageConfig:
 
     data_dir: Path
     journal_dir: Path | None = None
-    journal_max_wait_ms: float = 2.0
+    journal_max_wait_ms: float = 0.0
     journal_max_batch_records: int = 10_000
     journal_max_batch_bytes: int = 32 * MIB
     journal_file_size: int = 512 * MIB
