@@ -7,8 +7,10 @@ source achieves, it cannot beat these figures on the same machine, so
 ``bench/spark_io.py`` measures them in the same run as its baseline.
 
 Read options: ``rows`` (total, default 1,000,000), ``partitions`` (default 2),
-``rowsPerBatch`` (default 10,000), ``payloadBytes`` (default 100). The schema
-is ``id bigint not null, payload binary not null``; ids are 0..rows-1.
+``rowsPerBatch`` (default 10,000), ``payloadBytes`` (default 100),
+``payloadType`` (``binary``, the default, or ``string``). The schema is
+``id bigint not null, payload binary not null`` (or ``payload string not
+null``, the schema of a source that reads strings); ids are 0..rows-1.
 Write option: ``resultPath``: where ``commit`` writes ``{"rows": n, "batches": m}``.
 
 Run it alone for its own figures (JSON on stdout)::
@@ -31,10 +33,28 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     InputPartition, WriterCommitMessage)
 
 NAME = "arrow_memory"
-SCHEMA_DDL = "id bigint not null, payload binary not null"
-ARROW_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
-                          pa.field("payload", pa.binary(), nullable=False)])
+PAYLOAD_TYPES = {"binary": pa.binary(), "string": pa.string()}
 DEFAULTS = {"rows": 1_000_000, "partitions": 2, "rowsperbatch": 10_000, "payloadbytes": 100}
+
+
+def _payload_type(options) -> str:
+    name = str(options.get("payloadtype", "binary")).lower()
+    if name not in PAYLOAD_TYPES:
+        raise ValueError(f"option payloadType={name!r} of format '{NAME}' must be one of {sorted(PAYLOAD_TYPES)}")
+    return name
+
+
+def schema_ddl(payload_type: str = "binary") -> str:
+    return f"id bigint not null, payload {payload_type} not null"
+
+
+def arrow_schema(payload_type: str = "binary") -> pa.Schema:
+    return pa.schema([pa.field("id", pa.int64(), nullable=False),
+                      pa.field("payload", PAYLOAD_TYPES[payload_type], nullable=False)])
+
+
+SCHEMA_DDL = schema_ddl()
+ARROW_SCHEMA = arrow_schema()
 
 
 def _int_option(options, name: str) -> int:
@@ -62,6 +82,7 @@ class ArrowMemoryReader(DataSourceReader):
         self.partition_count = _int_option(options, "partitions")
         self.rows_per_batch = _int_option(options, "rowsperbatch")
         self.payload_bytes = _int_option(options, "payloadbytes")
+        self.schema = arrow_schema(_payload_type(options))
 
     def partitions(self):
         bounds = np.linspace(0, self.rows, self.partition_count + 1).astype(np.int64)
@@ -70,17 +91,18 @@ class ArrowMemoryReader(DataSourceReader):
     def read(self, partition: RowRange):
         """Yield batches that share one payload column; only the ids are computed per batch."""
         size = min(self.rows_per_batch, max(partition.end - partition.first, 1))
-        payload = _payload_column(size, self.payload_bytes)
+        payload_type = self.schema.field("payload").type
+        payload = _payload_column(size, self.payload_bytes, payload_type)
         for first in range(partition.first, partition.end, self.rows_per_batch):
             rows = min(self.rows_per_batch, partition.end - first)
             ids = pa.array(np.arange(first, first + rows, dtype=np.int64))
-            yield pa.RecordBatch.from_arrays([ids, payload.slice(0, rows)], schema=ARROW_SCHEMA)
+            yield pa.RecordBatch.from_arrays([ids, payload.slice(0, rows)], schema=self.schema)
 
 
-def _payload_column(rows: int, payload_bytes: int) -> pa.Array:
+def _payload_column(rows: int, payload_bytes: int, payload_type: pa.DataType = pa.binary()) -> pa.Array:
     data = pa.py_buffer(b"\x5a" * (rows * payload_bytes))
     offsets = pa.py_buffer(np.arange(0, (rows + 1) * payload_bytes, payload_bytes, dtype=np.int32).tobytes())
-    return pa.Array.from_buffers(pa.binary(), rows, [None, offsets, data])
+    return pa.Array.from_buffers(payload_type, rows, [None, offsets, data])
 
 
 @dataclass
@@ -115,7 +137,7 @@ class ArrowMemorySource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return schema_ddl(_payload_type(self.options))
 
     def reader(self, schema):
         return ArrowMemoryReader(self.options)

@@ -1,6 +1,6 @@
 """Benchmark Spark I/O through ``format("ledger")`` against parquet and an in-memory Arrow source, in one run.
 
-Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--out FILE]``.
+Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--read-repeats 3] [--out FILE]``.
 
 The data: ``--rows`` rows of ``id bigint`` and ``payload string`` (100 random
 hex characters per row, made of ``uuid()`` values, so no column compresses
@@ -13,13 +13,19 @@ below reads the same cached rows and pays only for its own sink:
   read back (input partitions are ledger entry ranges);
 * ``arrow_memory`` (``bench/arrow_memory_source.py``): the ceiling of Spark's
   Python Data Source path. Its read makes Arrow batches in the Python worker's
-  memory (``id bigint, payload binary`` of the same 100 bytes); its write
-  counts the Arrow batches Spark hands over and stores nothing.
+  memory (``id bigint, payload binary`` of the same 100 bytes) and, as
+  ``read_string``, the same with ``payload string``: the schema the ``ledger``
+  read has. Its write counts the Arrow batches Spark hands over and stores
+  nothing.
 
-Reads are timed into Spark's ``noop`` sink. A small warm-up of every path
-starts the Python workers first (each costs seconds the first time). Goals:
-``ledger`` read throughput >= 0.8 x the in-memory Arrow source's, and
-``ledger`` write time <= 1.0 x parquet's. Prints one JSON document (also
+Reads are timed into Spark's ``noop`` sink, each ``--read-repeats`` times
+(the median is reported, every run beside it). A small warm-up of every path
+starts the Python workers first (each costs seconds the first time). The
+``ledger`` read also reports the bytes the bookies sent for it
+(``bookie_bytes_read``, from their metrics) beside the stream's entry bytes:
+more means entries were fetched twice (e.g. speculative reads). Goals:
+``ledger`` read throughput >= 0.8 x the in-memory Arrow source's (reported
+against both of its reads), and ``ledger`` write time <= 1.0 x parquet's. Prints one JSON document (also
 written to ``--out``); the bookies, Spark and its Python workers share the
 machine's cores with whatever else runs there (see the load averages).
 """
@@ -30,15 +36,18 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import arrow_memory_source  # noqa: E402
+from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
 from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session  # noqa: E402
@@ -64,16 +73,25 @@ def timed(action) -> float:
     return time.perf_counter() - started
 
 
-def figures(rows: int, seconds: float) -> dict:
-    return {"seconds": round(seconds, 3), "rows_per_s": round(rows / seconds),
-            "mb_per_s": round(rows * ROW_BYTES / seconds / 1e6, 1)}
+def timed_reads(action, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` runs of a read; ``figures`` reports their median (reads are cheap to repeat)."""
+    return [timed(action) for _ in range(repeats)]
+
+
+def figures(rows: int, seconds: float | list[float]) -> dict:
+    runs = seconds if isinstance(seconds, list) else [seconds]
+    median = statistics.median(runs)
+    result = {"seconds": round(median, 3), "rows_per_s": round(rows / median),
+              "mb_per_s": round(rows * ROW_BYTES / median / 1e6, 1)}
+    return result if len(runs) == 1 else dict(result, runs=[round(run, 3) for run in runs])
 
 
 class Paths:
     """Where each sink writes; ``stream`` names a new ledger stream per call."""
 
-    def __init__(self, spark, sandbox: Sandbox, workdir: Path) -> None:
+    def __init__(self, spark, sandbox: Sandbox, workdir: Path, read_repeats: int = 1) -> None:
         self.spark, self.sandbox, self.workdir = spark, sandbox, workdir
+        self.read_repeats = read_repeats
         self._streams = 0
 
     def new_stream(self) -> str:
@@ -91,7 +109,8 @@ class Paths:
 def run_parquet(paths: Paths, frame, rows: int, name: str) -> dict:
     path = paths.parquet_path(name)
     write = timed(lambda: frame.write.mode("overwrite").parquet(path))
-    read = timed(lambda: paths.spark.read.parquet(path).write.format("noop").mode("overwrite").save())
+    read = timed_reads(lambda: paths.spark.read.parquet(path).write.format("noop").mode("overwrite").save(),
+                       paths.read_repeats)
     size = sum(file.stat().st_size for file in Path(path).glob("*.parquet"))
     return {"write": figures(rows, write), "read": figures(rows, read), "bytes_on_disk": size}
 
@@ -101,7 +120,9 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
     options = paths.ledger_options(write=True)
     write = timed(lambda: frame.write.format("ledger").mode("append").options(**options).save(stream))
     reading = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
-    read = timed(lambda: reading.write.format("noop").mode("overwrite").save())
+    sent_before = bookie_bytes_read(paths.sandbox)
+    read = timed_reads(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats)
+    sent = (bookie_bytes_read(paths.sandbox) - sent_before) / paths.read_repeats
     if reading.count() != rows:
         raise RuntimeError(f"stream {stream} holds {reading.count()} rows, not {rows}")
     streams = executor.stream_client(paths.sandbox.metadata_uri)
@@ -111,22 +132,40 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
             "ledgers": sum(len(log.spans) for log in logs.values()),
             "entries": sum(span.entry_count for log in logs.values() for span in log.spans),
             "entry_bytes": sum(span.length for log in logs.values() for span in log.spans),
+            "bookie_bytes_read": round(sent), "read_schema": reading.schema.simpleString(),
             "read_input_partitions": reading.rdd.getNumPartitions()}
 
 
+def bookie_bytes_read(sandbox: Sandbox) -> float:
+    """Entry bytes the sandbox's bookies have sent to readers so far (their Prometheus counters)."""
+    total = 0.0
+    with open_metadata_store(sandbox.metadata_uri) as store:
+        urls = [registration.info.get("metrics_url") for registration in store.bookies().values()]
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("bookie_bytes_read_total "):
+                    total += float(line.split()[1])
+    return total
+
+
 def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
-    reading = (paths.spark.read.format(arrow_memory_source.NAME)
-               .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES).load())
-    read = timed(lambda: reading.write.format("noop").mode("overwrite").save())
+    def read_as(payload_type: str) -> float:
+        reading = (paths.spark.read.format(arrow_memory_source.NAME)
+                   .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES,
+                            payloadType=payload_type).load())
+        return timed_reads(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats)
+
+    read, read_string = read_as("binary"), read_as("string")
     result = paths.workdir / "arrow-memory-write.json"
     write = timed(lambda: frame.write.format(arrow_memory_source.NAME).mode("append")
                   .option("resultPath", str(result)).save())
     if json.loads(result.read_text())["rows"] != rows:
         raise RuntimeError("the in-memory Arrow sink did not receive every row")
-    return {"read": figures(rows, read), "write": figures(rows, write)}
+    return {"read": figures(rows, read), "read_string": figures(rows, read_string), "write": figures(rows, write)}
 
 
-def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int) -> dict:
+def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1) -> dict:
     paths = Paths(spark, sandbox, workdir)
     arrow_memory_source.register(spark)
     warm = make_input(spark, WARM_UP_ROWS, partitions)
@@ -135,6 +174,7 @@ def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int) 
     run_arrow_memory(paths, warm, WARM_UP_ROWS, partitions)
     warm.unpersist()
 
+    paths.read_repeats = read_repeats
     frame = make_input(spark, rows, partitions)
     results = {"parquet": run_parquet(paths, frame, rows, "data"), "ledger": run_ledger(paths, frame, rows),
                "arrow_memory": run_arrow_memory(paths, frame, rows, partitions)}
@@ -145,13 +185,17 @@ def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int) 
 def ratios(results: dict) -> dict:
     ledger, parquet, memory = results["ledger"], results["parquet"], results["arrow_memory"]
     read_ratio = ledger["read"]["rows_per_s"] / memory["read"]["rows_per_s"]
+    same_schema_ratio = ledger["read"]["rows_per_s"] / memory["read_string"]["rows_per_s"]
     write_ratio = ledger["write"]["seconds"] / parquet["write"]["seconds"]
     return {"ledger_read_vs_arrow_memory_read": round(read_ratio, 3),
+            "ledger_read_vs_arrow_memory_string_read": round(same_schema_ratio, 3),
+            "ledger_read_bookie_bytes_per_entry_byte": round(ledger["bookie_bytes_read"] / ledger["entry_bytes"], 3),
             "ledger_write_vs_parquet_write": round(write_ratio, 3),
             "ledger_read_vs_parquet_read": round(ledger["read"]["rows_per_s"] / parquet["read"]["rows_per_s"], 3),
             "ledger_write_vs_arrow_memory_write": round(
                 ledger["write"]["seconds"] / memory["write"]["seconds"], 3),
             "read_goal_met": read_ratio >= GOALS["ledger_read_vs_arrow_memory_read_min"],
+            "read_goal_met_against_string_read": same_schema_ratio >= GOALS["ledger_read_vs_arrow_memory_read_min"],
             "write_goal_met": write_ratio <= GOALS["ledger_write_vs_parquet_write_max"]}
 
 
@@ -160,22 +204,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows written and read by each path")
     parser.add_argument("--partitions", type=int, default=2, help="input partitions (Spark runs local[2])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver memory (holds the cached input)")
+    parser.add_argument("--read-repeats", type=int, default=3,
+                        help="times each read is run; its median is reported (default 3)")
     parser.add_argument("--out", help="also write the JSON document to this file")
     args = parser.parse_args(argv)
-    if args.rows < 1 or args.partitions < 1:
-        parser.error("--rows and --partitions must be positive")
+    if args.rows < 1 or args.partitions < 1 or args.read_repeats < 1:
+        parser.error("--rows, --partitions and --read-repeats must be positive")
     load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="spark-io-bench-"))
     spark = local_spark_session("spark-io-bench", conf={"spark.driver.memory": args.driver_memory})
     try:
         with Sandbox(bookies=3) as sandbox:
-            results = measure(spark, sandbox, workdir, args.rows, args.partitions)
+            results = measure(spark, sandbox, workdir, args.rows, args.partitions, args.read_repeats)
             executor.close_all(sandbox.metadata_uri)
     finally:
         stop_spark_session(spark)
         shutil.rmtree(workdir, ignore_errors=True)
     document = {"benchmark": "spark_io", "rows": args.rows, "row": f"id bigint + payload of {PAYLOAD_BYTES} bytes",
-                "partitions": args.partitions, "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, **results,
+                "partitions": args.partitions, "read_repeats": args.read_repeats,
+                "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, **results,
                 "ratios": ratios(results), "goals": GOALS,
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                             "load_average_at_start": [round(x, 2) for x in load_before],

@@ -1,4 +1,4 @@
-"""``ledger streams list | show NAME``: the streams of the log layer and their partitions' ledgers."""
+"""``ledger streams list | show NAME | gc NAME``: the streams of the log layer, their ledgers, orphan sweeps."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,8 @@ import datetime as dt
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.output import print_json, print_record, print_table
+
+DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, without importing the client here
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -15,6 +17,18 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="a stream's schema, replication and each partition's ledgers")
     show.add_argument("name")
     show.set_defaults(handler=cmd_show)
+    gc = actions.add_parser(
+        "gc", help="delete a stream's orphan ledgers: created for it by writers that died, referenced by no log",
+        description="Delete the ledgers tagged with STREAM that none of its partition logs references and that "
+                    "were created at least --min-age seconds ago (left by killed write tasks or drivers). A "
+                    "commit racing the sweep is safe: it either keeps its ledgers or fails cleanly.")
+    gc.add_argument("name", metavar="STREAM")
+    gc.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="S",
+                    help=f"only ledgers created at least S seconds ago (default {DEFAULT_MIN_AGE_S:g}); keep it "
+                         "above the longest write job, or running jobs fail their commit")
+    gc.add_argument("--dry-run", action="store_true", help="list the orphans, delete nothing")
+    gc.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    gc.set_defaults(handler=cmd_gc)
 
 
 def _stream_client(store):
@@ -71,3 +85,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     print()
     print_table(ledgers, ["partition", "ledger_seq", "ledger_id", "entries", "bytes"])
     return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store, _stream_client(store) as streams:
+        sweep = streams.collect_orphans(args.name, args.min_age, dry_run=args.dry_run)
+    rows = [_orphan_row(orphan, sweep) for orphan in sweep.orphans]
+    if args.json:
+        print_json({"stream": sweep.stream, "min_age_s": sweep.min_age_s, "dry_run": sweep.dry_run,
+                    "orphans": rows, "deleted": sorted(sweep.deleted), "young": list(sweep.young)})
+        return 0
+    shown = [{key: "" if value is None else value for key, value in row.items()} for row in rows]
+    print_table(shown, ["ledger_id", "partition", "state", "entries", "bytes", "age_s", "action"])
+    done = f"would delete {len(rows)}" if sweep.dry_run else f"deleted {len(sweep.deleted)}"
+    print(f"\nstream {sweep.stream!r}: {done} orphan ledger(s); kept {len(sweep.young)} younger than "
+          f"{sweep.min_age_s:g} s")
+    return 0
+
+
+def _orphan_row(orphan, sweep) -> dict:
+    if sweep.dry_run:
+        action = "would delete"
+    else:
+        action = "deleted" if orphan.ledger_id in sweep.deleted else "kept (committed meanwhile)"
+    return {"ledger_id": orphan.ledger_id, "partition": orphan.partition, "state": orphan.state,
+            "entries": None if orphan.entries < 0 else orphan.entries,
+            "bytes": None if orphan.length < 0 else orphan.length, "age_s": round(orphan.age_s), "action": action}

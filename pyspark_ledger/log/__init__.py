@@ -11,6 +11,7 @@ the replication client and is loaded on first use of its names:
 * ``log_views`` -- partition logs as ``spark.planning.PartitionLog`` values
 * ``commits`` -- exactly-once commits of closed ledgers (the Spark sink)
 * ``retention`` -- truncation by position, by age, of everything; garbage collection
+* ``orphans`` -- finding and deleting ledgers of a stream that no log references
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ _LAZY = {
     "LogEntry": "pyspark_ledger.log.log_reader",
     "CommitResult": "pyspark_ledger.log.commits",
     "TruncationResult": "pyspark_ledger.log.retention",
+    "OrphanSweep": "pyspark_ledger.log.orphans",
     "Replication": "pyspark_ledger.log.log_metadata",
 }
 

@@ -8,7 +8,9 @@ new last batch id. A replayed or retried batch (same writer, a batch id not
 above the last committed one) changes nothing and reports ALREADY_COMMITTED,
 so the sink may then discard the retry's own ledgers with ``abort_ledgers``,
 which never deletes a ledger a log holds. Within a partition, ledgers are
-read in the order they were committed.
+read in the order they were committed. The ledgers are checked (they exist
+and are CLOSED) after each read of the record the commit compare-and-sets on,
+which makes commits safe against a concurrent orphan sweep (``orphans``).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_writer_id
 from pyspark_ledger.log.ledgers import STREAM_TAG, delete_ledgers
 from pyspark_ledger.log.log_metadata import StreamRecord
-from pyspark_ledger.log.log_transitions import check_active, commit_batch
+from pyspark_ledger.log.log_transitions import already_committed, check_active, commit_batch
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 
 log = logging.getLogger(__name__)
@@ -44,8 +46,14 @@ class CommitResult:
 
 
 def commit_ledgers(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
-                   ledgers: Mapping[int, Sequence[int]]) -> CommitResult:
+                   ledgers: Mapping[int, Sequence[int]], *, remember_writer: bool = True) -> CommitResult:
     """Append closed ledgers to partition logs once per (writer_id, batch_id); see the module docstring.
+
+    ``remember_writer=False`` is for a commit that is never replayed (a Spark
+    batch write, whose writer id is new each time): it records no batch id, so
+    it takes no place among the ``MAX_WRITERS`` writers a stream remembers; the
+    ledgers, new for this commit, keep it once-only (ledgers the logs hold
+    already are never committed again).
 
     InvalidConfigurationError for a bad partition, an id listed twice, a ledger that
     is not CLOSED, belongs to another stream or is already in the stream;
@@ -54,12 +62,13 @@ def commit_ledgers(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
     writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
     record = check_active(read_stream(ctx.store, stream).value)
     checked = check_ledger_ids(ledgers, record.partition_count, stream)
-    if _already(record, writer_id, batch_id):
+    if not remember_writer and not any(checked.values()):
+        return CommitResult(COMMITTED, batch_id)  # nothing to append and nothing to remember
+    if already_committed(record, writer_id, batch_id, checked, remember_writer):
         return CommitResult(ALREADY_COMMITTED, batch_id)
-    _check_closed(ctx, stream, (ledger_id for ids in checked.values() for ledger_id in ids))
     now_ms = ctx.now_ms()
-    stored, changed = update_stream(ctx.store, stream,
-                                    lambda current: commit_batch(current, writer_id, batch_id, checked, now_ms))
+    stored, changed = update_stream(ctx.store, stream, lambda current: checked_commit(
+        ctx, current, writer_id, batch_id, checked, now_ms, remember_writer))
     if not changed:
         return CommitResult(ALREADY_COMMITTED, batch_id)
     seqs = {partition: tuple(stored.value.partition(partition).seq_of(i) for i in ids)
@@ -91,12 +100,23 @@ def abort_ledgers(ctx: LogContext, stream: str, ledger_ids: Iterable[int]) -> se
     return delete_ledgers(ctx.client, [ledger_id for ledger_id in ids if ledger_id not in kept])
 
 
-def _already(record: StreamRecord, writer_id: str, batch_id: int) -> bool:
-    last = record.last_batch(writer_id)
-    return last is not None and batch_id <= last
+def checked_commit(ctx: LogContext, record: StreamRecord, writer_id: str, batch_id: int,
+                   ledgers: Mapping[int, tuple[int, ...]], now_ms: int,
+                   remember_writer: bool = True) -> StreamRecord | None:
+    """``commit_batch`` on the record just read, then a check that its ledgers exist and are CLOSED.
+
+    The check runs after the read whose version the compare-and-set expects, so
+    an orphan sweep (``orphans``) cannot delete a ledger between the check and
+    the commit: it would have to change the record first.
+    """
+    after = commit_batch(record, writer_id, batch_id, ledgers, now_ms, remember_writer)
+    if after is not None:
+        check_closed(ctx, record.name, (ledger_id for ids in ledgers.values() for ledger_id in ids))
+    return after
 
 
-def _check_closed(ctx: LogContext, stream: str, ledger_ids: Iterable[int]) -> None:
+def check_closed(ctx: LogContext, stream: str, ledger_ids: Iterable[int]) -> None:
+    """Raise unless every ledger exists, is CLOSED and, if tagged, was created for ``stream``."""
     for ledger_id in ledger_ids:
         metadata = ctx.client.ledger_metadata(ledger_id)
         if not metadata.is_closed:

@@ -8,14 +8,14 @@ compare-and-set, so every transition is written to be re-applied safely:
 - ``add_ledger`` carries the partition's ``next_seq`` the caller fenced, and
   refuses (MetadataVersionConflictError) if a ledger was added since -- the
   seed's "start again at step 1";
-- ``commit_batch`` returns None when the writer's batch is already committed;
+- ``commit_batch`` returns None when the batch is already committed;
 - ``truncate_through`` and ``stamp_sealed`` are keyed by sequence numbers,
   which are never reused, so a second application changes nothing.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import (ACTIVE, DELETING, MAX_WRITERS, LedgerRef, PartitionRecord,
@@ -50,32 +50,54 @@ def add_ledger(record: StreamRecord, partition: int, ledger_id: int,
             f"the log of partition {partition} of stream {record.name!r} changed: ledger sequence "
             f"{part.next_seq} is next, not {expected_next_seq} (another writer added a ledger)")
     if ledger_id in record.all_ledger_ids() or ledger_id in record.garbage:
-        raise InvalidConfigurationError(f"ledger {ledger_id} is already part of stream {record.name!r}")
+        raise InvalidConfigurationError(f"ledger {ledger_id} is already part of stream {record.name!r}, or "
+                                        "was collected as an orphan")
     grown = replace(part, ledgers=part.ledgers + (LedgerRef(ledger_id),))
     return record.with_partition(partition, grown), part.next_seq
 
 
+def already_committed(record: StreamRecord, writer_id: str, batch_id: int, ledgers: Mapping[int, tuple[int, ...]],
+                      remember_writer: bool = True) -> bool:
+    """Whether this commit was made before.
+
+    A remembered writer: its last committed batch is ``batch_id`` or later. A
+    writer not remembered (a one-off commit, e.g. a Spark batch write): its
+    ledgers -- new ones, written for this commit only -- are all in the logs.
+    """
+    if remember_writer:
+        last = record.last_batch(writer_id)
+        return last is not None and batch_id <= last
+    ids = [ledger_id for partition_ids in ledgers.values() for ledger_id in partition_ids]
+    held = record.all_ledger_ids()
+    return bool(ids) and all(ledger_id in held for ledger_id in ids)
+
+
 def commit_batch(record: StreamRecord, writer_id: str, batch_id: int, ledgers: Mapping[int, tuple[int, ...]],
-                 now_ms: int) -> StreamRecord | None:
+                 now_ms: int, remember_writer: bool = True) -> StreamRecord | None:
     """Append a batch's closed ledgers to their partitions' logs, once per (writer, batch).
 
-    None if ``writer_id`` already committed ``batch_id`` (or a later batch): nothing to do.
+    None if the commit was made before (``already_committed``): nothing to do.
+    ``remember_writer=False`` leaves the writers' memory (``MAX_WRITERS`` last
+    batch ids) alone: for commits that are never replayed, so that they cannot
+    push a streaming query's id out of it.
     """
     check_active(record)
-    last = record.last_batch(writer_id)
-    if last is not None and batch_id <= last:
+    if already_committed(record, writer_id, batch_id, ledgers, remember_writer):
         return None
     known = record.all_ledger_ids() | set(record.garbage)
     for partition, ids in ledgers.items():
         for ledger_id in ids:
             if ledger_id in known:
                 raise InvalidConfigurationError(
-                    f"ledger {ledger_id} (partition {partition}) is already in stream {record.name!r} or was "
-                    "truncated from it: commit only new ledgers written for this batch")
+                    f"ledger {ledger_id} (partition {partition}) is already in stream {record.name!r}, was "
+                    "truncated from it or was collected as an orphan (a write job older than the orphan "
+                    "sweep's minimum age): commit only new ledgers written for this batch")
     for partition, ids in sorted(ledgers.items()):
         part = record.partition(partition)
         added = tuple(LedgerRef(ledger_id, now_ms) for ledger_id in ids)
         record = record.with_partition(partition, replace(part, ledgers=part.ledgers + added))
+    if not remember_writer:
+        return record
     writers = tuple(item for item in record.writers if item[0] != writer_id) + ((writer_id, batch_id),)
     return replace(record, writers=writers[-MAX_WRITERS:])
 
@@ -110,6 +132,19 @@ def stamp_sealed(record: StreamRecord, partition: int, sealed: Mapping[int, tupl
             ref = LedgerRef(ref.ledger_id, stamp[1])
         refs.append(ref)
     return record.with_partition(partition, replace(part, ledgers=tuple(refs)))
+
+
+def mark_orphans(record: StreamRecord, ledger_ids: Iterable[int]) -> StreamRecord | None:
+    """Move the ledgers among ``ledger_ids`` that no log holds to ``garbage`` (to be deleted).
+
+    Ledgers a log holds now (committed since the caller looked) are left alone;
+    None if nothing is left to mark. Once listed as garbage, a ledger can never
+    be committed or added to a log (``commit_batch``, ``add_ledger`` refuse it).
+    """
+    check_active(record)
+    known = record.all_ledger_ids() | set(record.garbage)
+    marked = tuple(dict.fromkeys(i for i in ledger_ids if i not in known))
+    return replace(record, garbage=record.garbage + marked) if marked else None
 
 
 def forget_garbage(record: StreamRecord, deleted: set[int]) -> StreamRecord:
@@ -147,5 +182,6 @@ def set_schema(record: StreamRecord, schema: bytes, replace_existing: bool = Fal
     return replace(record, schema=schema)
 
 
-__all__ = ["ACTIVE", "add_ledger", "add_partitions", "check_active", "commit_batch", "forget_garbage",
-           "mark_deleting", "new_stream", "set_schema", "stamp_sealed", "truncate_through"]
+__all__ = ["ACTIVE", "add_ledger", "add_partitions", "already_committed", "check_active", "commit_batch",
+           "forget_garbage", "mark_deleting", "mark_orphans", "new_stream", "set_schema", "stamp_sealed",
+           "truncate_through"]

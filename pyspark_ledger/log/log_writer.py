@@ -98,7 +98,13 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
 
 
 def _add_to_log(ctx: LogContext, stream: str, partition: int, ledger_id: int, expected_next_seq: int) -> int:
-    update_stream(ctx.store, stream, lambda record: add_ledger(record, partition, ledger_id, expected_next_seq)[0])
+    """CAS the new ledger into the log; it must still exist after each read (see ``orphans``)."""
+    def transition(record):
+        after = add_ledger(record, partition, ledger_id, expected_next_seq)[0]
+        ctx.client.ledger_metadata(ledger_id)  # NoSuchLedgerError if an orphan sweep deleted it
+        return after
+
+    update_stream(ctx.store, stream, transition)
     return expected_next_seq
 
 

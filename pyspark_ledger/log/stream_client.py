@@ -25,7 +25,7 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import InvalidConfigurationError
-from pyspark_ledger.log import commits, log_views, retention, streams
+from pyspark_ledger.log import commits, log_views, orphans, retention, streams
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.ledgers import create_stream_ledger
@@ -119,9 +119,11 @@ class StreamClient:
         check_partition(partition, record.partition_count, stream)
         return create_stream_ledger(self._ctx.client, record.replication, self._ctx.password, stream, partition)
 
-    def commit_ledgers(self, stream: str, writer_id: str, batch_id: int,
-                       ledgers: Mapping[int, Sequence[int]]) -> commits.CommitResult:
-        return commits.commit_ledgers(self._ctx, stream, writer_id, batch_id, ledgers)
+    def commit_ledgers(self, stream: str, writer_id: str, batch_id: int, ledgers: Mapping[int, Sequence[int]], *,
+                       remember_writer: bool = True) -> commits.CommitResult:
+        """Append closed ledgers once per (writer, batch); ``remember_writer=False`` for one-off commits."""
+        return commits.commit_ledgers(self._ctx, stream, writer_id, batch_id, ledgers,
+                                      remember_writer=remember_writer)
 
     def last_committed_batch(self, stream: str, writer_id: str) -> int | None:
         return commits.last_committed_batch(self._ctx, stream, writer_id)
@@ -142,6 +144,14 @@ class StreamClient:
 
     def collect_garbage(self, stream: str) -> frozenset[int]:
         return retention.collect_garbage(self._ctx, stream)
+
+    def collect_orphans(self, stream: str, min_age_s: float = orphans.DEFAULT_MIN_AGE_S, *,
+                        dry_run: bool = False) -> orphans.OrphanSweep:
+        """Delete the stream's ledgers that no log references, created ``min_age_s`` ago or earlier.
+
+        Safe against commits in flight (see ``pyspark_ledger.log.orphans``); ``dry_run`` only lists them.
+        """
+        return orphans.collect_orphans(self._ctx, stream, min_age_s, dry_run)
 
     # --- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:

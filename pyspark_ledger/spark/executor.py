@@ -9,6 +9,17 @@ per process:
 * one ``LedgerClient`` (and the metadata store it owns) per metadata URI, and
 * one ``StreamClient`` per (URI, password) built over that shared client.
 
+The clients use the replication client's defaults except for speculative
+reads (``executor_config``): tasks read whole entry ranges, megabytes per
+request, which on a busy machine take longer than the default 50 ms before a
+read is also sent to the next replica. Every batch of a Spark read was then
+fetched from two or three replicas: ``bench/spark_io.py``-style reads of one
+stream moved 2.2-2.8 times the stream's bytes out of the bookies, and the
+duplicate answers cost the bookies and the workers CPU that the read itself
+needed. The executors wait ``SPECULATIVE_READ_DELAY_S`` (BookKeeper's default
+speculative read timeout) before asking another replica; a replica that fails
+outright is still replaced at once.
+
 ``stream_client(uri, password)`` and ``ledger_client(uri, password)`` return
 them, creating them on first use (thread-safe). They are closed at interpreter
 exit (``atexit``) or by ``close_all(uri=None)``; a client is never closed by a task,
@@ -32,6 +43,9 @@ if TYPE_CHECKING:  # imported lazily: this module must stay cheap to import
     from pyspark_ledger.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+
+#: Seconds before a slow read is also sent to the entry's next replica (see the module docstring).
+SPECULATIVE_READ_DELAY_S = 2.0
 
 _lock = threading.Lock()
 _owner_pid = os.getpid()
@@ -63,6 +77,14 @@ def stream_client(uri: str, password: bytes | str = b"") -> "StreamClient":
             cached = StreamClient(store, password=key[1], client=client)
             _stream_clients[key] = cached
         return cached
+
+
+def executor_config():
+    """The ``ClientConfig`` of the cached clients: the defaults, with range-read-sized speculation."""
+    from dataclasses import replace
+
+    from pyspark_ledger.client.config import ClientConfig
+    return replace(ClientConfig(), speculative_read_delay_s=SPECULATIVE_READ_DELAY_S)
 
 
 def cached_clients() -> int:
@@ -98,7 +120,7 @@ def _ledger_client_locked(uri: str) -> tuple["MetadataStore", "LedgerClient"]:
         from pyspark_ledger.metadata import open_metadata_store
         store = open_metadata_store(uri)
         try:
-            cached = (store, LedgerClient(store))
+            cached = (store, LedgerClient(store, executor_config()))
         except BaseException:
             store.close()
             raise

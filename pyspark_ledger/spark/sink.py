@@ -12,7 +12,11 @@ batch id), or ``abort`` (deletes them).
 Exactly once:
 
 - a batch write commits under a writer id of its own (``batch-<uuid>``) and
-  batch 0: Spark commits a job once, and a failed job leaves nothing;
+  batch 0: Spark calls a batch job's ``commit`` once, on the driver, after
+  every task succeeded, and never replays it (a failed job leaves nothing; a
+  job run again builds a new writer). So the stream does not remember batch
+  writers (``remember_writer=False``): their ids would push streaming
+  queries' ids out of the ``MAX_WRITERS`` the stream record keeps;
 - a streaming write commits micro-batch ``batchId`` under the query's writer
   id (``sink_identity``): a micro-batch Spark replays after a restart, or
   commits again, changes nothing, and its new ledgers are deleted.
@@ -79,7 +83,7 @@ class LedgerBatchWriter(DataSourceArrowWriter):
         return write_task(self.plan, iterator, _task_partition())
 
     def commit(self, messages: Sequence[LedgerCommitMessage | None]) -> None:
-        commit_write(self.plan, messages, self.writer_id, BATCH_WRITE_BATCH_ID)
+        commit_write(self.plan, messages, self.writer_id, BATCH_WRITE_BATCH_ID, remember_writer=False)
 
     def abort(self, messages: Sequence[LedgerCommitMessage | None]) -> None:
         abort_write(self.plan, messages)

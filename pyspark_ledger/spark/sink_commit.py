@@ -16,8 +16,10 @@
 
 ``abort_write(plan, messages)`` deletes the ledgers the finished tasks name
 (``StreamClient.abort_ledgers`` keeps any a log holds; tasks that failed
-deleted their own). Batch writes commit under a fresh writer id and batch 0;
-streaming writes under the query's writer id and Spark's batch id.
+deleted their own). Batch writes commit under a fresh writer id and batch 0
+with ``remember_writer=False`` (Spark never replays a batch job's commit, so
+the stream need not remember its id); streaming writes under the query's
+writer id and Spark's batch id, remembered to make replays no-ops.
 """
 from __future__ import annotations
 
@@ -37,16 +39,17 @@ log = logging.getLogger(__name__)
 
 
 def commit_write(plan: SinkPlan, messages: Sequence[LedgerCommitMessage | None], writer_id: str,
-                 batch_id: int) -> CommitResult:
+                 batch_id: int, *, remember_writer: bool = True) -> CommitResult:
     """Commit a write (or one micro-batch of it) exactly once; see the module docstring."""
     done = finished(messages)
     streams = stream_client(plan.uri, plan.password)
     info = _target_stream(streams, plan, len(messages))
     ledgers = group_ledgers(done, info.partitions)
     if plan.overwrite:
-        result = commit_replacing(streams.context, plan.stream, writer_id, batch_id, ledgers)
+        result = commit_replacing(streams.context, plan.stream, writer_id, batch_id, ledgers,
+                                  remember_writer=remember_writer)
     else:
-        result = streams.commit_ledgers(plan.stream, writer_id, batch_id, ledgers)
+        result = streams.commit_ledgers(plan.stream, writer_id, batch_id, ledgers, remember_writer=remember_writer)
     if not result.committed:
         ids = ledger_ids(done)
         log.info("stream %r: writer %r had committed batch %d already; deleting this attempt's %d ledgers",

@@ -9,7 +9,8 @@ stream record changes once, from the old logs to the new ledgers alone.
    a writer appending to it fails instead of writing into a deleted ledger,
    as ``retention.truncate_all`` does.
 3. CAS the record with, for every partition, ``truncate_through`` its last
-   ledger, then ``commit_batch`` of the new ledgers. If a partition's log
+   ledger, then ``commit_batch`` of the new ledgers (checked to exist and be
+   CLOSED after the read the CAS expects, as ``commits`` does). If a partition's log
    grew since step 2 (another writer committed), the CAS is not made and the
    steps start again (at most ``MAX_ATTEMPTS`` times), so no data committed
    before the overwrite survives it.
@@ -19,15 +20,16 @@ stream record changes once, from the old logs to the new ledgers alone.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, MetadataError, MetadataVersionConflictError
-from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED, CommitResult
+from pyspark_ledger.errors import LedgerError, MetadataError, MetadataVersionConflictError
+from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED, CommitResult, check_closed
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_writer_id
 from pyspark_ledger.log.ledgers import fence_ledgers
 from pyspark_ledger.log.log_metadata import StreamRecord
-from pyspark_ledger.log.log_transitions import check_active, commit_batch, truncate_through
+from pyspark_ledger.log.log_transitions import already_committed, check_active, commit_batch, truncate_through
 from pyspark_ledger.log.log_views import ledger_end
 from pyspark_ledger.log.retention import Cut, collect_garbage
 from pyspark_ledger.log.stream_store import read_stream, update_stream
@@ -36,21 +38,34 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 10
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """What replaces the stream's data: a writer's batch of new ledgers per partition."""
+
+    writer_id: str
+    batch_id: int
+    ledgers: Mapping[int, tuple[int, ...]]
+    remember_writer: bool = True  # False: a one-off commit (see ``commits.commit_ledgers``)
+
+    def already_in(self, record: StreamRecord) -> bool:
+        return already_committed(record, self.writer_id, self.batch_id, self.ledgers, self.remember_writer)
+
+
 def commit_replacing(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
-                     ledgers: Mapping[int, Sequence[int]]) -> CommitResult:
+                     ledgers: Mapping[int, Sequence[int]], *, remember_writer: bool = True) -> CommitResult:
     """Replace every partition's log by ``ledgers`` at once; see the module docstring."""
     writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
     for _ in range(MAX_ATTEMPTS):
         record = check_active(read_stream(ctx.store, stream).value)
-        checked = check_ledger_ids(ledgers, record.partition_count, stream)
-        if _already(record, writer_id, batch_id):
+        batch = Replacement(writer_id, batch_id, check_ledger_ids(ledgers, record.partition_count, stream),
+                            remember_writer)
+        if batch.already_in(record):
             return CommitResult(ALREADY_COMMITTED, batch_id)
-        _check_closed(ctx, checked)
         cuts = log_ends(ctx, record)
         now_ms = ctx.now_ms()
         try:
-            _, changed = update_stream(ctx.store, stream, lambda current: _replace(
-                current, cuts, writer_id, batch_id, checked, now_ms))
+            _, changed = update_stream(ctx.store, stream, lambda current: _checked_replace(
+                ctx, current, cuts, batch, now_ms))
         except MetadataVersionConflictError:
             continue  # a log grew after its end was read: read the ends again
         if not changed:
@@ -77,11 +92,10 @@ def log_ends(ctx: LogContext, record: StreamRecord) -> dict[int, Cut]:
     return cuts
 
 
-def _replace(record: StreamRecord, cuts: Mapping[int, Cut], writer_id: str, batch_id: int,
-             ledgers: Mapping[int, tuple[int, ...]], now_ms: int) -> StreamRecord | None:
+def _replace(record: StreamRecord, cuts: Mapping[int, Cut], batch: Replacement, now_ms: int) -> StreamRecord | None:
     """The pure transition: truncate every log at its end read before, then commit the batch."""
     check_active(record)
-    if _already(record, writer_id, batch_id):
+    if batch.already_in(record):
         return None
     for partition, part in enumerate(record.partitions):
         cut = cuts.get(partition)
@@ -90,20 +104,16 @@ def _replace(record: StreamRecord, cuts: Mapping[int, Cut], writer_id: str, batc
                 f"the log of partition {partition} of stream {record.name!r} grew while it was being overwritten")
     for partition, cut in cuts.items():
         record = truncate_through(record, partition, cut.last_seq, cut.last_entry_id)
-    return commit_batch(record, writer_id, batch_id, ledgers, now_ms)
+    return commit_batch(record, batch.writer_id, batch.batch_id, batch.ledgers, now_ms, batch.remember_writer)
 
 
-def _already(record: StreamRecord, writer_id: str, batch_id: int) -> bool:
-    last = record.last_batch(writer_id)
-    return last is not None and batch_id <= last
-
-
-def _check_closed(ctx: LogContext, ledgers: Mapping[int, tuple[int, ...]]) -> None:
-    for ids in ledgers.values():
-        for ledger_id in ids:
-            if not ctx.client.ledger_metadata(ledger_id).is_closed:
-                raise InvalidConfigurationError(
-                    f"ledger {ledger_id} is not CLOSED: close its writer before committing it")
+def _checked_replace(ctx: LogContext, record: StreamRecord, cuts: Mapping[int, Cut], batch: Replacement,
+                     now_ms: int) -> StreamRecord | None:
+    """``_replace``, then the new ledgers checked (exist, CLOSED) after the read the CAS expects."""
+    after = _replace(record, cuts, batch, now_ms)
+    if after is not None:
+        check_closed(ctx, record.name, (ledger_id for ids in batch.ledgers.values() for ledger_id in ids))
+    return after
 
 
 def _collect(ctx: LogContext, stream: str) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError, NoSuchLedgerError
 from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED
+from pyspark_ledger.log import log_transitions
 from pyspark_ledger.log.log_metadata import stream_key
 from pyspark_ledger.log.stream_store import read_stream
 
@@ -108,6 +109,27 @@ def test_racing_commits_of_the_same_batch_commit_once(make_streams, stream_name)
     assert read(clients[0], stream_name, 0) == [b"attempt-%d" % winners[0]]
     losers = [ledgers[i] for i in range(3) if i not in winners]
     assert clients[0].abort_ledgers(stream_name, ledgers) == set(losers)
+
+
+def test_batch_commits_do_not_evict_a_streaming_writer(streams, stream_name, monkeypatch):
+    monkeypatch.setattr(log_transitions, "MAX_WRITERS", 3)  # the stream remembers 3 writers (1,000 for real)
+    streams.create_stream(stream_name, 1)
+    assert streams.commit_ledgers(stream_name, "query-s", 0, {0: [closed_ledger(streams, stream_name, 0, b"s0")]}
+                                  ).committed
+    batch_ledgers = [closed_ledger(streams, stream_name, 0, b"batch-%d" % i) for i in range(6)]
+    for index, ledger in enumerate(batch_ledgers):  # six one-off (Spark batch) writes, one CAS each
+        before = version(streams, stream_name)
+        assert streams.commit_ledgers(stream_name, f"batch-{index}", 0, {0: [ledger]}, remember_writer=False).committed
+        assert version(streams, stream_name) == before + 1
+    assert read_stream(streams.context.store, stream_name).value.writers == (("query-s", 0),)
+    replay = closed_ledger(streams, stream_name, 0, b"s0 again")
+    assert not streams.commit_ledgers(stream_name, "query-s", 0, {0: [replay]}).committed  # still a no-op
+    assert not streams.commit_ledgers(stream_name, "batch-5", 0, {0: [batch_ledgers[5]]},
+                                      remember_writer=False).committed  # a one-off commit retried
+    assert read(streams, stream_name, 0) == [b"s0"] + [b"batch-%d" % i for i in range(6)]
+    for index in range(3):  # remembered writers do push it out: the memory the batch writes no longer use
+        streams.commit_ledgers(stream_name, f"query-{index}", 0, {0: [closed_ledger(streams, stream_name, 0, b"q")]})
+    assert streams.last_committed_batch(stream_name, "query-s") is None
 
 
 def test_overwrite_truncates_then_commits(streams, stream_name):

@@ -69,6 +69,19 @@ def test_writers_are_bounded_and_the_oldest_commit_is_forgotten_first():
     assert record.writers[-1] == ("w5", 1) and len(record.writers) == MAX_WRITERS
 
 
+def test_commits_not_remembered_leave_the_writers_alone_and_are_keyed_by_their_ledgers():
+    record = t.commit_batch(stream(), "query-s", 4, {0: (1,)}, 1)
+    for index in range(MAX_WRITERS + 5):
+        record = t.commit_batch(record, f"batch-{index}", 0, {1: (100 + index,)}, 1, remember_writer=False)
+    assert record.writers == (("query-s", 4),) and len(record.partition(1).ledgers) == MAX_WRITERS + 5
+    assert t.commit_batch(record, "query-s", 4, {0: (9,)}, 1) is None  # the streaming replay is still a no-op
+    assert t.already_committed(record, "batch-0", 0, {1: (100,)}, remember_writer=False)
+    assert t.commit_batch(record, "batch-0", 0, {1: (100,)}, 1, remember_writer=False) is None  # retried: no-op
+    assert not t.already_committed(record, "batch-x", 0, {}, remember_writer=False)
+    with pytest.raises(InvalidConfigurationError, match="ledger 100 .*already in stream"):
+        t.commit_batch(record, "batch-0", 0, {1: (100, 7)}, 1, remember_writer=False)  # half of it is new
+
+
 def test_truncate_through_drops_a_prefix_keeps_sequence_numbers_and_lists_garbage():
     record = with_ledgers(stream(), 0, 10, 11, 12)
     cut = t.truncate_through(record, 0, 1, 99)

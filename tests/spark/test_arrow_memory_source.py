@@ -27,6 +27,13 @@ def test_reads_exactly_n_rows_with_distinct_ids(spark, memory_format):
     assert stats.asDict() == {"n": rows, "ids": rows, "lo": 0, "hi": rows - 1, "short": 16, "long": 16}
 
 
+def test_string_payloads(spark, memory_format):
+    frame = spark.read.format(memory_format).option("rows", 5000).option("payloadType", "string").load()
+    assert frame.schema.simpleString() == "struct<id:bigint,payload:string>"
+    assert frame.selectExpr("count(*) AS n", "min(payload) AS lo", "max(length(payload)) AS long").first().asDict() \
+        == {"n": 5000, "lo": "Z" * 100, "long": 100}
+
+
 def test_zero_rows(spark, memory_format):
     assert spark.read.format(memory_format).option("rows", 0).load().count() == 0
 
@@ -50,3 +57,5 @@ def test_measure_reports_its_figures(spark, memory_format, tmp_path):
 def test_bad_option_is_named(spark, memory_format):
     with pytest.raises(Exception, match="option rowsperbatch='ten' of format 'arrow_memory'"):
         spark.read.format(memory_format).option("rowsPerBatch", "ten").load().count()
+    with pytest.raises(Exception, match="option payloadType='text' of format 'arrow_memory'"):
+        spark.read.format(memory_format).option("payloadType", "text").load().count()

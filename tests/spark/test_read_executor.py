@@ -28,6 +28,20 @@ def test_one_client_per_uri_and_one_stream_client_per_password(uri):
     assert executor.stream_client(f"  {uri} ", "secret") is first
 
 
+def test_cached_clients_wait_before_speculative_reads_and_keep_the_other_defaults(uri):
+    from dataclasses import asdict
+
+    from pyspark_ledger.client.config import ClientConfig
+
+    config = executor.ledger_client(uri).config
+    assert config.speculative_read_delay_s == executor.SPECULATIVE_READ_DELAY_S >= 1.0
+    defaults = ClientConfig()
+    changed = {name for name in asdict(config) if name != "placement"
+               and getattr(config, name) != getattr(defaults, name)}
+    assert changed == {"speculative_read_delay_s"}
+    assert type(config.placement) is type(defaults.placement)
+
+
 def test_close_all_of_a_uri_closes_its_clients_and_the_next_call_opens_new_ones(uri, tmp_path):
     other_uri = f"sqlite:///{tmp_path}/other.db"
     try:

@@ -23,7 +23,7 @@ from pyspark_ledger.spark.arrow_codec import decode_batch  # noqa: E402
 from pyspark_ledger.spark.options import parse_write_options  # noqa: E402
 from pyspark_ledger.spark.sink import LedgerBatchWriter  # noqa: E402
 from pyspark_ledger.spark.sink_commit import abort_write, commit_write  # noqa: E402
-from pyspark_ledger.spark.sink_overwrite import _replace  # noqa: E402
+from pyspark_ledger.spark.sink_overwrite import Replacement, _replace  # noqa: E402
 from pyspark_ledger.spark.sink_plan import plan_sink  # noqa: E402
 from pyspark_ledger.spark.sink_task import write_task  # noqa: E402
 from tests.spark.read_helpers import start_sandbox, unique_stream  # noqa: E402
@@ -178,6 +178,21 @@ def test_replayed_commit_changes_nothing_and_deletes_the_replays_ledgers(cluster
     assert read_partition(streams, stream, 0) == expected(0, 13)
 
 
+def test_batch_writes_leave_a_streaming_writers_id_in_place(cluster, streams, stream):
+    sink = plan(cluster, stream)
+    assert commit_write(sink, [write_task(sink, [rows(0, 10)], 0)], "query-1", 5).committed
+    for first in (10, 20):
+        LedgerBatchWriter(plan(cluster, stream)).commit([write_task(sink, [rows(first, 10)], 0)])
+    replacing = plan(cluster, stream, overwrite=True)
+    LedgerBatchWriter(replacing).commit([write_task(replacing, [rows(100, 5)], 0)])
+    LedgerBatchWriter(plan(cluster, stream)).commit([write_task(sink, [rows(105, 5)], 0)])
+    assert read_stream(streams.context.store, stream).value.writers == (("query-1", 5),)  # batch writes: none
+    replay = [write_task(sink, [rows(0, 10)], 0)]
+    assert not commit_write(sink, replay, "query-1", 5).committed  # the streaming replay is still a no-op
+    assert not set(replay[0].ledger_ids) & all_ledgers(streams)
+    assert read_partition(streams, stream, 0) == expected(100, 10)
+
+
 def test_failing_task_deletes_its_ledger_and_raises(cluster, streams, stream):
     sink = plan(cluster, stream, rowsPerEntry=5)
     before = all_ledgers(streams)
@@ -284,15 +299,20 @@ def test_overwrite_transition_refuses_a_log_that_grew_after_its_end_was_read(clu
     assert commit_write(sink, [write_task(sink, [rows(0, 3)], 0)], "w-1", 0).committed
     record = read_stream(streams.context.store, stream).value
     stale_cuts = {0: Cut(record.partition(0).next_seq - 2, 0)}  # read before the last ledger arrived
+    batch = Replacement("w-2", 0, {0: (12345,)})
     with pytest.raises(MetadataVersionConflictError, match="grew while it was being overwritten"):
-        _replace(record, stale_cuts, "w-2", 0, {0: (12345,)}, 0)
+        _replace(record, stale_cuts, batch, 0)
     with pytest.raises(MetadataVersionConflictError):
-        _replace(record, {}, "w-2", 0, {0: (12345,)}, 0)
-    assert _replace(record, {}, "w-1", 0, {}, 0) is None  # already committed: nothing to do
+        _replace(record, {}, batch, 0)
+    assert _replace(record, {}, Replacement("w-1", 0, {}), 0) is None  # already committed: nothing to do
     fresh = {0: Cut(record.partition(0).next_seq - 1, 0)}
-    replaced = _replace(record, fresh, "w-2", 0, {0: (12345,)}, 7)
+    replaced = _replace(record, fresh, batch, 7)
     assert replaced.partition(0).ledger_ids == (12345,) and replaced.last_batch("w-2") == 0
     assert set(record.partition(0).ledger_ids) <= set(replaced.garbage)
+    one_off = _replace(record, fresh, Replacement("batch-1", 0, {0: (12345,)}, remember_writer=False), 7)
+    assert one_off.partition(0).ledger_ids == (12345,) and one_off.writers == record.writers
+    assert _replace(one_off, {0: Cut(one_off.partition(0).next_seq - 1, 0)},
+                    Replacement("batch-1", 0, {0: (12345,)}, remember_writer=False), 8) is None  # retried
 
 
 def test_plan_pickles_without_its_password_in_repr(cluster, stream):
