@@ -79,6 +79,8 @@ class RangeFetch:
                 self._ask(following)
 
     def _on_answer(self, bookie: str, done: Future) -> None:
+        if self.result.done():  # a late (e.g. speculative) answer: verifying and copying it would be wasted
+            return
         entries, answer = self._classify(bookie, done)
         with self._lock:
             if self.result.done():
