@@ -14,7 +14,8 @@ import logging
 
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.metadata_ops import write
-from pyspark_ledger.errors import LedgerClosedError, LedgerFencedError, MetadataError, MetadataVersionConflictError
+from pyspark_ledger.errors import (LedgerClosedError, LedgerFencedError, MetadataError, MetadataVersionConflictError,
+                                   NotEnoughBookiesError)
 from pyspark_ledger.metadata.model import OPEN, LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import EnsembleChangeRequest
@@ -29,7 +30,7 @@ def change_ensemble(ctx: ClientContext, current: Versioned[LedgerMetadata], requ
     failed = dict(request.failed)
     first = request.first_unconfirmed_entry
     stored = current
-    replacements = ctx.choose_replacements(request.ensemble, failed, exclude | set(failed.values()))
+    replacements = _choose(ctx, request, failed, exclude)
     target = ensemble_change(stored.value, replacements, first)
     for _ in range(ctx.config.metadata_retries):
         try:
@@ -54,6 +55,23 @@ def change_ensemble(ctx: ClientContext, current: Versioned[LedgerMetadata], requ
         target = resolution.metadata
     raise MetadataError(f"ensemble change of ledger {current.value.ledger_id} lost "
                         f"{ctx.config.metadata_retries} compare-and-sets in a row")
+
+
+def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int, str],
+            exclude: set[str]) -> dict[int, str]:
+    """Replacements outside the ensemble, the failing bookies and ``exclude`` (bookies that failed this
+    writer before); if that leaves too few, bookies that failed before may serve again (they may only have
+    been slow then: a second chance beats failing the writer)."""
+    failing = set(failed.values())
+    try:
+        return ctx.choose_replacements(request.ensemble, failed, exclude | failing)
+    except NotEnoughBookiesError:
+        if not exclude - failing:
+            raise
+    replacements = ctx.choose_replacements(request.ensemble, failed, failing)
+    log.info("ensemble change: no fresh bookie left, taking back %s, which failed this writer before",
+             sorted(set(replacements.values()) & exclude))
+    return replacements
 
 
 def _stop_error(stored: LedgerMetadata, reason: str) -> Exception:

@@ -333,6 +333,7 @@ class LedgerWriter:
 
     def _changed(self, changed: Versioned[LedgerMetadata]) -> None:
         self._current = changed
+        self._failed_bookies.difference_update(changed.value.current_fragment.bookies)  # taken back: watched again
         if self._tracker.stopped:
             return
         outcome = self._tracker.ensemble_changed(changed.value.current_fragment.bookies)

@@ -231,3 +231,26 @@ def test_bad_inputs_get_clear_errors(client):
         writer.append(bytes(client.config.max_entry_bytes))
     with pytest.raises(NotEnoughBookiesError):
         client.create_ledger(5, 3, 2)
+
+
+def test_a_bookie_that_failed_before_is_taken_back_when_no_fresh_one_is_left(client, make_client, cluster, store):
+    """4 bookies, E=3: one failure used the only spare; when a second bookie fails, the first one (back up,
+    maybe it was only slow) is the only candidate. It is taken back rather than failing the writer, and
+    watched again: when it fails a second time, it is replaced again."""
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    first, second, third = writer.metadata.current_fragment.bookies
+    confirmed = Confirmed()
+    write_confirmed(writer, confirmed, 3)
+    cluster.set_down(second)
+    write_confirmed(writer, confirmed, 3, start=3)  # second replaced by the spare
+    cluster.set_down(second, False)
+    cluster.set_down(third)
+    write_confirmed(writer, confirmed, 3, start=6)  # no fresh bookie: second comes back
+    assert second in client.ledger_metadata(writer.ledger_id).fragments[-1].bookies
+    cluster.set_down(third, False)
+    cluster.set_down(second)
+    write_confirmed(writer, confirmed, 3, start=9)  # its new failure is not ignored: replaced by third
+    writer.close()
+    fragments = client.ledger_metadata(writer.ledger_id).fragments
+    assert len(fragments) == 4 and second not in fragments[-1].bookies and third in fragments[-1].bookies
+    check_invariants(client, make_client(seed=2), store, writer.ledger_id, PASSWORD, confirmed)
