@@ -101,14 +101,14 @@ class ProcessWatch:
     """Every process seen under the kernel (after each cell, and by the sampler); thread-safe."""
 
     kernel_pid: int
-    seen: dict[tuple[int, int], ProcessInfo] = field(default_factory=dict)
+    seen: dict[tuple[int, int, str], ProcessInfo] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self) -> list[ProcessInfo]:
         current = descendants(self.kernel_pid)
-        with self.lock:
+        with self.lock:  # keyed by command too: a process that execs (spark-submit -> java) is seen as each
             for info in current:
-                self.seen.setdefault((info.pid, info.start_ticks), info)
+                self.seen.setdefault((info.pid, info.start_ticks, info.command), info)
         return current
 
     def all_seen(self) -> list[ProcessInfo]:
@@ -118,7 +118,8 @@ class ProcessWatch:
     def leftovers(self) -> list[ProcessInfo]:
         """Everything seen that still runs (the kernel's live descendants included)."""
         self.record()
-        return [info for info in self.all_seen() if is_alive(info)]
+        alive = {(info.pid, info.start_ticks): info for info in self.all_seen() if is_alive(info)}
+        return list(alive.values())
 
 
 def write_kernelspec(root: Path) -> Path:
