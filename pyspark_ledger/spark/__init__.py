@@ -8,7 +8,9 @@ and users without Spark must be able to use the client). The modules:
 
 - ``source``: ``DefaultSource``, the façade: schema, readers, writers;
 - ``batch_reader``: batch reads planned as entry ranges, decoded to Arrow on executors;
-- ``stream_reader``: streaming reads with one offset per partition, admission control, AvailableNow;
+- ``stream_reader``: streaming reads with one offset per partition (every Spark 4);
+- ``stream_admission``: the stream reader with admission control and AvailableNow (Spark 4.2+);
+- ``compat``: what the running Spark offers; fallbacks and clear errors on Spark 4.0/4.1;
 - ``sink`` and ``sink_*``: batch and streaming writes, one ledger per task, exactly-once commits;
 - ``executor``: one StreamClient / LedgerClient per Python process, shared by every task;
 - ``options``: every option of ``format("ledger")``, parsed and validated per mode;

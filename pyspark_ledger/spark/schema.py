@@ -224,11 +224,13 @@ def decode_stream_schema(data: bytes) -> pa.Schema:
 
 def spark_to_arrow_schema(schema: Any) -> pa.Schema:
     """A Spark schema (StructType, its JSON, or DDL with an active session) as Spark's Arrow schema."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark_ledger.spark.compat import spark_arrow_schema
 
     struct = as_struct_type(schema)
     try:
-        arrow = to_arrow_schema(struct, timezone=STORED_TIMEZONE)
+        arrow = spark_arrow_schema(struct, STORED_TIMEZONE)
+    except InvalidConfigurationError:
+        raise
     except Exception as exc:  # pyspark raises its own type errors for unsupported types
         raise _not_storable(struct, str(exc)) from exc
     tagged = sorted({tag for field in arrow for tag in _tags(field)})

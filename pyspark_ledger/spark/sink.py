@@ -1,8 +1,9 @@
 """The ``ledger`` sink's Spark façade: ``batch_writer`` and ``stream_writer`` for ``DefaultSource``.
 
 ``df.write.format("ledger")`` (``DataSourceArrowWriter``) and
-``df.writeStream.format("ledger")`` (``DataSourceStreamArrowWriter``) take
-Arrow batches. Spark builds the writer on the driver (``plan_sink``: options,
+``df.writeStream.format("ledger")`` (``DataSourceStreamArrowWriter``, or its
+stand-in on Spark 4.0: ``compat.stream_arrow_writer_base``) take Arrow
+batches. Spark builds the writer on the driver (``plan_sink``: options,
 schema check, layout; errors reach the user before any task runs), pickles it
 into every task (``sink_task.write_task``: a new ledger per task) and, once
 all tasks succeeded, calls ``commit`` on the driver (``sink_commit``: one
@@ -32,9 +33,10 @@ import uuid
 from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+from pyspark.sql.datasource import DataSourceArrowWriter
 
 from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.spark.compat import arrow_batches, stream_arrow_writer_base
 from pyspark_ledger.spark.options import WriteOptions, parse_write_options
 from pyspark_ledger.spark.sink_commit import abort_write, commit_write
 from pyspark_ledger.spark.sink_identity import require_writer_identity, streaming_writer_id
@@ -89,7 +91,7 @@ class LedgerBatchWriter(DataSourceArrowWriter):
         abort_write(self.plan, messages)
 
 
-class LedgerStreamWriter(DataSourceStreamArrowWriter):
+class LedgerStreamWriter(stream_arrow_writer_base()):
     """``df.writeStream.format("ledger")``: one ledger per task, one commit per micro-batch."""
 
     def __init__(self, plan: SinkPlan, options: WriteOptions) -> None:
@@ -97,7 +99,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
-        return write_task(self.plan, iterator, _task_partition())
+        return write_task(self.plan, arrow_batches(iterator), _task_partition())
 
     def commit(self, messages: Sequence[LedgerCommitMessage | None], batchId: int) -> None:  # noqa: N803
         commit_write(self.plan, messages, streaming_writer_id(self.options), batchId)

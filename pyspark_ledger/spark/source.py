@@ -11,7 +11,8 @@ hands over to the module that does the work:
   ``_entry_id`` with includeMetadata); a stream that does not exist, or was
   never written through Spark, fails clearly;
 - ``reader()`` -> ``batch_reader.LedgerBatchReader``;
-- ``streamReader()`` -> ``stream_reader.LedgerStreamReader``;
+- ``streamReader()`` -> ``stream_admission.AdmissionControlledStreamReader`` (Spark 4.2+),
+  ``stream_reader.LedgerStreamReader`` on older Sparks (``compat``);
 - ``writer()`` / ``streamWriter()`` -> ``sink.batch_writer`` / ``sink.stream_writer``.
 """
 from __future__ import annotations
@@ -44,9 +45,10 @@ class DefaultSource(DataSource):
         return LedgerBatchReader(parse_read_options(dict(self.options)), schema)
 
     def streamReader(self, schema):
-        from pyspark_ledger.spark.stream_reader import LedgerStreamReader
+        from pyspark_ledger.spark.compat import stream_reader_class
 
-        return LedgerStreamReader(parse_read_options(dict(self.options), streaming=True), schema)
+        options = parse_read_options(dict(self.options), streaming=True)
+        return stream_reader_class(options)(options, schema)
 
     def writer(self, schema, overwrite: bool):
         from pyspark_ledger.spark.sink import batch_writer
