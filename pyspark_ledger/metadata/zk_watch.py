@@ -9,6 +9,7 @@ into one callback with the latest state, as with the SQLite poller.
 """
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 from typing import Callable
@@ -67,11 +68,13 @@ class _RefreshingWatch(Watch):
             if not self._cancelled:
                 self._refresh()
 
+    @abc.abstractmethod
     def _read_baseline(self) -> None:
-        raise NotImplementedError
+        """Read the watched value (and set the watch) before any callback: what later changes compare to."""
 
+    @abc.abstractmethod
     def _refresh(self) -> None:
-        raise NotImplementedError
+        """Re-read the value (re-arming the watch) and call back if it changed."""
 
 
 class ZooKeeperLedgerWatch(_RefreshingWatch):

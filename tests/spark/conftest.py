@@ -1,8 +1,9 @@
-"""Fixtures of the Spark connector tests: one local SparkSession for the whole run.
+"""Fixtures of the Spark connector tests: one local SparkSession for the whole run, a sandbox per module.
 
 Spark takes 6-9 s to start, so every test that needs it shares the session;
 tests that only need pure modules never start it. Without pyspark (or Java)
-the Spark tests are skipped with the reason.
+the Spark tests are skipped with the reason. ``cluster`` is a sandbox of real
+bookies for the module that asks for it (a module may define its own).
 """
 from __future__ import annotations
 
@@ -28,3 +29,17 @@ def spark():
         yield session
     finally:
         stop_spark_session(session)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A sandbox of real bookies for one test module; its cached executor clients are closed with it."""
+    from pyspark_ledger.spark import executor
+    from tests.spark.read_helpers import start_sandbox
+
+    sandbox = start_sandbox()
+    try:
+        yield sandbox
+    finally:
+        executor.close_all(sandbox.metadata_uri)
+        sandbox.stop()

@@ -24,19 +24,9 @@ from pyspark_ledger.spark.arrow_codec import encode_batch  # noqa: E402
 from pyspark_ledger.spark.batch_reader import entries_per_split  # noqa: E402
 from pyspark_ledger.spark.schema import conform_batch, stored_schema  # noqa: E402
 from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, commit, read_options, rows_batch,  # noqa: E402
-                                      start_sandbox, unique_stream, write_ledger)
+                                      unique_stream, write_ledger)
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture

@@ -14,21 +14,11 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark.sql.datasource")
 
 from pyspark_ledger.spark import executor  # noqa: E402
-from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options, start_sandbox,  # noqa: E402
+from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options,  # noqa: E402
                                       unique_stream, wait_until)
 
 pytestmark = pytest.mark.spark
 QUERY_TIMEOUT_S = 120
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture

@@ -19,22 +19,12 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark_ledger.errors import DataLossError  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
 from pyspark_ledger.spark.source import DefaultSource  # noqa: E402
-from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options, start_sandbox,  # noqa: E402
+from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options,  # noqa: E402
                                       unique_stream)
 
 pytestmark = pytest.mark.spark
 ReadAllAvailable, ReadMaxRows, ReadMaxBytes = (datasource.ReadAllAvailable, datasource.ReadMaxRows,
                                                datasource.ReadMaxBytes)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from pyspark_ledger.spark.schema import spark_to_arrow_schema  # noqa: E402
 from pyspark_ledger.spark.sink import LedgerStreamWriter, stream_writer  # noqa: E402
 from pyspark_ledger.spark.stream_reader import LedgerStreamReader  # noqa: E402
 from pyspark_ledger.testing.spark import register_data_source  # noqa: E402
-from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options, start_sandbox,  # noqa: E402
+from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options,  # noqa: E402
                                       unique_stream, wait_until)
 
 URI = "zk://127.0.0.1:2181/ledgers"
@@ -174,16 +174,6 @@ class Spark40LedgerSource(DefaultSource):
 def test_the_spark_4_0_writer_is_not_a_stream_arrow_writer():
     native = getattr(spark_datasource, "DataSourceStreamArrowWriter", None)
     assert native is None or not issubclass(Spark40StreamWriter, native)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ pytest.importorskip("pyspark.sql.datasource")
 
 from pyspark_ledger.log.stream_store import read_stream  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
-from tests.spark.read_helpers import start_sandbox, unique_stream  # noqa: E402
+from tests.spark.read_helpers import unique_stream  # noqa: E402
 
 pytestmark = pytest.mark.spark
 PASSWORD = "batch-write"
@@ -23,16 +23,6 @@ KINDS_DDL = ("id bigint not null, b tinyint, sh smallint, i int, f float, d doub
              "ts timestamp, ntz timestamp_ntz, day date, price decimal(20,4), big decimal(38,0), ok boolean, "
              "tags array<string>, who struct<name:string, points:array<double>, inner:struct<x:int>>, "
              "scores map<string,bigint>")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture

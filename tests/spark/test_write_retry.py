@@ -115,19 +115,6 @@ def child_main(uri: str, workdir: Path) -> None:
 # --- the parent: run the child, then check the streams --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from pyspark_ledger.spark import executor
-    from tests.spark.read_helpers import start_sandbox
-
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
-
-
 def read_ids(streams, stream: str) -> list[int]:
     from pyspark_ledger.spark.arrow_codec import decode_batch
 

@@ -26,7 +26,7 @@ from pyspark_ledger.spark.sink_commit import abort_write, commit_write  # noqa: 
 from pyspark_ledger.spark.sink_overwrite import Replacement, _replace  # noqa: E402
 from pyspark_ledger.spark.sink_plan import plan_sink  # noqa: E402
 from pyspark_ledger.spark.sink_task import write_task  # noqa: E402
-from tests.spark.read_helpers import start_sandbox, unique_stream  # noqa: E402
+from tests.spark.read_helpers import unique_stream  # noqa: E402
 
 PASSWORD = "sink-tests"
 SPARK_SCHEMA = {"type": "struct", "fields": [
@@ -46,16 +46,6 @@ def rows(first: int, count: int, *, reverse_columns: bool = False) -> pa.RecordB
     if reverse_columns:
         return pa.record_batch([names, ids], names=["name", "id"])
     return pa.record_batch([ids, names], names=["id", "name"])
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture

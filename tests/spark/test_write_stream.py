@@ -18,23 +18,13 @@ pytest.importorskip("pyspark.sql.datasource")
 
 from pyspark_ledger.log.stream_store import read_stream  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
-from tests.spark.read_helpers import start_sandbox, unique_stream  # noqa: E402
+from tests.spark.read_helpers import unique_stream  # noqa: E402
 
 pytestmark = pytest.mark.spark
 PASSWORD = "stream-write"
 INPUT_DDL = "id bigint, name string"
 ROWS_PER_FILE = 40
 QUERY_TIMEOUT_S = 240
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sandbox = start_sandbox()
-    try:
-        yield sandbox
-    finally:
-        executor.close_all(sandbox.metadata_uri)
-        sandbox.stop()
 
 
 @pytest.fixture
