@@ -20,6 +20,7 @@ from pyspark_ledger.metadata.model import OPEN, LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import EnsembleChangeRequest
 from pyspark_ledger.protocol.ledger_rules import Decision, ensemble_change, resolve_ensemble_change_conflict
+from pyspark_ledger.protocol.placement import replacement_exclusions
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +60,20 @@ def change_ensemble(ctx: ClientContext, current: Versioned[LedgerMetadata], requ
 
 def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int, str],
             exclude: set[str]) -> dict[int, str]:
-    """Replacements outside the ensemble, the failing bookies and ``exclude`` (bookies that failed this
-    writer before); if that leaves too few, bookies that failed before may serve again (they may only have
-    been slow then: a second chance beats failing the writer)."""
-    failing = set(failed.values())
-    try:
-        return ctx.choose_replacements(request.ensemble, failed, exclude | failing)
-    except NotEnoughBookiesError:
-        if not exclude - failing:
-            raise
-    replacements = ctx.choose_replacements(request.ensemble, failed, failing)
-    log.info("ensemble change: no fresh bookie left, taking back %s, which failed this writer before",
-             sorted(set(replacements.values()) & exclude))
-    return replacements
+    """Replacements outside the ensemble and each exclusion set of ``replacement_exclusions`` in turn."""
+    rounds = replacement_exclusions(failed.values(), exclude)
+    for attempt, excluded in enumerate(rounds):
+        try:
+            replacements = ctx.choose_replacements(request.ensemble, failed, excluded)
+        except NotEnoughBookiesError:
+            if attempt == len(rounds) - 1:
+                raise
+            continue
+        if attempt:
+            log.info("ensemble change: no fresh bookie left, taking back %s, which failed this writer before",
+                     sorted(set(replacements.values()) & exclude))
+        return replacements
+    raise AssertionError("replacement_exclusions returned no round")  # pragma: no cover
 
 
 def _stop_error(stored: LedgerMetadata, reason: str) -> Exception:

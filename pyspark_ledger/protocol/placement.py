@@ -72,6 +72,17 @@ def replace_bookies(ensemble: Sequence[str], indexes: Iterable[int], available: 
     return dict(zip(wanted, rng.sample(eligible, len(wanted))))
 
 
+def replacement_exclusions(failing: Iterable[str], failed_before: Iterable[str]) -> tuple[frozenset[str], ...]:
+    """The exclusion sets to try, in order, when replacing ``failing`` bookies of a writer.
+
+    First every bookie that ever failed this writer; if that leaves too few candidates, only the failing
+    ones: a bookie that failed before (perhaps it was only slow) gets a second chance rather than the
+    writer failing with not-enough-bookies."""
+    failing = frozenset(failing)
+    everything = failing | frozenset(failed_before)
+    return (everything,) if everything == failing else (everything, failing)
+
+
 def apply_replacements(ensemble: Sequence[str], replacements: Mapping[int, str]) -> tuple[str, ...]:
     """The ensemble with ``replacements`` (index -> bookie id) applied; checks distinctness."""
     result = list(ensemble)

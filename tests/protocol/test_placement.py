@@ -8,6 +8,7 @@ import pytest
 from pyspark_ledger.errors import InvalidConfigurationError, NotEnoughBookiesError
 from pyspark_ledger.protocol.placement import (
     PlacementPolicy, RandomPlacement, apply_replacements, choose_ensemble, replace_bookie, replace_bookies,
+    replacement_exclusions,
 )
 
 BOOKIES = [f"b{i}" for i in range(6)]
@@ -58,3 +59,9 @@ def test_random_placement_satisfies_the_policy_protocol():
     policy: PlacementPolicy = RandomPlacement()
     ensemble = policy.choose_ensemble(BOOKIES, 3, (), random.Random(1))
     assert policy.replace_bookie(ensemble, 0, BOOKIES, (), random.Random(1)) not in ensemble
+
+
+def test_replacement_exclusions_give_bookies_that_failed_before_a_second_chance_last():
+    assert replacement_exclusions(["a"], ["b", "c"]) == (frozenset("abc"), frozenset("a"))
+    assert replacement_exclusions(["a", "b"], ["a"]) == (frozenset("ab"),)  # nothing extra: one round
+    assert replacement_exclusions([], []) == (frozenset(),)
