@@ -129,4 +129,5 @@ class DataDirectoryError(StorageError):
 
 class DataLossError(LedgerError):
     """Entries a reader was due to read are no longer in the log (truncated, or the
-    stream was recreated); the Spark option failOnDataLoss=false skips ahead instead."""
+    stream was recreated; the Spark option failOnDataLoss=false skips ahead instead),
+    or no surviving replica of an entry can be read (re-replication)."""

@@ -20,7 +20,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAct
     bookies = commands.add_parser("bookies", help="list the live bookies")
     bookies.set_defaults(handler=cmd_bookies)
 
-    ledgers = commands.add_parser("ledgers", help="list, show or delete ledgers")
+    ledgers = commands.add_parser("ledgers", help="list, show, read, repair or delete ledgers")
     actions = ledgers.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", help="all ledger ids with state and size").set_defaults(handler=cmd_ledgers_list)
     show = actions.add_parser("show", help="one ledger's metadata and fragments")

@@ -23,7 +23,7 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
     read.add_argument("--from", dest="first", type=int, default=0, metavar="N", help="first entry (default 0)")
     read.add_argument("--to", dest="last", type=int, default=None, metavar="M",
                       help="last entry (default: the last readable one)")
-    _password_arg(read)
+    add_password_arg(read)
     read.set_defaults(handler=cmd_read)
 
     simple = commands.add_parser("simpletest", help="create a ledger, write entries, read them back, verify")
@@ -37,11 +37,11 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
 
     recover = commands.add_parser("recover", help="recover a ledger whose writer died: fence and close it")
     recover.add_argument("ledger_id", type=int)
-    _password_arg(recover)
+    add_password_arg(recover)
     recover.set_defaults(handler=cmd_recover)
 
 
-def _password_arg(parser: argparse.ArgumentParser) -> None:
+def add_password_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""),
                         help="the ledger's password (default: $LEDGER_PASSWORD, else empty)")
 

@@ -19,6 +19,7 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.metadata_ops import create_ledger
 from pyspark_ledger.client.reader import LedgerReader, open_reader
+from pyspark_ledger.client.rereplicate import RereplicationReport, rereplicate_ledger
 from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.entry import check_digest_type, verify_password
@@ -101,6 +102,19 @@ class LedgerClient:
         """The stored metadata (state, quorums, last entry, length, fragments)."""
         self._check_open()
         return self._ctx.store.read_ledger(_ledger_id(ledger_id)).value
+
+    def rereplicate(self, ledger_id: int, password: bytes = b"", lost_bookies: list[str] | None = None
+                    ) -> RereplicationReport:
+        """Copy what lost bookies held of the ledger's sealed fragments to replacements, then record them.
+
+        ``lost_bookies`` defaults to every bookie the fragments name that is not
+        registered now. The last fragment of a ledger that is not CLOSED is left
+        to its writer (listed in the report). UnauthorizedError for a wrong
+        password, DataLossError if an entry has no readable replica left,
+        NotEnoughBookiesError if no replacement is free.
+        """
+        self._check_open()
+        return rereplicate_ledger(self._ctx, _ledger_id(ledger_id), _password(password), lost_bookies)
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Remove the ledger's metadata (bookies reclaim its entries); NoSuchLedgerError if unknown."""

@@ -5,19 +5,8 @@ import json
 
 import pytest
 
-from pyspark_ledger import LedgerClient
 from pyspark_ledger.errors import LedgerFencedError
-from tests.cli.test_admin_cli import run_ledger
-
-
-@pytest.fixture()
-def client(sandbox):
-    with LedgerClient(sandbox.metadata_uri) as client:
-        yield client
-
-
-def ledger(sandbox, *args):
-    return run_ledger("--metadata", sandbox.metadata_uri, *args)
+from tests.cli.conftest import ledger
 
 
 def test_simpletest_writes_reads_and_verifies(sandbox, client):

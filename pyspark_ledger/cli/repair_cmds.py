@@ -1,0 +1,114 @@
+"""Repair sub-commands after a bookie is lost for good: ``ledgers underreplicated`` and ``ledgers rereplicate``.
+
+``underreplicated`` lists the ledgers whose fragments name a bookie that is
+not registered now (no password needed: it only reads metadata).
+``rereplicate`` copies what the lost bookies held to replacements and records
+them (``LedgerClient.rereplicate``); with ``--all`` it does so for every
+under-replicated ledger that opens with the given password, and reports the
+ones it could not open or repair without stopping at the first.
+"""
+from __future__ import annotations
+
+import argparse
+
+from pyspark_ledger.cli.admin import metadata_store
+from pyspark_ledger.cli.data_cmds import add_password_arg
+from pyspark_ledger.cli.output import print_json, print_table
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
+from pyspark_ledger.metadata.store import MetadataStore
+from pyspark_ledger.protocol.rereplication import lost_bookies, plan_repairs
+
+
+def add_parsers(ledgers_actions: argparse._SubParsersAction) -> None:
+    under = ledgers_actions.add_parser(
+        "underreplicated", help="ledgers whose fragments name bookies that are not registered now")
+    under.set_defaults(handler=cmd_underreplicated)
+    rerep = ledgers_actions.add_parser(
+        "rereplicate", help="copy what lost bookies held to other bookies and record them in the metadata")
+    rerep.add_argument("ledger_ids", type=int, nargs="*", metavar="LEDGER_ID")
+    rerep.add_argument("--all", action="store_true", help="every under-replicated ledger (same password)")
+    rerep.add_argument("--bookie", action="append", default=None, metavar="ID",
+                       help="treat this bookie as lost even if registered (repeatable; e.g. to drain it)")
+    add_password_arg(rerep)
+    rerep.set_defaults(handler=cmd_rereplicate)
+
+
+def underreplicated(store: MetadataStore, lost: list[str] | None = None) -> list[dict]:
+    """One row per ledger whose fragments name a lost bookie (default: any unregistered one)."""
+    registered = list(store.bookies(include_read_only=True))
+    rows = []
+    for ledger_id in sorted(store.list_ledgers()):
+        try:
+            md = store.read_ledger(ledger_id).value
+        except NoSuchLedgerError:
+            continue  # deleted meanwhile
+        missing = lost_bookies(md, registered) if lost is None else lost_bookies(md, registered) | (
+            {b for f in md.fragments for b in f.bookies} & set(lost))
+        if not missing:
+            continue
+        plan = plan_repairs(md, missing)
+        rows.append({"ledger_id": ledger_id, "state": md.state, "lost_bookies": sorted(missing),
+                     "sealed_slots": len(plan.repairs), "open_fragments": len(plan.skipped_open_fragments)})
+    return rows
+
+
+def cmd_underreplicated(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store:
+        rows = underreplicated(store)
+    if args.json:
+        print_json(rows)
+    elif rows:
+        print_table([{**row, "lost_bookies": ",".join(row["lost_bookies"])} for row in rows],
+                    ["ledger_id", "state", "lost_bookies", "sealed_slots", "open_fragments"])
+    else:
+        print("no under-replicated ledgers")
+    return 0
+
+
+def cmd_rereplicate(args: argparse.Namespace) -> int:
+    from pyspark_ledger import LedgerClient
+
+    if bool(args.ledger_ids) == bool(args.all):
+        raise InvalidConfigurationError("name the ledgers to re-replicate, or pass --all (not both)")
+    results, failed = [], 0
+    with metadata_store(args) as store:
+        ids = args.ledger_ids or [row["ledger_id"] for row in underreplicated(store, args.bookie)]
+        client = LedgerClient(store)
+        try:
+            for ledger_id in ids:
+                try:
+                    report = client.rereplicate(ledger_id, args.password.encode(), _lost(client, ledger_id,
+                                                                                        args.bookie))
+                    results.append({**report.as_dict(), "ok": True})
+                except LedgerError as exc:
+                    if not args.all:
+                        raise
+                    failed += 1
+                    results.append({"ledger_id": ledger_id, "ok": False, "error": str(exc)})
+        finally:
+            client.close()
+    _print(args, results)
+    return 1 if failed else 0
+
+
+def _lost(client, ledger_id: int, named: list[str] | None) -> list[str] | None:
+    """The named bookies plus every unregistered one the ledger names; None (the default) if none named."""
+    if not named:
+        return None
+    md = client.ledger_metadata(ledger_id)
+    return sorted(lost_bookies(md, client.bookies()) | set(named))
+
+
+def _print(args: argparse.Namespace, results: list[dict]) -> None:
+    if args.json:
+        print_json(results)
+        return
+    for result in results:
+        if not result["ok"]:
+            print(f"ledger {result['ledger_id']}: FAILED: {result['error']}")
+            continue
+        moves = ", ".join(f"{r['lost']} -> {r['replacement']} (entries {r['first_entry_id']}..{r['last_entry_id']}"
+                          f", {r['entries']} copied)" for r in result["replaced"]) or "nothing to copy"
+        note = (f"; open fragment(s) at {result['skipped_open_fragments']} left to the writer"
+                if result["skipped_open_fragments"] else "")
+        print(f"ledger {result['ledger_id']}: {moves}{note}")

@@ -1,0 +1,47 @@
+"""`ledger ledgers underreplicated` and `ledger ledgers rereplicate` against a real sandbox."""
+from __future__ import annotations
+
+import json
+
+from tests.cli.conftest import ledger
+
+
+def test_nothing_underreplicated_while_every_bookie_is_up(sandbox, client):
+    with client.create_ledger(3, 3, 2, password=b"pw") as writer:
+        writer.append(b"x")
+    text = ledger(sandbox, "ledgers", "underreplicated")
+    assert text.returncode == 0 and "no under-replicated ledgers" in text.stdout
+    assert json.loads(ledger(sandbox, "--json", "ledgers", "underreplicated").stdout) == []
+
+
+def test_rereplicate_bad_input(sandbox, client):
+    with client.create_ledger(3, 3, 2, password=b"pw") as writer:
+        writer.append(b"x")
+    neither = ledger(sandbox, "ledgers", "rereplicate")
+    assert neither.returncode == 2 and "--all" in neither.stderr
+    both = ledger(sandbox, "ledgers", "rereplicate", str(writer.ledger_id), "--all")
+    assert both.returncode == 2 and "not both" in both.stderr
+    wrong = ledger(sandbox, "ledgers", "rereplicate", str(writer.ledger_id), "--password", "nope")
+    assert wrong.returncode == 1 and "password" in wrong.stderr
+    unknown = ledger(sandbox, "ledgers", "rereplicate", "987654", "--password", "pw")
+    assert unknown.returncode == 1 and "987654" in unknown.stderr
+
+
+def test_draining_a_live_bookie_needs_a_spare_then_moves_its_copies(sandbox, client):
+    with client.create_ledger(3, 3, 2, password=b"pw") as writer:
+        for index in range(20):
+            writer.append(b"entry-%d" % index)
+    drained = writer.metadata.fragments[0].bookies[0]
+    refused = ledger(sandbox, "ledgers", "rereplicate", str(writer.ledger_id), "--password", "pw",
+                     "--bookie", drained)
+    assert refused.returncode == 1 and "start another bookie" in refused.stderr
+    assert client.ledger_metadata(writer.ledger_id).fragments[0].bookies[0] == drained, "nothing changed"
+    spare = sandbox.add_bookie()
+    moved = ledger(sandbox, "ledgers", "rereplicate", str(writer.ledger_id), "--password", "pw",
+                   "--bookie", drained)
+    assert moved.returncode == 0, moved.stderr
+    assert f"{drained} -> {spare.bookie_id} (entries 0..19, 20 copied)" in moved.stdout
+    assert client.ledger_metadata(writer.ledger_id).fragments[0].bookies[0] == spare.bookie_id
+    sandbox.stop_bookie(sandbox.bookie_ids.index(drained))
+    reader = client.open_ledger(writer.ledger_id, b"pw", recovery=False)
+    assert [entry.data for entry in reader.read(0, 19)] == [b"entry-%d" % i for i in range(20)]
