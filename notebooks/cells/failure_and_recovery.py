@@ -175,6 +175,50 @@ sb.start_bookie(victim)
 print("registered bookies:", [name[b] for b in client.bookies()])
 """),
 ("markdown", """
+## When a bookie is gone for good
+
+The writer replaced the killed bookie only for the entries that came *after* the kill. Fragment 0 still
+names its original ensemble, and that was fine because the killed bookie came back with its data. If its
+disk had died instead, every entry of fragment 0 it held would be left with one copy (Qw = 2) until
+something copies it again: one more failure and it is gone.
+
+That something is **re-replication**. For every *sealed* fragment (every one but the last of a ledger still
+being written) that names a lost bookie, it copies each entry the lost bookie held from a surviving replica
+— checking the entry's digest, so a damaged copy is never spread — to a bookie outside that fragment's
+ensemble, waits until all copies are acknowledged, and only then swaps the new bookie into the fragment with
+one compare-and-set of the metadata. From a shell: `ledger ledgers underreplicated` lists the ledgers
+that need it, `ledger ledgers rereplicate --all --password …` does it.
+
+Let's say the disk of a bookie that is in both fragments just died.
+"""),
+("code", """
+md = client.ledger_metadata(ledger_id)
+lost_id = next(b for b in md.fragments[0].bookies if b in md.fragments[1].bookies)
+sb.kill_bookie(sb.bookie_ids.index(lost_id))
+print(f"{name[lost_id]} is gone; before re-replication:")
+fragments_table(md)
+"""),
+("code", """
+report = client.rereplicate(ledger_id, password=PASSWORD, lost_bookies=[lost_id])
+for move in report.replaced:
+    print(f"entries {move['first_entry_id']}..{move['last_entry_id']}: {name[move['lost']]} -> "
+          f"{name[move['replacement']]}, {move['entries']} entries copied")
+md = client.ledger_metadata(ledger_id)
+assert all(lost_id not in f.bookies for f in md.fragments)
+data = [entry.data for entry in other.open_ledger(ledger_id, password=PASSWORD).read()]
+assert data == [f"event {i}".encode() for i in range(1200)]
+fragments_table(md)
+"""),
+("markdown", """
+No fragment names the lost bookie any more, and every entry has Qw copies again. (A real operator would now
+replace the machine; here we restart the bookie so the rest of the notebook has four. Its old copies are
+no longer named by the metadata, so nobody reads them.)
+"""),
+("code", """
+sb.start_bookie(sb.bookie_ids.index(lost_id))
+print("registered bookies:", [name[b] for b in client.bookies()])
+"""),
+("markdown", """
 ## When the writer dies
 
 A bookie failure is the writer's problem, and the writer fixes it. But what if the **writer** dies? Its

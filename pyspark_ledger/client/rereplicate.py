@@ -17,6 +17,7 @@ names it and nothing is changed.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec, master_key, verify_password
-from pyspark_ledger.errors import (BookieError, CorruptEntryError, DataLossError, LedgerError,
+from pyspark_ledger.errors import (BookieError, BookieUnavailableError, CorruptEntryError, DataLossError, LedgerError,
                                    MetadataVersionConflictError, NotEnoughBookiesError)
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.protocol.rereplication import (FragmentRepair, apply_repairs, entries_of, lost_bookies,
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 #: Writes to the replacement in flight at once, and bytes asked for per range read.
 WRITE_WINDOW = 64
 READ_BYTES = 8 * 1024 * 1024
+#: First pause before asking unreachable replicas again (doubling, up to 2 s, within read_timeout_s).
+RETRY_PAUSE_S = 0.2
+#: Answers that say a replica does not have the entry (as opposed to cannot answer now).
+_ABSENT = (BookieStatus.NO_SUCH_ENTRY, BookieStatus.NO_SUCH_LEDGER)
 
 
 @dataclass
@@ -146,25 +151,46 @@ class _Copier:
         return copied
 
     def _fetch(self, repair: FragmentRepair, wanted: deque[int]) -> list[tuple[int, bytes]]:
-        """Verified bodies of a run of ``wanted`` entries from its first entry on (at least that one)."""
+        """Verified bodies of a run of ``wanted`` entries from its first entry on (at least that one).
+
+        A replica that cannot be reached (e.g. a bookie just restarted) is asked again, with a growing
+        pause, for up to ``read_timeout_s``; only answers that the entry is absent or corrupt on every
+        surviving replica make it lost (DataLossError)."""
         entry_id = wanted[0]
-        failures = []
-        for source in sources_of(repair, entry_id, self._md.write_quorum, self._lost):
-            try:
-                result = self._ctx.transport.read(source, self._md.ledger_id, entry_id, wanted[-1],
-                                                  max_bytes=READ_BYTES, timeout=self._timeout
-                                                  ).result(self._timeout + 5.0)
-            except (BookieError, TimeoutError) as exc:
-                failures.append(f"{source}: {exc}")
-                continue
-            if not result.ok:
-                failures.append(f"{source}: {result.status.name} {result.message}")
-                continue
-            got = self._verified(result.entries, wanted, source, failures)
-            if got:
-                return got
-        raise DataLossError(f"entry {entry_id} of ledger {self._md.ledger_id} cannot be read from any surviving "
-                            f"replica ({'; '.join(failures) or 'none left'}); nothing was changed")
+        deadline = time.monotonic() + self._timeout
+        pause = RETRY_PAUSE_S
+        while True:
+            failures: list[str] = []
+            unreachable = False
+            for source in sources_of(repair, entry_id, self._md.write_quorum, self._lost):
+                try:
+                    result = self._ctx.transport.read(source, self._md.ledger_id, entry_id, wanted[-1],
+                                                      max_bytes=READ_BYTES, timeout=self._timeout
+                                                      ).result(self._timeout + 5.0)
+                except (BookieError, TimeoutError) as exc:
+                    failures.append(f"{source}: {exc}")
+                    unreachable = True
+                    continue
+                if not result.ok:
+                    failures.append(f"{source}: {result.status.name} {result.message}")
+                    unreachable |= result.status not in _ABSENT
+                    continue
+                noted = len(failures)
+                got = self._verified(result.entries, wanted, source, failures)
+                if got:
+                    return got
+                if len(failures) == noted:
+                    failures.append(f"{source}: entry {entry_id} not in its answer")
+            where = "; ".join(failures) or "no surviving replica in its write set"
+            if not unreachable:
+                raise DataLossError(f"entry {entry_id} of ledger {self._md.ledger_id} is on no surviving replica "
+                                    f"({where}); nothing was changed")
+            if time.monotonic() + pause > deadline:
+                raise BookieUnavailableError(
+                    f"entry {entry_id} of ledger {self._md.ledger_id}: no surviving replica could be read ({where});"
+                    " nothing was changed: run the re-replication again once they are up", status="UNAVAILABLE")
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     def _verified(self, entries, wanted: deque[int], source: str, failures: list[str]) -> list[tuple[int, bytes]]:
         """The answered entries that are next in ``wanted`` with a valid digest (taken off ``wanted``)."""

@@ -1,9 +1,11 @@
 """Re-replication over fake bookies: lost copies are rebuilt on a replacement and recorded by CAS."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from pyspark_ledger.errors import (DataLossError, MetadataVersionConflictError, NotEnoughBookiesError,
+from pyspark_ledger.errors import (BookieUnavailableError, DataLossError, MetadataVersionConflictError, NotEnoughBookiesError,
                                    UnauthorizedError)
 from pyspark_ledger.protocol.schedule import write_set
 from tests.client.conftest import PASSWORD
@@ -78,6 +80,26 @@ def test_entry_with_no_readable_replica_is_data_loss_and_changes_nothing(client,
     with pytest.raises(DataLossError, match="entry 0 of ledger"):
         client.rereplicate(ledger_id, PASSWORD)
     assert client.ledger_metadata(ledger_id) == before
+
+
+@pytest.mark.bookies(5)
+def test_an_unreachable_survivor_is_asked_again_not_declared_lost(client, make_client, cluster):
+    ledger_id = write_closed(client, 6, e=3, qw=2, qa=2)
+    before = client.ledger_metadata(ledger_id)
+    lost, survivor = before.fragments[0].bookies[0], before.fragments[0].bookies[1]  # entries 0, 3 only there
+    cluster.set_down(lost, deregister=True)
+    cluster.set_down(survivor)  # e.g. restarting: registered, not reachable yet
+    back = threading.Timer(0.5, cluster.set_down, args=(survivor, False))
+    back.start()
+    try:
+        report = client.rereplicate(ledger_id, PASSWORD)
+    finally:
+        back.join()
+    assert report.entries_copied == 4
+    cluster.set_down(survivor)
+    quick = make_client(seed=3, read_timeout_s=1.0)
+    with pytest.raises(BookieUnavailableError, match="run the re-replication again once they are up"):
+        quick.rereplicate(ledger_id, PASSWORD, lost_bookies=[report.replaced[0]["replacement"]])
 
 
 def test_open_ledgers_last_fragment_is_left_to_its_writer(client, cluster):

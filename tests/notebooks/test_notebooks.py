@@ -10,6 +10,7 @@ promised — tables, pictures — are there.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import nbclient.exceptions
@@ -104,6 +105,7 @@ def test_failure_and_recovery_notebook_runs(run_notebook):
     text = printed_text(run.notebook)
     assert "the old writer is refused: LedgerFencedError" in text
     assert "killed (exit status -9)" in text
+    assert re.search(r"entries \d+\.\.\d+: bookie \d -> bookie \d, \d+ entries copied", text), "re-replication"
 
 
 @needs_spark
