@@ -47,6 +47,7 @@ def summary_lines(summary) -> list[str]:
         ("ledgers / fragments", f"{layout.ledgers:,} / {layout.fragments:,} ({layout.entries:,} entries)"),
         ("bookie killed", _kill_text(summary)),
         ("ensemble changes", f"{len(layout.changes)}"),
+        ("under-replicated", _underreplicated_text(summary)),
         ("orphan ledgers", f"{layout.orphan_ledgers} (failed task attempts, not part of the stream)"),
         ("elapsed", f"{summary.elapsed_s:.1f} s (read back {summary.read_s:.1f} s)"),
     ]
@@ -68,6 +69,14 @@ def _kill_text(summary) -> str:
     if kill is None:
         return summary.kill_note or "none"
     return f"{summary.bookie_names.get(kill.bookie_id, kill.bookie_id)} ({kill.bookie_id}) at {kill.at_s:.1f} s"
+
+
+def _underreplicated_text(summary) -> str:
+    ledgers = summary.layout.underreplicated
+    if summary.kill is None or not ledgers:
+        return "none"
+    return (f"{len(ledgers)} ledger(s) keep sealed entries on the killed bookie, one copy short until it "
+            "returns or `ledger ledgers rereplicate --all` copies them to another bookie")
 
 
 def _change_lines(summary) -> list[str]:

@@ -12,10 +12,12 @@ aborted, and not part of the stream).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Iterable
 
 from pyspark_ledger.errors import NoSuchLedgerError
 from pyspark_ledger.log.ledgers import PARTITION_TAG, STREAM_TAG
 from pyspark_ledger.metadata.model import LedgerMetadata
+from pyspark_ledger.protocol.rereplication import plan_repairs
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class StreamLayout:
     bytes: int
     changes: tuple[EnsembleChange, ...] = field(default_factory=tuple)
     orphan_ledgers: int = 0
+    #: Ledgers with a sealed fragment that still names a lost (killed) bookie: one copy short there.
+    underreplicated: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         return dict(asdict(self), changes=[change.to_dict() for change in self.changes])
@@ -82,8 +86,9 @@ def ensemble_changes(metadata: LedgerMetadata) -> list[EnsembleChange]:
 
 
 def summarize_ledgers(stream: str, partitions: int, metadatas: list[LedgerMetadata],
-                      orphan_ledgers: int = 0) -> StreamLayout:
-    """The layout of a stream from its committed ledgers' metadata (pure)."""
+                      orphan_ledgers: int = 0, lost: Iterable[str] = ()) -> StreamLayout:
+    """The layout of a stream from its committed ledgers' metadata (pure); ``lost``: bookies gone."""
+    lost = set(lost)
     changes = sorted((change for metadata in metadatas for change in ensemble_changes(metadata)),
                      key=lambda change: (change.ledger_id, change.first_entry_id))
     return StreamLayout(
@@ -91,16 +96,17 @@ def summarize_ledgers(stream: str, partitions: int, metadatas: list[LedgerMetada
         fragments=sum(len(metadata.fragments) for metadata in metadatas),
         entries=sum(metadata.last_entry_id + 1 for metadata in metadatas),
         bytes=sum(metadata.length for metadata in metadatas),
-        changes=tuple(changes), orphan_ledgers=orphan_ledgers)
+        changes=tuple(changes), orphan_ledgers=orphan_ledgers,
+        underreplicated=tuple(md.ledger_id for md in metadatas if lost and plan_repairs(md, lost).repairs))
 
 
-def inspect_stream(streams, stream: str) -> StreamLayout:
-    """Read the layout of ``stream`` through a ``StreamClient``."""
+def inspect_stream(streams, stream: str, lost: Iterable[str] = ()) -> StreamLayout:
+    """Read the layout of ``stream`` through a ``StreamClient`` (``lost``: bookies known to be gone)."""
     client = streams.client
     logs = streams.partition_logs(stream)
     committed = [span.ledger_id for _, log in sorted(logs.items()) for span in log.spans]
     metadatas = [client.ledger_metadata(ledger_id) for ledger_id in committed]
-    return summarize_ledgers(stream, len(logs), metadatas, count_orphans(client, stream, set(committed)))
+    return summarize_ledgers(stream, len(logs), metadatas, count_orphans(client, stream, set(committed)), lost)
 
 
 def count_orphans(client, stream: str, committed: set[int]) -> int:

@@ -1,6 +1,7 @@
 """The pure parts of ``ledger demo``: verdict, events, victim choice, ensemble changes, offsets, report, flags."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -160,6 +161,15 @@ def test_layout_counts_ledgers_fragments_entries_bytes_and_changes():
     assert (layout.ledgers, layout.fragments, layout.entries, layout.bytes) == (2, 4, 30, 350)
     assert [c.first_entry_id for c in layout.changes] == [3, 6] and layout.orphan_ledgers == 1
     assert json.loads(json.dumps(layout.to_dict()))["changes"][0]["replacements"] == [D]
+    assert layout.underreplicated == ()
+
+
+def test_layout_names_ledgers_whose_sealed_fragments_keep_a_lost_bookie():
+    ledgers = [_ledger(1, (0, [A, B, C]), state=CLOSED, last=9, length=100),            # sealed on B
+               _ledger(2, (0, [A, B, C]), (3, [A, D, C]), state=CLOSED, last=9, length=100),  # entries 0..2 on B
+               _ledger(3, (0, [A, D, C]), state=CLOSED, last=9, length=100)]            # never on B
+    assert summarize_ledgers("s", 1, ledgers, lost=[B]).underreplicated == (1, 2)
+    assert summarize_ledgers("s", 1, ledgers).underreplicated == ()
 
 
 # --- offsets of the write query ---------------------------------------------------------------
@@ -191,6 +201,17 @@ def test_summary_shows_the_change_and_a_passed_check():
                                             changes=[(0, [A, B, C]), (5, [A, D, C])])))
     assert "ledger 1 (partition 0): bookie 1 -> bookie 3 from entry 5" in text
     assert "CHECK PASSED" in text and "NO ensemble change" not in text
+    [line] = [line for line in text.splitlines() if line.strip().startswith("under-replicated")]
+    assert line.endswith("  none")
+
+
+def test_summary_names_the_ledgers_left_one_copy_short_and_the_repair_command():
+    summary = _summary(_tally(2, ([0, 1], [True, True])).verdict())
+    layout = summarize_ledgers("events-x", 2, [_ledger(1, (0, [A, B, C]), state=CLOSED, last=9, length=10)],
+                               lost=[B])
+    text = "\n".join(summary_lines(dataclasses.replace(summary, layout=layout)))
+    assert "1 ledger(s) keep sealed entries on the killed bookie" in text
+    assert "ledger ledgers rereplicate --all" in text
 
 
 def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed():
