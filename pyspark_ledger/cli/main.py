@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledgers_actions = admin.add_parsers(commands)
     data_cmds.add_parsers(commands, ledgers_actions)
-    repair_cmds.add_parsers(ledgers_actions)
+    repair_cmds.add_parsers(commands, ledgers_actions)
     stream_cmds.add_parsers(commands)
     sandbox_cmd.add_parsers(commands)
     demo_cmd.add_parsers(commands)

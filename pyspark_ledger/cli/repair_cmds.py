@@ -1,4 +1,5 @@
-"""Repair sub-commands after a bookie is lost for good: ``ledgers underreplicated`` and ``ledgers rereplicate``.
+"""Repair sub-commands after a bookie is lost for good: ``ledgers underreplicated``, ``ledgers rereplicate``
+and ``autorecovery``.
 
 ``underreplicated`` lists the ledgers whose fragments name a bookie that is
 not registered now (no password needed: it only reads metadata).
@@ -6,10 +7,15 @@ not registered now (no password needed: it only reads metadata).
 them (``LedgerClient.rereplicate``); with ``--all`` it does so for every
 under-replicated ledger that opens with the given password, and reports the
 ones it could not open or repair without stopping at the first.
+``autorecovery`` runs ``AutoRecovery``: it re-replicates, round after round,
+what bookies unregistered for ``--delay`` seconds held, until SIGTERM/Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import threading
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.data_cmds import add_password_arg
@@ -19,7 +25,16 @@ from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.rereplication import lost_bookies, plan_repairs
 
 
-def add_parsers(ledgers_actions: argparse._SubParsersAction) -> None:
+def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse._SubParsersAction) -> None:
+    auto = commands.add_parser(
+        "autorecovery", help="re-replicate, in a loop, what bookies gone for --delay seconds held")
+    auto.add_argument("--delay", type=float, default=60.0, metavar="S",
+                      help="seconds a bookie must stay unregistered before it counts as lost (default 60)")
+    auto.add_argument("--interval", type=float, default=10.0, metavar="S",
+                      help="seconds between rounds (default 10)")
+    auto.add_argument("--once", action="store_true", help="run one round and exit (lost = unregistered now)")
+    add_password_arg(auto)
+    auto.set_defaults(handler=cmd_autorecovery)
     under = ledgers_actions.add_parser(
         "underreplicated", help="ledgers whose fragments name bookies that are not registered now")
     under.set_defaults(handler=cmd_underreplicated)
@@ -105,10 +120,46 @@ def _print(args: argparse.Namespace, results: list[dict]) -> None:
         return
     for result in results:
         if not result["ok"]:
-            print(f"ledger {result['ledger_id']}: FAILED: {result['error']}")
+            print(f"ledger {result['ledger_id']}: FAILED: {result['error']}", flush=True)
             continue
         moves = ", ".join(f"{r['lost']} -> {r['replacement']} (entries {r['first_entry_id']}..{r['last_entry_id']}"
                           f", {r['entries']} copied)" for r in result["replaced"]) or "nothing to copy"
         note = (f"; open fragment(s) at {result['skipped_open_fragments']} left to the writer"
                 if result["skipped_open_fragments"] else "")
-        print(f"ledger {result['ledger_id']}: {moves}{note}")
+        print(f"ledger {result['ledger_id']}: {moves}{note}", flush=True)
+
+
+def cmd_autorecovery(args: argparse.Namespace) -> int:
+    from pyspark_ledger import LedgerClient
+    from pyspark_ledger.client.autorecovery import AutoRecovery
+
+    stop = threading.Event()
+    with metadata_store(args) as store:
+        client = LedgerClient(store)
+        try:
+            recovery = AutoRecovery(client, args.password.encode(), delay_s=0.0 if args.once else args.delay,
+                                    interval_s=args.interval, on_round=lambda r: _print_round(args, r))
+            if args.once:
+                return 1 if recovery.run_once().failed else 0
+            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            try:
+                print(f"auto-recovery: bookies unregistered for {args.delay:g} s are re-replicated "
+                      f"(a round every {args.interval:g} s; Ctrl-C stops)", flush=True)
+                recovery.run(stop)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+        finally:
+            client.close()
+    return 0
+
+
+def _print_round(args: argparse.Namespace, report) -> None:
+    if not (report.repaired or report.failed) and not args.once:
+        return  # a quiet round
+    if args.json:
+        print(json.dumps(report.as_dict()), flush=True)
+        return
+    results = [{**r, "ok": True} for r in report.repaired] + [{**f, "ok": False} for f in report.failed]
+    if not results:
+        print("nothing to re-replicate", flush=True)
+    _print(args, results)

@@ -15,11 +15,12 @@ with the writer's own CAS.
 
 Pure functions, no I/O: ``plan_repairs`` says what to copy, ``entries_of``
 which entry ids a repair covers, and ``apply_repairs`` the new metadata, or
-None when the stored metadata no longer matches the plan.
+None when the stored metadata no longer matches the plan. ``AbsenceClock``
+decides when a bookie that left counts as lost (automatic re-replication).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
 from pyspark_ledger.metadata.model import CLOSED, Fragment, LedgerMetadata
@@ -117,3 +118,26 @@ def apply_repairs(metadata: LedgerMetadata, replacements: Mapping[FragmentRepair
         bookies[repair.bookie_index] = replacement
         fragments[index] = Fragment(fragments[index].first_entry_id, tuple(bookies))
     return metadata.with_changes(fragments=tuple(fragments))
+
+
+@dataclass
+class AbsenceClock:
+    """When an unregistered bookie counts as lost: after ``delay_s`` of absence without a return.
+
+    A bookie that restarts (a deploy, a reboot) is back within seconds and
+    must not be re-replicated; one gone for ``delay_s`` is (BookKeeper's
+    lost-bookie recovery delay). ``observe`` is called with the bookies the
+    ledgers name and those registered now, and the time; it returns the lost ones.
+    """
+
+    delay_s: float
+    absent_since: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, named: Iterable[str], registered: Iterable[str], now: float) -> set[str]:
+        named, registered = set(named), set(registered)
+        for bookie in list(self.absent_since):
+            if bookie in registered or bookie not in named:
+                del self.absent_since[bookie]  # back, or no longer anybody's concern
+        for bookie in named - registered:
+            self.absent_since.setdefault(bookie, now)
+        return {bookie for bookie, since in self.absent_since.items() if now - since >= self.delay_s}

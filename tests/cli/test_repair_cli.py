@@ -45,3 +45,27 @@ def test_draining_a_live_bookie_needs_a_spare_then_moves_its_copies(sandbox, cli
     sandbox.stop_bookie(sandbox.bookie_ids.index(drained))
     reader = client.open_ledger(writer.ledger_id, b"pw", recovery=False)
     assert [entry.data for entry in reader.read(0, 19)] == [b"entry-%d" % i for i in range(20)]
+    sandbox.start_bookie(sandbox.bookie_ids.index(drained))
+
+
+def test_autorecovery_once_with_every_bookie_up_and_bad_settings(sandbox, client):
+    with client.create_ledger(3, 3, 2, password=b"pw") as writer:
+        writer.append(b"x")
+    once = ledger(sandbox, "autorecovery", "--once", "--password", "pw")
+    assert once.returncode == 0 and "nothing to re-replicate" in once.stdout, once.stderr
+    as_json = ledger(sandbox, "--json", "autorecovery", "--once", "--password", "pw")
+    assert json.loads(as_json.stdout) == {"lost_bookies": [], "repaired": [], "failed": []}
+    bad = ledger(sandbox, "autorecovery", "--interval", "0")
+    assert bad.returncode == 2 and "interval_s must be > 0" in bad.stderr
+
+    if len(sandbox.bookie_ids) < 4:
+        sandbox.add_bookie()  # a spare to copy to (the drain test above may have added it)
+    gone = writer.metadata.fragments[0].bookies[0]
+    sandbox.stop_bookie(sandbox.bookie_ids.index(gone))  # deregisters at once
+    try:
+        repaired = ledger(sandbox, "autorecovery", "--once", "--password", "pw")
+        assert repaired.returncode == 0, repaired.stderr
+        assert f"ledger {writer.ledger_id}: {gone} -> " in repaired.stdout
+        assert gone not in client.ledger_metadata(writer.ledger_id).fragments[0].bookies
+    finally:
+        sandbox.start_bookie(sandbox.bookie_ids.index(gone))

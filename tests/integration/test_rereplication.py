@@ -49,3 +49,34 @@ def test_lost_bookie_rereplicated_by_the_cli_then_a_second_loss_loses_nothing(bo
     with LedgerClient(metadata_uri, CONFIG) as fresh:
         reader = fresh.open_ledger(ledger_id, PASSWORD, recovery=False)
         assert [entry.data for entry in reader.read(0, 299)] == [payload(i, 2048) for i in range(300)]
+
+
+def test_autorecovery_process_rebuilds_the_copies_of_a_killed_bookie(bookies, make_client, metadata_uri):
+    client = make_client()
+    ledgers = []
+    for _ in range(3):
+        with client.create_ledger(3, 2, 2, password=PASSWORD) as writer:
+            for index in range(60):
+                writer.append_async(payload(index))
+            ledgers.append(writer.ledger_id)
+    named = lambda: {b for lid in ledgers for f in client.ledger_metadata(lid).fragments for b in f.bookies}  # noqa
+    victim = sorted(named())[0]
+    auto = subprocess.Popen([sys.executable, "-m", "pyspark_ledger.cli.main", "--metadata", metadata_uri,
+                             "autorecovery", "--delay", "1", "--interval", "0.3", "--password", PASSWORD.decode()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                            stdin=subprocess.DEVNULL)
+    try:
+        {bookie.bookie_id: bookie for bookie in bookies.bookies}[victim].kill()
+        wait_until(lambda: victim not in named(), timeout=90, what="auto-recovery to replace the killed bookie")
+    finally:
+        auto.terminate()
+        out, err = auto.communicate(timeout=30)
+    assert auto.returncode == 0, err
+    assert f"{victim} -> " in out
+    # every ledger that had a copy on the victim now has Qw copies again: a second loss loses nothing
+    second = next(b for b in sorted(named()) if b != victim)
+    {bookie.bookie_id: bookie for bookie in bookies.bookies}[second].kill()
+    with LedgerClient(metadata_uri, CONFIG) as fresh:
+        for ledger_id in ledgers:
+            reader = fresh.open_ledger(ledger_id, PASSWORD, recovery=False)
+            assert [entry.data for entry in reader.read(0, 59)] == [payload(i) for i in range(60)]

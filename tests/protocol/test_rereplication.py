@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment, LedgerMetadata
-from pyspark_ledger.protocol.rereplication import (FragmentRepair, apply_repairs, entries_of, fragment_bounds,
+from pyspark_ledger.protocol.rereplication import (AbsenceClock, FragmentRepair, apply_repairs, entries_of, fragment_bounds,
                                                    lost_bookies, plan_repairs, sources_of)
 from pyspark_ledger.protocol.schedule import write_set
 
@@ -91,3 +91,16 @@ def test_apply_repairs_on_an_open_ledger_that_was_closed_meanwhile():
     repair = plan_repairs(open_md, {"c"}).repairs[0]
     closed = ledger([(0, "abc"), (10, "abd")], last=40)
     assert apply_repairs(closed, {repair: "x"}).fragments[0].bookies == ("a", "b", "x")
+
+
+def test_absence_clock_counts_a_bookie_lost_only_after_the_delay_without_a_return():
+    clock = AbsenceClock(delay_s=60)
+    assert clock.observe({"a", "b", "c"}, {"a", "b", "c"}, now=0) == set()
+    assert clock.observe({"a", "b", "c"}, {"a", "b"}, now=10) == set()
+    assert clock.observe({"a", "b", "c"}, {"a", "b"}, now=69) == set()
+    assert clock.observe({"a", "b", "c"}, {"a", "b"}, now=70) == {"c"}
+    assert clock.observe({"a", "b", "c"}, {"a", "b", "c"}, now=71) == set(), "back: not lost"
+    assert clock.observe({"a", "b", "c"}, {"a", "b"}, now=80) == set(), "a new absence starts the delay again"
+    assert clock.observe({"a", "b"}, {"a", "b"}, now=200) == set(), "no ledger names it any more"
+    assert clock.absent_since == {}
+    assert AbsenceClock(delay_s=0).observe({"x"}, set(), now=5) == {"x"}
