@@ -35,6 +35,11 @@ class BookiePool:
         self._closed = False
         self._io = acquire_io_loop()
 
+    @property
+    def io_loop(self):
+        """The network loop every stream and call of this pool runs on (None once closed)."""
+        return self._io
+
     def bookies(self, include_read_only: bool = True) -> list[str]:
         """Ids of the registered (live) bookies, sorted; remembers their addresses."""
         registered = self._store.bookies(include_read_only=include_read_only)

@@ -12,13 +12,15 @@ outcome), or reaches the listener's ``on_add_failure``.
 Contract: a read, LAC-read or LAC-write future completes within its timeout
 (+ a small margin); an add is answered when the bookie answers or the stream
 breaks (the writer's add timeout covers a bookie that stays silent).
-``send_adds`` raises BookieError, having sent nothing, when the bookie
-cannot be reached at all; listeners and future callbacks run on transport
-threads and must not block.
+``send_adds`` may raise BookieError, having sent nothing, when the bookie
+cannot be reached at all, or report that later to the listener's
+``on_add_failure``; listeners and future callbacks run on transport threads
+and must not block.
 
-``GrpcTransport`` sends adds over the one shared AddStream per bookie of its
-``BookiePool`` (all on the pool's IoLoop thread) and unary calls through
-gRPC futures: no thread waits for an answer. ``pyspark_ledger.testing.
+``GrpcTransport`` queues adds in an ``AddOutbox`` that hands them, batched,
+to the one shared AddStream per bookie of its ``BookiePool`` (all on the
+pool's IoLoop thread), and makes unary calls through gRPC futures: no thread
+waits for an answer. ``pyspark_ledger.testing.
 fake_bookies`` implements the same interface in memory.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Protocol, Sequence
 
+from pyspark_ledger.client.add_outbox import AddOutbox
 from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_pool import BookiePool
@@ -71,9 +74,15 @@ class GrpcTransport:
     def __init__(self, store: MetadataStore, *, io_threads: int = 16, timeout: float = 10.0,
                  max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight)
+        self._outbox = AddOutbox(self._pool.io_loop, self._send_now)
 
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
+        self._outbox.put(bookie_id, ledger_id, adds, listener)
+
+    def _send_now(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                  listener: AddListener) -> None:
+        """Hand adds to the bookie's stream (on the network loop, from the outbox)."""
         for attempt in (0, 1):
             try:
                 stream = self._pool.stream(bookie_id)
@@ -121,6 +130,7 @@ class GrpcTransport:
 
     def close(self) -> None:
         """Close every add stream and channel (calls in flight fail as cancelled) and join the loop thread."""
+        self._outbox.close()
         self._pool.close()
 
     def _call(self, bookie_id: str, call) -> Future:
