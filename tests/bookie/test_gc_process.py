@@ -4,7 +4,6 @@ Runs against SQLite and a real ZooKeeper (the listing walks its znode tree)."""
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ from bookie_server.entry_log_usage import EntryLogScan
 from bookie_server.files import numbered_files
 from bookie_server.index import LedgerIndex
 from pyspark_ledger.client import BookieStatus, LedgerClient
-from pyspark_ledger.testing.zookeeper import ZooKeeperServer
+
+from tests.conftest import backend_uri
 
 from .conftest import scrape, wait_until
 
@@ -22,22 +22,10 @@ GC_FLAGS = {"gc_interval": 0.2, "checkpoint_interval": 0.2, "entry_log_size": 64
 ENTRIES = 120
 
 
-@pytest.fixture(scope="module")
-def zookeeper_server():
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason:
-        pytest.skip(f"needs a local ZooKeeper: {reason}")
-    with ZooKeeperServer() as server:
-        yield server
-
-
 @pytest.fixture(params=["sqlite", "zookeeper"])
 def metadata_uri(request, tmp_path) -> str:
     """Overrides the conftest's SQLite-only URI: each test runs with both metadata stores."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2&poll_interval=0.1"
-    chroot = f"/{re.sub(r'[^A-Za-z0-9_]+', '-', request.node.name)[:40]}-{uuid.uuid4().hex[:8]}"
-    return request.getfixturevalue("zookeeper_server").uri(chroot, session_timeout=2)
+    return backend_uri(request, tmp_path, request.param)
 
 
 def index_file(bookie, ledger_id: int) -> Path:

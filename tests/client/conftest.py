@@ -10,6 +10,7 @@ from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.fake_bookies import FakeCluster
 from pyspark_ledger.testing.metadata_hooks import HookedStore
+from tests.waiting import wait_until  # noqa: F401 - the tests import it from here
 
 PASSWORD = b"secret"
 # Short timeouts keep failure paths quick; speculative reads only where a test asks for them.
@@ -79,16 +80,3 @@ class Gate:
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "bookies(n): number of fake bookies for this test (default 4)")
-
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "a condition"):
-    """Poll ``predicate`` (bounded) until it returns something truthy; fail the test after ``timeout``."""
-    import time
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)

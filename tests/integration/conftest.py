@@ -2,38 +2,23 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-import time
-import uuid
 
 import pytest
 
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.testing.bookies import BookieCluster
-from pyspark_ledger.testing.zookeeper import ZooKeeperServer
+from tests.conftest import backend_uri
+from tests.waiting import wait_until  # noqa: F401 - the tests import it from here
 
 PASSWORD = b"integration"
 CONFIG = ClientConfig(add_timeout_s=5.0, read_timeout_s=5.0, recovery_timeout_s=60.0, close_timeout_s=30.0,
                       long_poll_timeout_s=1.0)
 
 
-@pytest.fixture(scope="session")
-def zookeeper_server():
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason:
-        pytest.skip(f"ZooKeeper integration tests need a local ZooKeeper: {reason}")
-    with ZooKeeperServer() as server:
-        yield server
-
-
 @pytest.fixture(params=["sqlite", "zookeeper"])
 def metadata_uri(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2&poll_interval=0.1"
-    server = request.getfixturevalue("zookeeper_server")
-    chroot = f"/{re.sub(r'[^A-Za-z0-9_]+', '-', request.node.name)[:50]}-{uuid.uuid4().hex[:8]}"
-    return server.uri(chroot, session_timeout=2)
+    return backend_uri(request, tmp_path, request.param)
 
 
 @pytest.fixture
@@ -64,18 +49,6 @@ def make_client(metadata_uri, bookies):
     finally:
         for client in clients:
             client.close()
-
-
-def wait_until(predicate, timeout: float = 30.0, what: str = "a condition"):
-    """Poll ``predicate`` (bounded) until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def payload(index: int, size: int = 512) -> bytes:

@@ -3,7 +3,6 @@ a StreamClient per test, and a fresh stream name per test."""
 from __future__ import annotations
 
 import re
-import time
 import uuid
 
 import pytest
@@ -13,7 +12,7 @@ from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.log.stream_client import StreamClient
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.bookies import BookieCluster
-from pyspark_ledger.testing.zookeeper import ZooKeeperServer
+from tests.waiting import wait_until  # noqa: F401 - the tests import it from here
 
 PASSWORD = b"log-layer"
 BOOKIES = 3
@@ -31,16 +30,12 @@ def sqlite_cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def zookeeper_cluster(tmp_path_factory):
-    """(metadata URI, started BookieCluster) on a real ZooKeeper server (skipped without one)."""
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason:
-        pytest.skip(f"ZooKeeper tests need a local ZooKeeper: {reason}")
+def zookeeper_cluster(tmp_path_factory, zookeeper_server):
+    """(metadata URI, started BookieCluster) on the run's real ZooKeeper server (skipped without one)."""
     base = tmp_path_factory.mktemp("log-zk")
-    with ZooKeeperServer() as server:
-        uri = server.uri(f"/log-layer-{uuid.uuid4().hex[:8]}", session_timeout=2)
-        with BookieCluster(BOOKIES, base / "bookies", uri) as cluster:
-            yield uri, cluster
+    uri = zookeeper_server.uri(f"/log-layer-{uuid.uuid4().hex[:8]}", session_timeout=2)
+    with BookieCluster(BOOKIES, base / "bookies", uri) as cluster:
+        yield uri, cluster
 
 
 @pytest.fixture(params=["sqlite"])
@@ -82,18 +77,6 @@ def streams(make_streams) -> StreamClient:
 @pytest.fixture
 def stream_name(request) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_-]+', '-', request.node.name)[:60]}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(predicate, timeout: float = 30.0, what: str = "a condition"):
-    """Poll ``predicate`` (bounded) until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def payload(index: int, size: int = 64) -> bytes:

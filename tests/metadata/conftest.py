@@ -1,28 +1,16 @@
 """Fixtures: one real ZooKeeper per test session, a fresh store per test and backend."""
 from __future__ import annotations
 
-import re
-import uuid
 from urllib.parse import urlencode
 
 import pytest
 
 from pyspark_ledger.metadata import open_metadata_store
-from pyspark_ledger.testing.zookeeper import ZooKeeperServer
+from tests.conftest import unique_chroot
 
 # Short liveness settings so expiry tests finish fast.
 SQLITE_PARAMS = {"lease_seconds": 1, "poll_interval": 0.05}
 ZOOKEEPER_PARAMS = {"session_timeout": 2}
-
-
-@pytest.fixture(scope="session")
-def zookeeper_server():
-    """A real ZooKeeper on 127.0.0.1 for the whole session (skips if not installed)."""
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason:
-        pytest.skip(f"ZooKeeper backend tests need a local ZooKeeper: {reason}")
-    with ZooKeeperServer() as server:
-        yield server
 
 
 @pytest.fixture(params=[pytest.param("sqlite"),
@@ -36,7 +24,7 @@ def store_uri(backend, request, tmp_path):
     """``store_uri(**params)``: this test's store URI (unique chroot or file)."""
     if backend == "zookeeper":
         server = request.getfixturevalue("zookeeper_server")
-        chroot = f"/{re.sub(r'[^A-Za-z0-9_]+', '-', request.node.name)[:60]}-{uuid.uuid4().hex[:8]}"
+        chroot = unique_chroot(request)
         return lambda **params: server.uri(chroot, **{**ZOOKEEPER_PARAMS, **params})
     path = tmp_path / "metadata" / "metadata.db"
     return lambda **params: f"sqlite://{path}?{urlencode({**SQLITE_PARAMS, **params})}"

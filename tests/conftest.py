@@ -1,0 +1,32 @@
+"""Fixtures shared by every test directory: one real ZooKeeper server for the whole run, and test-unique
+metadata URIs on it or on SQLite."""
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from pyspark_ledger.testing.zookeeper import ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server():
+    """A real ZooKeeper on 127.0.0.1, started once per test run (the test is skipped if none is installed)."""
+    reason = ZooKeeperServer.unavailable_reason()
+    if reason:
+        pytest.skip(f"needs a local ZooKeeper (CI installs Debian's zookeeper package): {reason}")
+    with ZooKeeperServer() as server:
+        yield server
+
+
+def unique_chroot(request, prefix: str = "") -> str:
+    """A ZooKeeper chroot no other test uses: the test's name, sanitised, and a random suffix."""
+    return f"/{prefix}{re.sub(r'[^A-Za-z0-9_]+', '-', request.node.name)[:50]}-{uuid.uuid4().hex[:8]}"
+
+
+def backend_uri(request, tmp_path, backend: str) -> str:
+    """This test's metadata URI on ``backend`` ("sqlite" or "zookeeper"), with short liveness timeouts."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2&poll_interval=0.1"
+    return request.getfixturevalue("zookeeper_server").uri(unique_chroot(request), session_timeout=2)
