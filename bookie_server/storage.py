@@ -35,14 +35,14 @@ from bookie_server.entry_log import EntryLocation, EntryLogger
 from bookie_server.files import lock_directory, make_dirs, unlock_directory
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
-from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence, encode_ledger_key
+from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
 from bookie_server.journal_replay import replay_journal
-from bookie_server.ledger_state import LedgerRecord, LedgerStates
+from bookie_server.ledger_state import LedgerStates
 from bookie_server.memory import keep_freed_memory
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
 from bookie_server.storage_gc import GcOutcome, StorageGc
-from bookie_server.storage_requests import (AddOp, LedgerView, checked_lac, completion, running_future, valid_key,
-                                            valid_ledger_id)
+from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
+                                            running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
 from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -51,16 +51,6 @@ __all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
 
 log = logging.getLogger(__name__)
 _IDS_AND_BODY = operator.itemgetter(1, 2, 3)  # of a StoredEntry-shaped tuple
-
-
-class _AdmittedBatch:
-    __slots__ = ("accepted", "chunks", "records", "entries")
-
-    def __init__(self) -> None:
-        self.accepted: list[int] = []  # positions of the accepted adds in the request
-        self.chunks: list = []  # their journal records, in order (ledger keys first where new)
-        self.records = 0  # journal records in chunks
-        self.entries: list[tuple] = []  # StoredEntry-shaped tuples: (record, ledger id, entry id, body, LAC)
 
 
 class BookieStorage:
@@ -135,7 +125,8 @@ class BookieStorage:
             if lac is not None:
                 valid.append((position, add, lac, encode_add(add[0], add[1], add[3]) if with_body else None))
         with self._lock:
-            batch = self._admit_batch(valid, statuses)
+            refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
+            batch = admit_batch(self._states, valid, statuses, refusal)
             submitted = bool(batch.entries) and self._store_and_submit(
                 batch, completion(future, statuses, batch.accepted))
         if not submitted:
@@ -144,47 +135,7 @@ class BookieStorage:
             future.set_result(statuses)
         return future
 
-    def _admit_batch(self, valid: list[tuple], statuses: list[int]) -> _AdmittedBatch:
-        """Decide each well-formed add's status; collect the accepted ones and their journal records.
-
-        Consecutive adds to one ledger with the same key (the usual batch) look the ledger up once."""
-        batch = _AdmittedBatch()
-        refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
-        if refusal is not None:
-            for item in valid:
-                statuses[item[0]] = refusal
-            return batch
-        accepted, entries, chunks = batch.accepted, batch.entries, batch.chunks
-        last_ledger = last_key = record = None
-        for position, (ledger_id, entry_id, key, body, recovery), lac, add_chunks in valid:
-            if ledger_id != last_ledger or key != last_key:
-                record = self._ledger_for(ledger_id, key, batch)
-                last_ledger, last_key = ledger_id, key
-            if record is None:
-                statuses[position] = pb.UNAUTHORIZED
-            elif record.fenced and not recovery:
-                statuses[position] = pb.FENCED
-            else:
-                statuses[position] = pb.OK
-                accepted.append(position)
-                entries.append((record, ledger_id, entry_id, body, lac))
-                if add_chunks is not None:
-                    chunks.extend(add_chunks)
-                    batch.records += 1
-        return batch
-
-    def _ledger_for(self, ledger_id: int, master_key: bytes, batch: _AdmittedBatch) -> LedgerRecord | None:
-        """The ledger's record (created, with its LEDGER_KEY journal record, if new); None if the key is wrong."""
-        record = self._states.get(ledger_id)
-        if record is None:
-            record = self._states.create(ledger_id, master_key)
-            batch.chunks.append(encode_ledger_key(ledger_id, master_key))
-            batch.records += 1
-        elif not hmac.compare_digest(record.master_key, master_key):
-            return None
-        return record
-
-    def _store_and_submit(self, batch: _AdmittedBatch, callback: Callable[[bool], None]) -> bool:
+    def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None]) -> bool:
         try:
             locations = self._store(batch.entries)
         except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt

@@ -1,10 +1,11 @@
 """The storage façade's request and answer types, and the lock-free validation of an add.
 
-``prepare_add`` does everything about an add that needs no ledger state:
+``checked_lac`` (and ``prepare_add``) do everything about an add that needs no ledger state:
 checks the ids, the master key and the entry header, and encodes the add's
 ADD journal record when the journal holds bodies (its CRC is the costly part,
-so it is done outside the lock). ``running_future`` and ``completion`` build
-the futures the façade answers with.
+so it is done outside the lock); ``admit_batch`` then decides, under the
+lock, which adds the ledgers' state accepts. ``running_future`` and
+``completion`` build the futures the façade answers with.
 
 An add is a plain 5-tuple (ledger id, entry id, master key, body, recovery);
 ``AddOp`` names its fields for callers that like names. The add path runs
@@ -15,13 +16,14 @@ small entry.
 from __future__ import annotations
 
 import concurrent.futures
+import hmac
 import struct
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from bookie_server.files import Buffer
-from bookie_server.journal_format import encode_add
-from bookie_server.ledger_state import MAX_KEY_BYTES, LedgerRecord
+from bookie_server.journal_format import encode_add, encode_ledger_key
+from bookie_server.ledger_state import MAX_KEY_BYTES, LedgerRecord, LedgerStates
 from pyspark_ledger.entry import HEADER_SIZE as ENTRY_HEADER_SIZE
 from pyspark_ledger.entry import peek_header
 from pyspark_ledger.errors import CorruptEntryError
@@ -110,6 +112,60 @@ def checked_lac(add: tuple) -> int | None:
         return lac
     except (CorruptEntryError, TypeError, AttributeError, ValueError):
         return None
+
+
+class AdmittedBatch:
+    """The accepted adds of one ``add_entries`` call and the journal records they need."""
+
+    __slots__ = ("accepted", "chunks", "records", "entries")
+
+    def __init__(self) -> None:
+        self.accepted: list[int] = []  # positions of the accepted adds in the request
+        self.chunks: list = []  # their journal records, in order (ledger keys first where new)
+        self.records = 0  # journal records in chunks
+        self.entries: list[tuple] = []  # StoredEntry-shaped tuples: (record, ledger id, entry id, body, LAC)
+
+
+def admit_batch(states: LedgerStates, valid: list[tuple], statuses: list[int], refusal: int | None) -> AdmittedBatch:
+    """Decide each well-formed add's status (storage lock held); collect the accepted ones and their journal
+    records. ``valid`` holds (position, add, LAC, ADD record chunks or None); ``refusal`` answers them all.
+
+    Consecutive adds to one ledger with the same key (the usual batch) look the ledger up once."""
+    batch = AdmittedBatch()
+    if refusal is not None:
+        for item in valid:
+            statuses[item[0]] = refusal
+        return batch
+    accepted, entries, chunks = batch.accepted, batch.entries, batch.chunks
+    last_ledger = last_key = record = None
+    for position, (ledger_id, entry_id, key, body, recovery), lac, add_chunks in valid:
+        if ledger_id != last_ledger or key != last_key:
+            record = _ledger_for(states, ledger_id, key, batch)
+            last_ledger, last_key = ledger_id, key
+        if record is None:
+            statuses[position] = pb.UNAUTHORIZED
+        elif record.fenced and not recovery:
+            statuses[position] = pb.FENCED
+        else:
+            statuses[position] = pb.OK
+            accepted.append(position)
+            entries.append((record, ledger_id, entry_id, body, lac))
+            if add_chunks is not None:
+                chunks.extend(add_chunks)
+                batch.records += 1
+    return batch
+
+
+def _ledger_for(states: LedgerStates, ledger_id: int, master_key: bytes, batch: AdmittedBatch) -> LedgerRecord | None:
+    """The ledger's record (created, with its LEDGER_KEY journal record, if new); None if the key is wrong."""
+    record = states.get(ledger_id)
+    if record is None:
+        record = states.create(ledger_id, master_key)
+        batch.chunks.append(encode_ledger_key(ledger_id, master_key))
+        batch.records += 1
+    elif not hmac.compare_digest(record.master_key, master_key):
+        return None
+    return record
 
 
 def running_future() -> concurrent.futures.Future:
