@@ -1,10 +1,10 @@
 """The storage façade's request and answer types, and the lock-free validation of an add.
 
-``checked_lac`` (and ``prepare_add``) do everything about an add that needs no ledger state:
-checks the ids, the master key and the entry header, and encodes the add's
-ADD journal record when the journal holds bodies (its CRC is the costly part,
-so it is done outside the lock); ``admit_batch`` then decides, under the
-lock, which adds the ledgers' state accepts. ``running_future`` and
+``checked_lac`` does everything about an add that needs no ledger state
+(the ids, the master key and the entry header; the storage encodes ADD
+journal records, whose CRC is the costly part, outside its lock too);
+``admit_batch`` then decides, under the lock, which adds the ledgers' state
+accepts. ``running_future`` and
 ``completion`` build the futures the façade answers with.
 
 An add is a plain 5-tuple (ledger id, entry id, master key, body, recovery);
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from bookie_server.files import Buffer
-from bookie_server.journal_format import encode_add, encode_ledger_key
+from bookie_server.journal_format import encode_ledger_key
 from bookie_server.ledger_state import MAX_KEY_BYTES, LedgerRecord, LedgerStates
 from pyspark_ledger.entry import HEADER_SIZE as ENTRY_HEADER_SIZE
 from pyspark_ledger.entry import peek_header
@@ -58,11 +58,6 @@ class LedgerView:
     last_entry_id: int
 
 
-class PreparedAdd(NamedTuple):
-    last_add_confirmed: int
-    journal_chunks: list[Buffer] | None  # the ADD record's chunks; None when the journal holds references
-
-
 class StoredEntry(NamedTuple):
     record: LedgerRecord
     ledger_id: int
@@ -79,16 +74,6 @@ def valid_key(master_key: object) -> bool:
     return isinstance(master_key, (bytes, bytearray)) and 0 < len(master_key) <= MAX_KEY_BYTES
 
 
-def prepare_add(add: AddOp, with_body_record: bool = True) -> PreparedAdd | None:
-    """The add's LAC and (``with_body_record``) its ADD journal record, or None if the request is
-    malformed (BAD_REQUEST)."""
-    lac = checked_lac(add)
-    if lac is None:
-        return None
-    chunks = encode_add(add[0], add[1], add[3]) if with_body_record else None
-    return PreparedAdd(lac, chunks)
-
-
 def checked_lac(add: tuple) -> int | None:
     """The LAC in a well-formed add's entry header, or None if the add is malformed (BAD_REQUEST)."""
     try:
@@ -100,7 +85,7 @@ def checked_lac(add: tuple) -> int | None:
         size = len(body)
         if size > MAX_BODY_BYTES:
             return None
-        if size >= _FAST_MIN_BODY and body[:4] in _GOOD_PREFIXES:
+        if size >= _FAST_MIN_BODY and type(body) is bytes and body[:4] in _GOOD_PREFIXES:
             header_ledger, header_entry, lac = _ENTRY_IDS.unpack_from(body, 4)
         else:
             header = peek_header(body)

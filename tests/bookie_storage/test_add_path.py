@@ -43,6 +43,13 @@ def test_the_fast_header_check_agrees_with_peek_header_on_good_and_bad_bodies():
                 assert checked_lac(add) == slow_lac(ledger_id, entry_id, data), (ledger_id, entry_id, data[:8])
 
 
+def test_bodies_in_other_buffers_take_the_long_way_with_the_same_answer():
+    data = body(7, 3, lac=2)
+    checked_lac((7, 3, KEY, data, False))  # the prefix is learned
+    for buffer in (bytearray(data), memoryview(data)):
+        assert checked_lac((7, 3, KEY, buffer, False)) == 2
+
+
 @pytest.mark.parametrize("add", [(-1, 0, KEY, body(1, 0), False), (1, -1, KEY, body(1, 0), False),
                                  (1, 0, b"", body(1, 0), False), (1, 0, KEY, None, False), (1, 0, KEY), None])
 def test_malformed_adds_are_refused_not_raised(add):
