@@ -16,6 +16,7 @@ answered; later adds get READ_ONLY "shutting down").
 from __future__ import annotations
 
 import logging
+import operator
 import queue
 import threading
 import time
@@ -25,7 +26,7 @@ import grpc
 
 from bookie_server.limits import InflightLimiter, check_add, explain_bad_add
 from bookie_server.metrics import STATUS_NAMES, BookieMetrics
-from bookie_server.storage import AddOp, BookieStorage
+from bookie_server.storage import BookieStorage
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ _WAKE = object()
 _REFUSED = "refused"
 _STORED = "stored"
 READER_JOIN_TIMEOUT_S = 5.0
+_BODY = operator.itemgetter(3)  # of an add tuple
 
 
 class AddStreamSession:
@@ -97,6 +99,7 @@ class AddStreamSession:
     def _build_response(self, items: list) -> pb.AddResultBatch:
         response = pb.AddResultBatch()
         add_result = response.results.add
+        ok = pb.OK
         for item in items:
             if item is _WAKE:
                 continue
@@ -106,22 +109,28 @@ class AddStreamSession:
                 continue
             _, ops, statuses, error = item
             self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
+            if statuses.count(ok) == len(statuses):
+                for op in ops:  # setting fields one by one is twice as fast as keyword arguments
+                    result = add_result()
+                    result.ledger_id, result.entry_id, result.status = op[0], op[1], ok
+                continue
             for op, status in zip(ops, statuses):
-                if status == pb.OK:
-                    add_result(ledger_id=op.ledger_id, entry_id=op.entry_id, status=status)
+                if status == ok:
+                    add_result(ledger_id=op[0], entry_id=op[1], status=status)
                 else:
-                    add_result(ledger_id=op.ledger_id, entry_id=op.entry_id, status=status,
+                    add_result(ledger_id=op[0], entry_id=op[1], status=status,
                                message=error or self._describe(op, status))
         return response
 
-    def _describe(self, op: AddOp, status: int) -> str:
-        where = f"ledger {op.ledger_id} entry {op.entry_id}"
+    def _describe(self, op: tuple, status: int) -> str:
+        ledger_id, entry_id, master_key, body, _ = op
+        where = f"ledger {ledger_id} entry {entry_id}"
         if status == pb.BAD_REQUEST:
-            return explain_bad_add(op.ledger_id, op.entry_id, op.master_key, op.body)
+            return explain_bad_add(ledger_id, entry_id, master_key, body)
         if status == pb.FENCED:
-            return f"ledger {op.ledger_id} is fenced on bookie {self._bookie_id}: {where} was not added"
+            return f"ledger {ledger_id} is fenced on bookie {self._bookie_id}: {where} was not added"
         if status == pb.UNAUTHORIZED:
-            return f"master key does not match the one stored for ledger {op.ledger_id}: {where} was not added"
+            return f"master key does not match the one stored for ledger {ledger_id}: {where} was not added"
         if status == pb.READ_ONLY:
             return (f"bookie {self._bookie_id} is read-only ({self._storage.read_only or 'not taking adds'}): "
                     f"{where} was not added")
@@ -147,36 +156,41 @@ class AddStreamSession:
             self._results.put(_WAKE)
 
     def _take_batch(self, batch: pb.AddBatch) -> None:
+        """Check each add, admit the well-formed ones and submit them as one storage batch.
+
+        Adds become plain (ledger id, entry id, master key, body, recovery) tuples: this loop runs once
+        per entry, and the cheap checks of ``check_add`` are inlined (it only runs to explain a refusal)."""
         started = time.monotonic()
-        ops: list[AddOp] = []
+        ops: list[tuple] = []
         refused: list[tuple[int, int, int, str]] = []
         max_size = self._max_entry_size
+        take = ops.append
         for add in batch.adds:
             ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
-            problem = check_add(ledger_id, entry_id, master_key, body, max_size)
-            if problem is None:
-                ops.append(AddOp(ledger_id, entry_id, master_key, body, add.recovery))
+            if len(body) <= max_size and entry_id >= 0 and master_key:
+                take((ledger_id, entry_id, master_key, body, add.recovery))
             else:
-                refused.append((ledger_id, entry_id, pb.BAD_REQUEST, problem))
+                refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
+                                check_add(ledger_id, entry_id, master_key, body, max_size)))
         ops = self._admit(ops, refused)
         if refused:
             self._refuse(refused)
         if ops:
             self._submit(ops, started)
 
-    def _admit(self, ops: list[AddOp], refused: list) -> list[AddOp]:
+    def _admit(self, ops: list[tuple], refused: list) -> list[tuple]:
         """Take in-flight slots for ``ops``; the rest are refused (TOO_MANY_REQUESTS / READ_ONLY)."""
         if not ops:
             return ops
         granted = self._limiter.try_acquire(len(ops))
         if granted is None:
             message = f"bookie {self._bookie_id} is shutting down and takes no more adds"
-            refused.extend((op.ledger_id, op.entry_id, pb.READ_ONLY, message) for op in ops)
+            refused.extend((op[0], op[1], pb.READ_ONLY, message) for op in ops)
             return []
         if granted < len(ops):
             message = (f"more than {self._limiter.limit} adds in flight on this stream "
                        f"(--max-inflight-adds): wait for answers and retry")
-            refused.extend((op.ledger_id, op.entry_id, pb.TOO_MANY_REQUESTS, message) for op in ops[granted:])
+            refused.extend((op[0], op[1], pb.TOO_MANY_REQUESTS, message) for op in ops[granted:])
         return ops[:granted]
 
     def _refuse(self, refused: list[tuple[int, int, int, str]]) -> None:
@@ -187,37 +201,39 @@ class AddStreamSession:
             self._metrics.adds_refused(status, 1)
         self._results.put((_REFUSED, refused))
 
-    def _submit(self, ops: list[AddOp], started: float) -> None:
+    def _submit(self, ops: list[tuple], started: float) -> None:
         self._metrics.adds_submitted(len(ops))
         try:
             future = self._storage.add_entries(ops)
         except Exception as exc:  # noqa: BLE001 - storage closed or broken: answer, never crash
             _log.error("storage refused a batch of %d adds (ledger %d entry %d first): %s",
-                       len(ops), ops[0].ledger_id, ops[0].entry_id, exc)
+                       len(ops), ops[0][0], ops[0][1], exc)
             self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}")
             return
         future.add_done_callback(lambda done: self._on_stored(ops, started, done))
 
-    def _log_refusals(self, ops: list[AddOp], statuses: list[int]) -> None:
+    def _log_refusals(self, ops: list[tuple], statuses: list[int]) -> None:
         refused = [(op, status) for op, status in zip(ops, statuses) if status != pb.OK]
         if refused:
             op, status = refused[0]
             _log.info("storage refused %d add(s) from %s, first: ledger %d entry %d %s", len(refused), self._peer,
-                      op.ledger_id, op.entry_id, STATUS_NAMES.get(status, status))
+                      op[0], op[1], STATUS_NAMES.get(status, status))
 
-    def _on_stored(self, ops: list[AddOp], started: float, future) -> None:
+    def _on_stored(self, ops: list[tuple], started: float, future) -> None:
         try:
             statuses = future.result()
             error = ""
         except Exception as exc:  # noqa: BLE001 - every waiting add gets an answer
             _log.error("storing %d adds (ledger %d entry %d first) failed: %s",
-                       len(ops), ops[0].ledger_id, ops[0].entry_id, exc)
+                       len(ops), ops[0][0], ops[0][1], exc)
             statuses, error = [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}"
         self._stored(ops, started, statuses, error)
 
-    def _stored(self, ops: list[AddOp], started: float, statuses: list[int], error: str) -> None:
-        stored_bytes = sum(len(op.body) for op, status in zip(ops, statuses) if status == pb.OK)
-        if statuses.count(pb.OK) != len(statuses):
+    def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str) -> None:
+        if statuses.count(pb.OK) == len(statuses):
+            stored_bytes = sum(map(len, map(_BODY, ops)))
+        else:
+            stored_bytes = sum(len(op[3]) for op, status in zip(ops, statuses) if status == pb.OK)
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
         self._results.put((_STORED, ops, statuses, error))  # one put: one wake-up of the handler thread

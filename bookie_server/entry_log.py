@@ -10,7 +10,9 @@ Each record is::
 A batch of records goes to the kernel with one ``writev`` (page cache only);
 ``sync`` fsyncs every log written since the previous sync: at checkpoint time,
 and before each journal group commit when the journal holds references
-instead of entry bodies (``StorageConfig.journal_write_data`` off).
+instead of entry bodies (``StorageConfig.journal_write_data`` off). Once
+durable, all but the newest ``cache_window`` bytes leave the page cache, so
+that appends reuse pages instead of touching fresh memory (see ``_drop_cached``).
 A new log is started by the first append after open and when the current one reaches
 ``entry_log_size``. Reads check the record's ids and checksum and raise
 ``CorruptStorageError`` when they do not match.
@@ -28,7 +30,7 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Iterable, NamedTuple
 
 import crc32c
 
@@ -42,8 +44,12 @@ MAGIC = b"PLEL"
 LOG_SUFFIX = ".log"
 HEADER_SIZE = 28
 _CRC = struct.Struct(">I")
+_HEAD = struct.Struct(">4sI")  # magic, crc32c
 _FIXED = struct.Struct(">QqI")
 _SMALL_READ = 64 * 1024  # below this, header and body are read with one pread
+CACHE_WINDOW = 64 * 1024 * 1024  # durable bytes of the newest logs left in the page cache (tailing reads)
+_DROP_STEP = 1024 * 1024
+_PAGE = 4096
 
 
 class EntryLocation(NamedTuple):
@@ -59,12 +65,15 @@ class EntryLogger:
     (the storage lock); ``read`` and ``sync`` may run concurrently with them.
     """
 
-    def __init__(self, directory: Path, max_log_size: int) -> None:
+    def __init__(self, directory: Path, max_log_size: int, cache_window: int = CACHE_WINDOW) -> None:
         self._dir = directory
         self._max_size = max_log_size
+        self._cache_window = cache_window
         self._lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
+        self._written: dict[int, int] = {}  # log id -> end of its last append
+        self._dropped: dict[int, int] = {}  # log id -> offset below which its page cache was dropped
         self._dir_dirty = False
         self._closed = False
         self._readers: dict[int, int] = {}  # log id -> reads in progress (a removed log's fd waits for them)
@@ -79,8 +88,9 @@ class EntryLogger:
     def path(self, log_id: int) -> Path:
         return self._dir / numbered_name(log_id, LOG_SUFFIX)
 
-    def append_batch(self, entries: Sequence[tuple[int, int, Buffer]]) -> list[EntryLocation]:
-        """Append (ledger id, entry id, body) records in one write; return their locations.
+    def append_batch(self, entries: Iterable[tuple[int, int, Buffer]]) -> list[EntryLocation]:
+        """Append (ledger id, entry id, body) records in one write; return their locations
+        (plain ``(log id, offset, length)`` tuples, the fields of ``EntryLocation``).
 
         Raises OSError; after a failure the log's tail is undefined, so the
         caller must stop appending (the storage becomes read-only).
@@ -89,22 +99,27 @@ class EntryLogger:
             if self._started:
                 self._seal(self._log_id)
             self._start_log(self._log_id + 1 if self._started else self._log_id)
+        log_id, offset = self._log_id, self._offset
         chunks: list[Buffer] = []
         locations = []
-        offset = self._offset
-        usage = self._usage[self._log_id]
+        ledger_bytes: dict[int, int] = {}
+        pack_fixed, pack_head, crc, append_chunk = _FIXED.pack, _HEAD.pack, crc32c.crc32c, chunks.append
         for ledger_id, entry_id, body in entries:
-            usage.add(ledger_id, len(body))
-            fixed = _FIXED.pack(ledger_id, entry_id, len(body))
-            crc = crc32c.crc32c(body, value=crc32c.crc32c(fixed))
-            chunks.append(MAGIC + _CRC.pack(crc) + fixed)
-            chunks.append(body)
-            locations.append(EntryLocation(self._log_id, offset, len(body)))
-            offset += HEADER_SIZE + len(body)
-        write_all(self._fds[self._log_id], chunks)
+            length = len(body)
+            ledger_bytes[ledger_id] = ledger_bytes.get(ledger_id, 0) + length
+            fixed = pack_fixed(ledger_id, entry_id, length)
+            append_chunk(pack_head(MAGIC, crc(body, crc(fixed))) + fixed)
+            append_chunk(body)
+            locations.append((log_id, offset, length))
+            offset += HEADER_SIZE + length
+        usage = self._usage[log_id]
+        for ledger_id, nbytes in ledger_bytes.items():
+            usage.add(ledger_id, nbytes)
+        write_all(self._fds[log_id], chunks)
         self._offset = offset
         with self._lock:  # only after the write: a sync that cleared the set before it must not cover it
-            self._unsynced.add(self._log_id)
+            self._unsynced.add(log_id)
+            self._written[log_id] = offset
         return locations
 
     def read(self, location: EntryLocation, ledger_id: int, entry_id: int) -> bytes:
@@ -146,6 +161,8 @@ class EntryLogger:
         with self._lock:
             fd = self._fds.pop(log_id, None)
             self._unsynced.discard(log_id)
+            self._written.pop(log_id, None)
+            self._dropped.pop(log_id, None)
             if fd is not None and self._readers.get(log_id):
                 self._retired[log_id], fd = fd, None
         if fd is not None:
@@ -157,14 +174,16 @@ class EntryLogger:
         return size
 
     def sync(self) -> None:
-        """fsync every log written since the last sync (and the directory if a log was created)."""
+        """fsync every log written since the last sync (and the directory if a log was created), then let
+        the kernel drop the cached pages of what is durable, but for the last ``cache_window`` bytes."""
         with self._lock:
             pending = sorted(self._unsynced)
             self._unsynced.clear()
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-            fds = [self._fds[log_id] for log_id in pending if log_id in self._fds]
+            synced = [(log_id, self._fds[log_id], self._written.get(log_id, 0))
+                      for log_id in pending if log_id in self._fds]
         try:
-            for fd in fds:
+            for _, fd, _ in synced:
                 os.fsync(fd)
             if dir_dirty:
                 fsync_dir(self._dir)
@@ -173,6 +192,25 @@ class EntryLogger:
                 self._unsynced.update(pending)
                 self._dir_dirty = self._dir_dirty or dir_dirty
             raise
+        for log_id, fd, end in synced:
+            self._drop_cached(log_id, fd, end)
+
+    def _drop_cached(self, log_id: int, fd: int, durable_end: int) -> None:
+        """Drop the page cache of a log's durable bytes older than the window, a megabyte at least at a time.
+
+        Why: every new page-cache page costs a first touch, which in a VM whose free memory went back to
+        the host (free page reporting) is several times the copy itself; pages dropped here are reused by
+        the next appends instead. Reads of dropped ranges come from the disk. Clean pages only, so no
+        data can be lost; a failure only costs memory."""
+        upto = (durable_end - self._cache_window) & ~(_PAGE - 1)
+        start = self._dropped.get(log_id, 0)
+        if upto - start < _DROP_STEP:
+            return
+        self._dropped[log_id] = upto
+        try:
+            os.posix_fadvise(fd, start, upto - start, os.POSIX_FADV_DONTNEED)
+        except OSError as exc:
+            log.debug("cannot drop cached pages of entry log %s: %s", self.path(log_id), exc)
 
     def close(self) -> None:
         """Persist the current log's usage (so the next start need not scan it) and close every file."""

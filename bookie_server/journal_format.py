@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Iterable
 
 import crc32c
 
@@ -39,6 +40,8 @@ _ADD_FIXED = struct.Struct(">IBQq")  # length, kind, ledger id, entry id
 _LEDGER_ID = struct.Struct(">Q")
 _ENTRY_IDS = struct.Struct(">Qq")
 _REF = struct.Struct(">QqqQQI")  # ledger id, entry id, LAC, entry log id, offset, body length
+_REF_COVERED = struct.Struct(">IBQqqQQI")  # length, kind, then the ADD_REF payload
+_MAGIC_CRC = struct.Struct(">4sI")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +74,20 @@ def encode_add(ledger_id: int, entry_id: int, body: Buffer) -> list[Buffer]:
 def encode_add_ref(ledger_id: int, entry_id: int, last_add_confirmed: int, log_id: int, offset: int,
                    length: int) -> bytes:
     """The record of one add whose body is already durable in an entry log."""
-    payload = _REF.pack(ledger_id, entry_id, last_add_confirmed, log_id, offset, length)
-    covered = _LENGTH_KIND.pack(_REF.size, ADD_REF) + payload
-    return MAGIC + _CRC.pack(crc32c.crc32c(covered)) + covered
+    covered = _REF_COVERED.pack(_REF.size, ADD_REF, ledger_id, entry_id, last_add_confirmed, log_id, offset, length)
+    return _MAGIC_CRC.pack(MAGIC, crc32c.crc32c(covered)) + covered
+
+
+def encode_add_refs(entries: Iterable[tuple], locations: Iterable[tuple[int, int, int]]) -> bytearray:
+    """The ADD_REF records of a batch, in one buffer: ``entries`` are (_, ledger id, entry id, _, LAC)
+    tuples (``StoredEntry``-shaped) and ``locations`` their (entry log id, offset, length)."""
+    records = bytearray()
+    pack_covered, pack_head, crc = _REF_COVERED.pack, _MAGIC_CRC.pack, crc32c.crc32c
+    for (_, ledger_id, entry_id, _, lac), (log_id, offset, length) in zip(entries, locations):
+        covered = pack_covered(_REF.size, ADD_REF, ledger_id, entry_id, lac, log_id, offset, length)
+        records += pack_head(MAGIC, crc(covered))
+        records += covered
+    return records
 
 
 def encode_ledger_key(ledger_id: int, master_key: bytes) -> bytes:

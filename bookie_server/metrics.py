@@ -37,7 +37,8 @@ class BookieMetrics:
         reads = Counter("bookie_read_requests", "Reads answered, by status", ["status"], registry=reg)
         self._adds = {number: adds.labels(status=name) for number, name in STATUS_NAMES.items()}
         self._reads = {number: reads.labels(status=name) for number, name in STATUS_NAMES.items()}
-        self._add_latency = Histogram("bookie_add_latency_seconds", "Add latency, received to durable",
+        self._add_latency = Histogram("bookie_add_latency_seconds",
+                                      "Add latency, received to durable: one observation per storage batch",
                                       buckets=_LATENCY_BUCKETS, registry=reg)
         self._read_latency = Histogram("bookie_read_latency_seconds", "Read request latency",
                                        buckets=_LATENCY_BUCKETS, registry=reg)
@@ -69,7 +70,8 @@ class BookieMetrics:
         self._inflight.inc(count)
 
     def adds_completed(self, statuses: list[int], seconds: float, stored_bytes: int) -> None:
-        """One storage batch finished: count statuses, latency per add, bytes."""
+        """One storage batch finished: count statuses, the batch's latency (one observation: all its adds
+        share it, and a histogram update per add cost more than storing a small entry), bytes."""
         self._inflight.dec(len(statuses))
         ok = statuses.count(pb.OK)
         if ok:
@@ -78,9 +80,9 @@ class BookieMetrics:
             for status in statuses:
                 if status != pb.OK:
                     self._adds.get(status, self._adds[pb.STATUS_UNSPECIFIED]).inc()
-        for _ in statuses:
-            self._add_latency.observe(seconds)
-        self._bytes_written.inc(stored_bytes)
+        self._add_latency.observe(seconds)
+        if stored_bytes:
+            self._bytes_written.inc(stored_bytes)
 
     def adds_refused(self, status: int, count: int) -> None:
         self._adds[status].inc(count)

@@ -25,6 +25,7 @@ import concurrent.futures
 import errno
 import hmac
 import logging
+import operator
 import shutil
 import threading
 from typing import Callable, Sequence
@@ -34,12 +35,13 @@ from bookie_server.entry_log import EntryLocation, EntryLogger
 from bookie_server.files import lock_directory, make_dirs, unlock_directory
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
-from bookie_server.journal_format import encode_add_ref, encode_fence, encode_ledger_key
+from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
 from bookie_server.journal_replay import replay_journal
-from bookie_server.ledger_state import LedgerRecord, LedgerStates
+from bookie_server.ledger_state import LedgerStates
+from bookie_server.memory import keep_freed_memory
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
 from bookie_server.storage_gc import GcOutcome, StorageGc
-from bookie_server.storage_requests import (AddOp, LedgerView, PreparedAdd, StoredEntry, completion, prepare_add,
+from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
                                             running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
 from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
@@ -48,16 +50,7 @@ from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 __all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
 
 log = logging.getLogger(__name__)
-
-
-class _AdmittedBatch:
-    __slots__ = ("accepted", "chunks", "records", "entries")
-
-    def __init__(self) -> None:
-        self.accepted: list[int] = []  # positions of the accepted adds in the request
-        self.chunks: list = []  # their journal records, in order (ledger keys first where new)
-        self.records = 0  # journal records in chunks
-        self.entries: list[StoredEntry] = []
+_IDS_AND_BODY = operator.itemgetter(1, 2, 3)  # of a StoredEntry-shaped tuple
 
 
 class BookieStorage:
@@ -72,6 +65,7 @@ class BookieStorage:
         if not isinstance(config, StorageConfig):
             raise InvalidConfigurationError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
         self._config = config
+        keep_freed_memory()  # entry bodies pass through megabyte buffers: reuse them (see bookie_server.memory)
         self._lock = threading.Lock()
         self._lac_waiters: dict[int, list] = {}  # ledger id -> [Condition, waiter count]
         self._closed = False
@@ -117,16 +111,22 @@ class BookieStorage:
     # --- writes -----------------------------------------------------------------------
 
     def add_entries(self, adds: Sequence[AddOp]) -> concurrent.futures.Future[list[int]]:
-        """Store a batch; the future gives one status per add, in order, once the accepted ones are durable.
+        """Store a batch of adds (``AddOp`` or plain 5-tuples); the future gives one status per add, in
+        order, once the accepted ones are durable.
 
         The future is completed on the journal thread: done-callbacks must be quick and must not block.
         """
         future = running_future()
+        statuses = [pb.BAD_REQUEST] * len(adds)
+        valid = []  # (position, add, LAC, ADD record chunks or None)
         with_body = self._config.journal_write_data
-        prepared = [prepare_add(add, with_body) for add in adds]
-        statuses = [pb.BAD_REQUEST] * len(prepared)
+        for position, add in enumerate(adds):
+            lac = checked_lac(add)
+            if lac is not None:
+                valid.append((position, add, lac, encode_add(add[0], add[1], add[3]) if with_body else None))
         with self._lock:
-            batch = self._admit_batch(adds, prepared, statuses)
+            refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
+            batch = admit_batch(self._states, valid, statuses, refusal)
             submitted = bool(batch.entries) and self._store_and_submit(
                 batch, completion(future, statuses, batch.accepted))
         if not submitted:
@@ -135,62 +135,31 @@ class BookieStorage:
             future.set_result(statuses)
         return future
 
-    def _admit_batch(self, adds: Sequence[AddOp], prepared: list[PreparedAdd | None],
-                     statuses: list[int]) -> _AdmittedBatch:
-        """Decide each well-formed add's status; collect the accepted ones and their journal records."""
-        batch = _AdmittedBatch()
-        refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
-        for position, (add, prep) in enumerate(zip(adds, prepared)):
-            if prep is None:
-                continue
-            status, record = (refusal, None) if refusal is not None else self._admit(add, batch)
-            statuses[position] = status
-            if record is not None:
-                batch.accepted.append(position)
-                if prep.journal_chunks is not None:
-                    batch.chunks.extend(prep.journal_chunks)
-                    batch.records += 1
-                batch.entries.append(StoredEntry(record, add.ledger_id, add.entry_id, add.body,
-                                                 prep.last_add_confirmed))
-        return batch
-
-    def _admit(self, add: AddOp, batch: _AdmittedBatch) -> tuple[int, LedgerRecord | None]:
-        record = self._states.get(add.ledger_id)
-        if record is None:
-            record = self._states.create(add.ledger_id, add.master_key)
-            batch.chunks.append(encode_ledger_key(add.ledger_id, add.master_key))
-            batch.records += 1
-        elif not hmac.compare_digest(record.master_key, add.master_key):
-            return pb.UNAUTHORIZED, None
-        elif record.fenced and not add.recovery:
-            return pb.FENCED, None
-        return pb.OK, record
-
-    def _store_and_submit(self, batch: _AdmittedBatch, callback: Callable[[bool], None]) -> bool:
+    def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None]) -> bool:
         try:
             locations = self._store(batch.entries)
         except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt
             self._fail_store(exc)
             return False
         if not self._config.journal_write_data:
-            batch.chunks.extend(encode_add_ref(entry.ledger_id, entry.entry_id, entry.last_add_confirmed, *location)
-                                for entry, location in zip(batch.entries, locations))
+            batch.chunks.append(encode_add_refs(batch.entries, locations))
             batch.records += len(locations)
         return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback)
 
-    def _store(self, entries: list[StoredEntry]) -> list[EntryLocation]:
-        """Append entries to the entry log, index them and update ledger state (lock held)."""
-        locations = self._entry_log.append_batch([(e.ledger_id, e.entry_id, e.body) for e in entries])
+    def _store(self, entries: Sequence[tuple]) -> list[EntryLocation]:
+        """Append entries (StoredEntry-shaped) to the entry log, index them and update ledger state (lock held)."""
+        locations = self._entry_log.append_batch(map(_IDS_AND_BODY, entries))
         self._index_entries(entries, locations)
         return locations
 
-    def _index_entries(self, entries: list[StoredEntry], locations: Sequence[EntryLocation]) -> None:
-        """Point the index at stored entries and update ledger state (lock held)."""
+    def _index_entries(self, entries: Sequence[tuple], locations: Sequence[EntryLocation]) -> None:
+        """Point the index at stored (StoredEntry-shaped) entries and update ledger state (lock held)."""
         advanced = set()
-        for entry, location in zip(entries, locations):
-            self._index.put(entry.ledger_id, entry.entry_id, location)
-            if self._states.record_entry(entry.record, entry.entry_id, entry.last_add_confirmed):
-                advanced.add(entry.ledger_id)
+        put, record_entry = self._index.put, self._states.record_entry
+        for (record, ledger_id, entry_id, _, lac), location in zip(entries, locations):
+            put(ledger_id, entry_id, location)
+            if record_entry(record, entry_id, lac):
+                advanced.add(ledger_id)
         for ledger_id in advanced.intersection(self._lac_waiters):
             self._lac_waiters[ledger_id][0].notify_all()
         if self._index.over_capacity and self._checkpointer is not None:
