@@ -30,8 +30,10 @@ PARENT_CHECK_INTERVAL_S = 0.5
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     configure_logging(config.log_level)
+    from bookie_server.memory import keep_freed_memory
     from bookie_server.server import BookieServer  # late: keeps --help and flag errors fast
 
+    keep_freed_memory()  # entry bodies pass through megabyte buffers: reuse them (see bookie_server.memory)
     server = BookieServer(config)
     stop_requested = threading.Event()
     _install_signal_handlers(stop_requested)

@@ -38,7 +38,6 @@ from bookie_server.journal import Journal
 from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
 from bookie_server.journal_replay import replay_journal
 from bookie_server.ledger_state import LedgerStates
-from bookie_server.memory import keep_freed_memory
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
 from bookie_server.storage_gc import GcOutcome, StorageGc
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
@@ -65,7 +64,6 @@ class BookieStorage:
         if not isinstance(config, StorageConfig):
             raise InvalidConfigurationError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
         self._config = config
-        keep_freed_memory()  # entry bodies pass through megabyte buffers: reuse them (see bookie_server.memory)
         self._lock = threading.Lock()
         self._lac_waiters: dict[int, list] = {}  # ledger id -> [Condition, waiter count]
         self._closed = False

@@ -94,8 +94,10 @@ def test_B5_a_full_disk_makes_a_real_bookie_read_only_and_back(make_bookie, meta
         assert client.read(writer.ledger_id, 0).entries[0][0] == 0  # reads go on
 
         assert writer.append(b"after") == 1  # READ_ONLY is a bookie failure: the ensemble changes
-        fragments = ledgers.ledger_metadata(writer.ledger_id).fragments
-        assert len(fragments) == 2 and full_id not in fragments[-1].bookies
+        # Entry 1 may be confirmed by the two others before the READ_ONLY answer arrives: wait for the change.
+        fragments = wait_until(lambda: len(ledgers.ledger_metadata(writer.ledger_id).fragments) == 2
+                               and ledgers.ledger_metadata(writer.ledger_id).fragments, what="the ensemble change")
+        assert full_id not in fragments[-1].bookies
         assert ledgers.bookies(writable_only=True) == sorted(b.bookie_id for b in bookies if b.bookie_id != full_id)
         assert full_id in ledgers.bookies()  # still there for reads
         writer.close()

@@ -72,8 +72,9 @@ def test_a_deleted_ledger_leaves_the_bookies_and_the_other_stays_readable(make_b
                        what="NO_SUCH_LEDGER for the deleted ledger")
             wait_until(lambda: not index_file(bookie, doomed).exists() and not logs_holding_only(bookie, doomed),
                        what="the deleted ledger's index file and entry logs to go")
-            metrics = wait_until(lambda: scrape(bookie.metrics_url), what="metrics")
-            assert metrics["bookie_gc_ledgers_collected_total"] == 1
+            # the pass that deleted the files counts them when it ends, a moment later
+            metrics = wait_until(lambda: (lambda m: m.get("bookie_gc_ledgers_collected_total") == 1 and m)(
+                scrape(bookie.metrics_url)), what="the pass's metrics")
             assert metrics["bookie_gc_entry_logs_deleted_total"] >= 1
             assert metrics["bookie_gc_bytes_reclaimed_total"] > 0
             log_text = (bookie.data_dir / "bookie-stderr.log").read_text()
