@@ -42,8 +42,9 @@ MiB = 1024 * 1024
 #: Bytes of entries one input partition reads, at most: Spark's own default for file sources
 #: (spark.sql.files.maxPartitionBytes). Was 32 MiB: a 534 MiB stream then made 18 tasks on 2
 #: cores, each paying a task's start (its Python worker's request, opening the ledger, an idle
-#: first range read before the read-ahead fills); at 128 MiB it makes 6, and bench/spark_io.py's
-#: workers used ~0.6 s less CPU per read (1.0-1.9 s instead of 2.2-2.3 s, at load 6-8).
+#: first range read before the read-ahead fills); at 128 MiB it makes 6, and the Python workers
+#: of bench/spark_io.py's read used ~0.5 s (~25 %) less CPU per read: 1.0-1.85 s instead of
+#: 1.7-2.3 s (8 reads each, machine load 5-13); the JVM and the bookies used the same.
 SPLIT_BYTES = 128 * MiB
 #: What reading one entry costs beyond its bytes (a range read round trip, decoding), counted
 #: against SPLIT_BYTES so that a log of tiny entries is not read by a swarm of tiny tasks.
