@@ -53,7 +53,7 @@ class DecodedEntry:
     entry_id: int
     last_add_confirmed: int
     length: int
-    payload: bytes
+    payload: bytes | memoryview  # a read-only view into the encoded entry when decoded with copy=False
 
 
 def check_digest_type(digest_type: str) -> str:
@@ -131,8 +131,13 @@ class EntryCodec:
         header = _HEADER.pack(MAGIC, VERSION, self._code, ledger_id, entry_id, last_add_confirmed, length)
         return header + self._digest(header, payload)
 
-    def decode(self, body: bytes, ledger_id: int | None = None, entry_id: int | None = None) -> DecodedEntry:
-        """Verify the digest (and the expected ids) and return the entry."""
+    def decode(self, body: bytes, ledger_id: int | None = None, entry_id: int | None = None, *,
+               copy: bool = True) -> DecodedEntry:
+        """Verify the digest (and the expected ids) and return the entry.
+
+        The payload is a copy (``bytes``); with ``copy=False`` it is a read-only
+        ``memoryview`` into ``body`` (no copy: it keeps ``body`` alive).
+        """
         head = peek_header(body)
         if head.digest_type != self.digest_type:
             raise CorruptEntryError(
@@ -153,4 +158,8 @@ class EntryCodec:
             raise CorruptEntryError(
                 f"asked for ledger {ledger_id} entry {entry_id}, got ledger {head.ledger_id} entry {head.entry_id}"
             )
-        return DecodedEntry(head.ledger_id, head.entry_id, head.last_add_confirmed, head.length, bytes(payload))
+        if copy:
+            payload = bytes(payload)
+        elif not payload.readonly:
+            payload = payload.toreadonly()
+        return DecodedEntry(head.ledger_id, head.entry_id, head.last_add_confirmed, head.length, payload)

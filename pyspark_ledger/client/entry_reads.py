@@ -7,7 +7,8 @@ entry, or -- speculatively -- when no answer came within
 ``speculative_read_delay_s``). A replica's answer is used from its first
 entry on for as long as the entries verify (digest, ledger and entry ids);
 the first corrupt one ends it, so the caller continues from there with a new
-fetch (L5). ``result`` is a Future of the verified ``LedgerEntry`` list, or
+fetch (L5). Payloads are copied out of the answer unless ``copy=False``
+(then they are read-only views into it). ``result`` is a Future of the verified ``LedgerEntry`` list, or
 fails with NoSuchEntryError (an explicit absence of a confirmed entry),
 CorruptEntryError (every replica corrupt) or BookieUnavailableError.
 """
@@ -32,18 +33,19 @@ _CORRUPT = "corrupt replica"
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One entry as read: its id and payload."""
+    """One entry as read: its id and payload (a read-only memoryview if read with ``copy=False``)."""
 
     entry_id: int
-    data: bytes
+    data: bytes | memoryview
 
 
 class RangeFetch:
     """Reads the entries of one ``ReadBatch`` (see the module docstring)."""
 
     def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
-                 write_quorum: int, ack_quorum: int) -> None:
+                 write_quorum: int, ack_quorum: int, *, copy: bool = True) -> None:
         self._ctx = ctx
+        self._copy = copy
         self._ledger_id = ledger_id
         self._codec = codec
         self.batch = batch
@@ -136,7 +138,7 @@ class RangeFetch:
             if entry_id != expected or entry_id > self.batch.last_entry_id:
                 break
             try:
-                decoded = self._codec.decode(body, self._ledger_id, entry_id)
+                decoded = self._codec.decode(body, self._ledger_id, entry_id, copy=self._copy)
             except CorruptEntryError as exc:
                 log.warning("ledger %d entry %d from bookie %s: %s", self._ledger_id, entry_id, bookie, exc)
                 if not entries:

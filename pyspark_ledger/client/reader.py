@@ -63,10 +63,13 @@ class LedgerReader:
         """The highest entry known readable (the last entry once the ledger is closed)."""
         return readable_last_entry(self._md, self._lac)
 
-    def read(self, first: int = 0, last: int | None = None) -> Iterator[LedgerEntry]:
+    def read(self, first: int = 0, last: int | None = None, *, copy: bool = True) -> Iterator[LedgerEntry]:
         """Entries ``first..last`` in order (``last`` defaults to ``last_add_confirmed``;
         nothing then if ``first`` is beyond it).
 
+        Each entry's ``data`` is ``bytes``; with ``copy=False`` it is a read-only
+        ``memoryview`` into the bookie's answer, saving a copy of every payload
+        (for callers that only parse it, e.g. into Arrow buffers).
         NoSuchEntryError if ``last`` is beyond what may be read yet.
         """
         readable = self.last_add_confirmed
@@ -75,7 +78,7 @@ class LedgerReader:
                 return iter(())
             last = readable
         check_read_range(self.ledger_id, first, last, readable)
-        return self._read(first, last)
+        return self._read(first, last, bool(copy))
 
     def read_last_add_confirmed(self) -> int:
         """Re-read the metadata and the LAC (with coverage); returns the new ``last_add_confirmed``."""
@@ -126,7 +129,7 @@ class LedgerReader:
         every entry up to that LAC (else a stale ensemble could answer "no such entry")."""
         self._md = self._ctx.store.read_ledger(self.ledger_id).value
 
-    def _read(self, first: int, last: int) -> Iterator[LedgerEntry]:
+    def _read(self, first: int, last: int, copy: bool) -> Iterator[LedgerEntry]:
         md = self._md
         batches = plan_batches(md, first, last, self._ctx.config.read_batch_entries)
         window: deque[RangeFetch] = deque()
@@ -136,7 +139,7 @@ class LedgerReader:
                 batch = next(batches, None)
                 if batch is None:
                     break
-                window.append(self._fetch(batch))
+                window.append(self._fetch(batch, copy))
             if not window:
                 return
             fetch = window.popleft()
@@ -148,12 +151,13 @@ class LedgerReader:
                                              f"{wait_s:.0f} s", status="TIMEOUT") from exc
             rest = _remainder(fetch, entries)
             if rest is not None:
-                window.appendleft(self._fetch(rest))
+                window.appendleft(self._fetch(rest, copy))
             yield from entries
 
-    def _fetch(self, batch) -> RangeFetch:
+    def _fetch(self, batch, copy: bool) -> RangeFetch:
         md = self._md
-        return RangeFetch(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum).start()
+        return RangeFetch(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum,
+                          copy=copy).start()
 
 
 def _remainder(fetch: RangeFetch, entries: list[LedgerEntry]):

@@ -271,7 +271,13 @@ def _shares(budget: int | None, demands: Mapping[int, int]) -> dict[int, int]:
 
 def plan_ranges(partition: int, start: LogPosition, end: LogPosition, log: PartitionLog, *,
                 max_entries_per_range: int | None = None) -> list[ReadRange]:
-    """The entries from ``start`` (inclusive) to ``end`` (exclusive), per ledger and chunked."""
+    """The entries from ``start`` (inclusive) to ``end`` (exclusive), per ledger and chunked.
+
+    A ledger's entries are cut into as few chunks of at most ``max_entries_per_range``
+    as possible, of even size (1,200 entries at most 512 per chunk: 400 each, not
+    512, 512, 176), so that no input partition is a small leftover that costs a task
+    for little work while the other cores idle.
+    """
     if max_entries_per_range is not None and max_entries_per_range < 1:
         raise InvalidConfigurationError(f"max_entries_per_range must be >= 1, got {max_entries_per_range}")
     ranges: list[ReadRange] = []
@@ -282,8 +288,14 @@ def plan_ranges(partition: int, start: LogPosition, end: LogPosition, log: Parti
                                                                                  end.entry_id - 1)
         if last < first:
             break
-        step = max_entries_per_range or (last - first + 1)
-        for chunk_first in range(first, last + 1, step):
-            ranges.append(ReadRange(partition, span.ledger_seq, span.ledger_id, chunk_first,
-                                    min(chunk_first + step - 1, last)))
+        for chunk_first, chunk_last in _even_chunks(first, last, max_entries_per_range):
+            ranges.append(ReadRange(partition, span.ledger_seq, span.ledger_id, chunk_first, chunk_last))
     return ranges
+
+
+def _even_chunks(first: int, last: int, most: int | None) -> list[tuple[int, int]]:
+    """``first..last`` cut into the fewest chunks of at most ``most`` entries, sizes differing by one at most."""
+    count = last - first + 1
+    chunks = 1 if most is None else -(-count // most)
+    bounds = [first + index * count // chunks for index in range(chunks + 1)]
+    return [(begin, end - 1) for begin, end in zip(bounds, bounds[1:])]

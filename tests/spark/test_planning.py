@@ -226,9 +226,18 @@ def test_plan_ranges_per_ledger_with_ids():
 def test_plan_ranges_chunks_large_ledgers():
     log = log_of(10)
     ranges = plan_ranges(0, P(0, 0), P(0, 10), log, max_entries_per_range=4)
-    assert [(r.first_entry_id, r.last_entry_id) for r in ranges] == [(0, 3), (4, 7), (8, 9)]
+    assert [(r.first_entry_id, r.last_entry_id) for r in ranges] == [(0, 2), (3, 5), (6, 9)]
     with pytest.raises(InvalidConfigurationError, match="max_entries_per_range"):
         plan_ranges(0, P(0, 0), P(0, 10), log, max_entries_per_range=0)
+
+
+@pytest.mark.parametrize("entries, most, sizes", [(12, 4, [4, 4, 4]), (9, 4, [3, 3, 3]), (13, 4, [3, 3, 3, 4]),
+                                                  (1200, 512, [400, 400, 400]), (5, 8, [5])])
+def test_plan_ranges_cuts_a_ledger_into_the_fewest_even_chunks(entries, most, sizes):
+    ranges = plan_ranges(0, P(0, 0), P(0, entries), log_of(entries), max_entries_per_range=most)
+    assert [r.entry_count for r in ranges] == sizes
+    assert ranges[0].first_entry_id == 0 and ranges[-1].last_entry_id == entries - 1
+    assert all(a.last_entry_id + 1 == b.first_entry_id for a, b in zip(ranges, ranges[1:]))
 
 
 def test_plan_ranges_empty_between_equal_positions():

@@ -120,19 +120,22 @@ def test_values_of_every_kind_come_back_exactly(spark, cluster, streams, request
 # --- input partitions -------------------------------------------------------------------------------------------
 
 
-def test_one_big_ledger_is_read_by_several_tasks(spark, cluster, streams, stream):
-    entries = 1200
+def test_one_big_ledger_is_read_by_several_tasks_of_even_size(spark, cluster, streams, stream):
+    entries = 2500
     commit(streams, stream, {0: [write_ledger(streams, stream, 0, [rows_batch(0, i, 1) for i in range(entries)])]})
     per_split = entries_per_split(streams.partition_logs(stream)[0])
     assert per_split < entries, "the test ledger must be larger than one split"
+    tasks = -(-entries // per_split)
+    firsts = [index * entries // tasks for index in range(tasks + 1)]  # even chunks: no small leftover task
 
     frame = load(spark, cluster, stream, includeMetadata=True)
-    assert frame.rdd.getNumPartitions() == -(-entries // per_split) >= 2
+    assert frame.rdd.getNumPartitions() == tasks >= 2
     spans = (frame.selectExpr("spark_partition_id() AS task", "_entry_id", "seq")
              .groupBy("task").agg({"_entry_id": "min", "seq": "count"}).collect())
     counts = sorted((row["min(_entry_id)"], row["count(seq)"]) for row in spans)
     assert len(counts) >= 2 and sum(count for _, count in counts) == entries
-    assert [first for first, _ in counts] == [index * per_split for index in range(len(counts))]
+    assert counts == [(begin, end - begin) for begin, end in zip(firsts, firsts[1:])]
+    assert max(count for _, count in counts) - min(count for _, count in counts) <= 1
     assert seqs(frame.collect()) == [(0, seq) for seq in range(entries)]
 
 
