@@ -21,8 +21,8 @@ under the paced run against bookies. Each run against bookies reports the CPU
 microseconds per entry of the client process (with this driver) and of each
 bookie, and ``where_the_time_goes`` the rate that CPU would allow if every
 core did nothing else; the paced run is repeated against bookies started with
-``--journal-write-data`` (bodies copied into the journal: one fsync per group
-commit instead of two). Prints one JSON document (and writes it with ``--out``). Everything
+``--journal-write-data`` (every body copied into the journal; by default only
+bodies up to 64 KiB are, larger ones are journaled by reference). Prints one JSON document (and writes it with ``--out``). Everything
 shares the machine: bookies, client, servers and whatever else runs there
 (see the load averages).
 """

@@ -42,6 +42,7 @@ class ServerConfig:
     checkpoint_interval_s: float = 30.0
     skip_journal_corruption: bool = False
     journal_write_data: bool = False
+    journal_inline_max_bytes: int = 64 * 1024
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
@@ -72,7 +73,18 @@ class ServerConfig:
             checkpoint_interval_s=self.checkpoint_interval_s,
             skip_journal_corruption=self.skip_journal_corruption,
             journal_write_data=self.journal_write_data,
+            journal_inline_max_bytes=self.journal_inline_max_bytes,
         )
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def _fraction(text: str) -> float:
@@ -187,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--journal-write-data", action="store_true",
         help="also copy every entry body into the journal (one fsync per group commit, twice the bytes "
              "written); default: journal a reference, the body is written once to the entry log")
+    add("--journal-inline-max-bytes", type=_non_negative_int, default=64 * 1024,
+        help="without --journal-write-data, still copy bodies up to this size into the journal: a group "
+             "commit of small entries then needs one fsync, not two (0: references only)")
     add("--disk-usage-threshold", type=_fraction, default=0.95,
         help="turn read-only (refuse adds, register as read-only) when a disk of the bookie is fuller than this")
     add("--disk-usage-lwm", type=_fraction, default=0.90,

@@ -47,6 +47,7 @@ class _Submission(NamedTuple):
     nrecords: int
     queued_at: float
     callback: Callable[[bool], None]
+    sync_first: bool  # run ``before_write`` (fsync the entry logs) before writing this submission
 
 
 def journal_files(directory: Path) -> list[tuple[int, Path]]:
@@ -90,13 +91,15 @@ class Journal:
         return self._failure
 
     def submit(self, chunks: Sequence[Buffer], nbytes: int, nrecords: int,
-               callback: Callable[[bool], None]) -> bool:
+               callback: Callable[[bool], None], sync_first: bool = True) -> bool:
         """Queue records; ``callback(durable)`` runs on the journal thread once they are fsync'd
-        (True) or failed (False). Returns False, without queueing, if the journal is stopped."""
+        (True) or failed (False). Returns False, without queueing, if the journal is stopped.
+        ``sync_first=False``: the records need no ``before_write`` (a group commit made only of such
+        submissions skips it)."""
         with self._cond:
             if self._closing or self._failure is not None:
                 return False
-            self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback))
+            self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback, sync_first))
             self._submitted += 1
             self._cond.notify()
         return True
@@ -189,7 +192,7 @@ class Journal:
         try:
             if self._offset >= self._file_size:
                 self._rotate()
-            if self._before_write is not None:
+            if self._before_write is not None and any(item.sync_first for item in batch):
                 self._before_write()
             chunks = [chunk for item in batch for chunk in item.chunks]
             written = write_all(self._fd, chunks)

@@ -4,11 +4,14 @@ Write path (``add_entries``): validate the batch without the lock; under one
 lock check keys and fencing, append the batch's bodies to the entry log with
 one write, update the index and ledger state, and submit the batch's journal
 records as one submission; the future resolves once the journal thread has
-fsync'd them. The records are ADD records carrying the bodies
-(``journal_write_data``) or, by default, ADD_REF records naming where each
-body is in the entry log: the journal thread then fsyncs the entry logs
-before it writes them, so a reference never points at data that is not
-durable. Entries are readable as soon as they are stored; the add is
+fsync'd them. The records are ADD records carrying the bodies (all of
+them with ``journal_write_data``; by default those up to
+``journal_inline_max_bytes``) or ADD_REF records naming where a larger body
+is in the entry log: the journal thread then fsyncs the entry logs before it
+writes the group commit holding them, so a reference never points at data
+that is not durable. A group of ADD records alone needs one fsync; the
+entry logs they were also appended to are fsync'd by the next checkpoint,
+before the replay mark moves past them. Entries are readable as soon as they are stored; the add is
 acknowledged (OK) only once durable.
 
 Failure policy: if the journal, the entry log or a checkpoint fails, the
@@ -95,6 +98,8 @@ class BookieStorage:
             orphans = self._index.remove_orphan_files(lambda ledger_id: self._states.get(ledger_id) is not None)
         log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
                  "ledgers", config.data_dir, result.records, result.files, orphans)
+        # bodies up to this size travel in the journal (all of them with journal_write_data)
+        self._inline_max = float("inf") if config.journal_write_data else config.journal_inline_max_bytes
         self._journal = Journal(config, result.next_file_id, on_journal_sync,
                                 None if config.journal_write_data else self._entry_log.sync)
         self._checkpointer = Checkpointer(
@@ -117,11 +122,12 @@ class BookieStorage:
         future = running_future()
         statuses = [pb.BAD_REQUEST] * len(adds)
         valid = []  # (position, add, LAC, ADD record chunks or None)
-        with_body = self._config.journal_write_data
+        inline_max = self._inline_max
         for position, add in enumerate(adds):
             lac = checked_lac(add)
             if lac is not None:
-                valid.append((position, add, lac, encode_add(add[0], add[1], add[3]) if with_body else None))
+                valid.append((position, add, lac,
+                              encode_add(add[0], add[1], add[3]) if len(add[3]) <= inline_max else None))
         with self._lock:
             refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
             batch = admit_batch(self._states, valid, statuses, refusal)
@@ -139,10 +145,15 @@ class BookieStorage:
         except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt
             self._fail_store(exc)
             return False
-        if not self._config.journal_write_data:
-            batch.chunks.append(encode_add_refs(batch.entries, locations))
-            batch.records += len(locations)
-        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback)
+        referenced = batch.unjournaled
+        if referenced:  # bodies only in the entry log: the journal fsyncs it before writing these references
+            entries = batch.entries
+            if len(referenced) < len(entries):
+                entries, locations = [entries[i] for i in referenced], [locations[i] for i in referenced]
+            batch.chunks.append(encode_add_refs(entries, locations))
+            batch.records += len(referenced)
+        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback,
+                                    sync_first=bool(referenced))
 
     def _store(self, entries: Sequence[tuple]) -> list[EntryLocation]:
         """Append entries (StoredEntry-shaped) to the entry log, index them and update ledger state (lock held)."""

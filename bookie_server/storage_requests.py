@@ -102,13 +102,14 @@ def checked_lac(add: tuple) -> int | None:
 class AdmittedBatch:
     """The accepted adds of one ``add_entries`` call and the journal records they need."""
 
-    __slots__ = ("accepted", "chunks", "records", "entries")
+    __slots__ = ("accepted", "chunks", "records", "entries", "unjournaled")
 
     def __init__(self) -> None:
         self.accepted: list[int] = []  # positions of the accepted adds in the request
         self.chunks: list = []  # their journal records, in order (ledger keys first where new)
         self.records = 0  # journal records in chunks
         self.entries: list[tuple] = []  # StoredEntry-shaped tuples: (record, ledger id, entry id, body, LAC)
+        self.unjournaled: list[int] = []  # indexes into entries whose bodies the journal does not carry
 
 
 def admit_batch(states: LedgerStates, valid: list[tuple], statuses: list[int], refusal: int | None) -> AdmittedBatch:
@@ -138,6 +139,8 @@ def admit_batch(states: LedgerStates, valid: list[tuple], statuses: list[int], r
             if add_chunks is not None:
                 chunks.extend(add_chunks)
                 batch.records += 1
+            else:
+                batch.unjournaled.append(len(entries) - 1)
     return batch
 
 

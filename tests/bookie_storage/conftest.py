@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 import pytest
 
 from bookie_server.storage import BookieStorage, StorageConfig
-from tests.bookie_storage.entries import JOURNAL_MODE_ENV, journal_write_data_from_env
+from tests.bookie_storage.entries import JOURNAL_MODE_ENV, JOURNAL_MODES, journal_settings_from_env
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def open_storage(data_dir: Path) -> Iterator[Callable[..., BookieStorage]]:
 
     def _open(directory: Path | None = None, on_journal_sync=None, **settings) -> BookieStorage:
         settings.setdefault("checkpoint_interval_s", 0)
-        settings.setdefault("journal_write_data", journal_write_data_from_env())
+        settings = {**journal_settings_from_env(), **settings}
         storage = BookieStorage(StorageConfig(directory or data_dir, **settings), on_journal_sync)
         opened.append(storage)
         return storage
@@ -32,8 +32,8 @@ def open_storage(data_dir: Path) -> Iterator[Callable[..., BookieStorage]]:
         storage.close()
 
 
-@pytest.fixture(params=["references", "bodies"])
+@pytest.fixture(params=sorted(JOURNAL_MODES))
 def journal_mode(request, monkeypatch) -> str:
     """Runs the test (its storages and child processes) with each journal mode (use it with usefixtures)."""
-    monkeypatch.setenv(JOURNAL_MODE_ENV, "1" if request.param == "bodies" else "0")
+    monkeypatch.setenv(JOURNAL_MODE_ENV, request.param)
     return request.param

@@ -28,9 +28,15 @@ def add_op(ledger_id: int, entry_id: int, key: bytes = KEY, *, lac: int | None =
     return AddOp(ledger_id, entry_id, key, body(ledger_id, entry_id, lac), recovery)
 
 
-JOURNAL_MODE_ENV = "TEST_BOOKIE_JOURNAL_WRITE_DATA"
+JOURNAL_MODE_ENV = "TEST_BOOKIE_JOURNAL_MODE"
+#: The journal modes every crash and GC test runs in: its StorageConfig settings.
+JOURNAL_MODES = {
+    "references": {"journal_write_data": False, "journal_inline_max_bytes": 0},   # bodies only in entry logs
+    "bodies": {"journal_write_data": True},                                         # every body in the journal
+    "mixed": {"journal_write_data": False, "journal_inline_max_bytes": 1000},      # the default's split, with
+}                                                                                   # the test payloads' sizes
 
 
-def journal_write_data_from_env() -> bool:
-    """The journal mode of storages opened by a test and its child processes (set by ``journal_mode``)."""
-    return os.environ.get(JOURNAL_MODE_ENV) == "1"
+def journal_settings_from_env() -> dict:
+    """The journal settings of storages opened by a test and its child processes (set by ``journal_mode``)."""
+    return dict(JOURNAL_MODES.get(os.environ.get(JOURNAL_MODE_ENV, ""), {}))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bookie_server.storage import BookieStorage, StorageConfig
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
-from tests.bookie_storage.entries import KEY, add_op, journal_write_data_from_env
+from tests.bookie_storage.entries import KEY, add_op, journal_settings_from_env
 
 _out_lock = threading.Lock()
 
@@ -130,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     storage = BookieStorage(StorageConfig(
         args.data_dir, journal_file_size=args.journal_file_size, entry_log_size=args.entry_log_size,
-        checkpoint_interval_s=args.checkpoint_interval, journal_write_data=journal_write_data_from_env()))
+        checkpoint_interval_s=args.checkpoint_interval, **journal_settings_from_env()))
     (write_mode if args.mode == "write" else stream_mode)(storage, args)
 
 

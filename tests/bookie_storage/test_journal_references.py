@@ -1,8 +1,11 @@
-"""The journal's two modes: references to entry-log records (default) or full bodies (journal_write_data).
+"""What the journal holds: references to entry-log records, full bodies (journal_write_data), or, by default,
+bodies up to journal_inline_max_bytes and references for larger ones.
 
-In reference mode each body is written once (to the entry log), every group
-commit fsyncs the entry logs before its journal records, and replay reads
-each referenced record back: missing or damaged data stops start-up.
+A body journaled by reference is written once (to the entry log); a group
+commit holding references fsyncs the entry logs before its journal records,
+and replay reads each referenced record back: missing or damaged data stops
+start-up. A group commit of inlined bodies alone needs only the journal's
+fsync. Unless a test says otherwise, this module runs in references-only mode.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from bookie_server.files import numbered_files
 from bookie_server.journal_format import ADD, ADD_REF
 from pyspark_ledger.errors import InvalidConfigurationError, JournalCorruptError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
-from tests.bookie_storage.entries import KEY, add_op, body
+from tests.bookie_storage.entries import JOURNAL_MODE_ENV, JOURNAL_MODES, KEY, add_op, body
 from tests.bookie_storage.helpers import flip_byte, journal_records, run_child
 
 
@@ -24,19 +27,29 @@ def journal_bytes(data_dir) -> int:
     return sum(path.stat().st_size for path in (data_dir / "journal").iterdir())
 
 
-@pytest.mark.parametrize("write_data", [False, True])
-def test_the_mode_decides_what_the_journal_holds(open_storage, data_dir, write_data):
-    storage = open_storage(journal_write_data=write_data)
+@pytest.fixture(autouse=True)
+def references_only(monkeypatch):
+    monkeypatch.setenv(JOURNAL_MODE_ENV, "references")  # open_storage and the child process
+
+
+@pytest.mark.parametrize("mode", sorted(JOURNAL_MODES))
+def test_the_mode_decides_what_the_journal_holds(open_storage, data_dir, mode):
+    settings = JOURNAL_MODES[mode]
+    storage = open_storage(**settings)
     ops = [add_op(1, entry_id) for entry_id in range(40)]
     assert storage.add_entries(ops).result(30) == [pb.OK] * 40
-    kinds = {record.kind for _, _, record in journal_records(data_dir)} - {2}  # 2: the ledger key record
+    kinds = {record.entry_id: record.kind for _, _, record in journal_records(data_dir) if record.kind != 2}
     body_bytes = sum(len(op.body) for op in ops)
-    if write_data:
-        assert kinds == {ADD} and journal_bytes(data_dir) > body_bytes
+    if mode == "bodies":
+        assert set(kinds.values()) == {ADD} and journal_bytes(data_dir) > body_bytes
+    elif mode == "references":
+        assert set(kinds.values()) == {ADD_REF} and journal_bytes(data_dir) < body_bytes / 5
     else:
-        assert kinds == {ADD_REF} and journal_bytes(data_dir) < body_bytes / 5
+        limit = settings["journal_inline_max_bytes"]
+        assert kinds == {op.entry_id: ADD if len(op.body) <= limit else ADD_REF for op in ops}
+        assert set(kinds.values()) == {ADD, ADD_REF}, "the test payloads straddle the limit"
     storage.close()
-    reopened = open_storage(journal_write_data=not write_data)  # either mode replays both kinds
+    reopened = open_storage(journal_write_data=mode != "bodies")  # every mode replays every kind
     assert [reopened.read_entry(1, e) for e in range(40)] == [op.body for op in ops]
 
 
@@ -67,6 +80,41 @@ def test_each_group_commit_fsyncs_the_entry_logs_before_its_journal_records(open
     assert len(commits) == 5
     for previous, commit in zip([-1] + commits, commits):
         assert "entry-log fsync" in calls[previous + 1:commit], calls
+
+
+def test_a_group_commit_of_inlined_bodies_alone_does_not_fsync_the_entry_logs(open_storage, monkeypatch):
+    calls: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    class OsSpy:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def fsync(fd):
+            calls.append("entry-log fsync")
+            real_fsync(fd)
+
+        @staticmethod
+        def fdatasync(fd):
+            calls.append("journal fdatasync")
+            real_fdatasync(fd)
+
+    storage = open_storage(journal_max_wait_ms=0, journal_inline_max_bytes=64 * 1024)
+    monkeypatch.setattr(entry_log, "os", OsSpy())
+    monkeypatch.setattr(journal, "os", OsSpy())
+    for entry_id in range(5):
+        assert storage.add_entries([add_op(1, entry_id)]).result(30) == [pb.OK]
+    assert calls == ["journal fdatasync"] * 5
+    big = add_op(1, 5)._replace(body=body(1, 5) + b"x" * (64 * 1024))  # a body past the limit: a reference
+    calls.clear()
+    assert storage.add_entries([big]).result(30) == [pb.OK]
+    assert calls[-1] == "journal fdatasync" and "entry-log fsync" in calls
+    monkeypatch.undo()
+    storage.close()
+    reopened = open_storage(journal_inline_max_bytes=64 * 1024)  # no checkpoint ran: all from the journal
+    assert [reopened.read_entry(1, e) for e in range(5)] == [body(1, e) for e in range(5)]
+    assert reopened.read_entry(1, 5) == big.body
 
 
 def test_a_damaged_referenced_record_stops_start_up_unless_skipped(open_storage, data_dir):
@@ -125,3 +173,5 @@ def test_the_setting_must_be_a_bool(data_dir):
     from bookie_server.storage import StorageConfig
     with pytest.raises(InvalidConfigurationError, match="journal_write_data must be True or False"):
         StorageConfig(data_dir, journal_write_data="yes")
+    with pytest.raises(InvalidConfigurationError, match="journal_inline_max_bytes"):
+        StorageConfig(data_dir, journal_inline_max_bytes=-1)
