@@ -17,11 +17,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from bookie_server.periodic import PeriodicThread
 from pyspark_ledger.errors import InvalidConfigurationError
 
 log = logging.getLogger(__name__)
@@ -75,11 +75,9 @@ class DiskMonitor:
                  measure: Callable[[Sequence[Path]], float] = used_fraction) -> None:
         self._policy = policy
         self._directories = list(directories)
-        self._interval_s = interval_s
         self._on_change = on_change
         self._measure = measure
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bookie-disk-monitor", daemon=True)
+        self._thread = PeriodicThread("bookie-disk-monitor", interval_s, self.check, "disk usage check")
         self.read_only = False
 
     def start(self) -> None:
@@ -87,9 +85,7 @@ class DiskMonitor:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._thread.stop()
 
     def check(self) -> None:
         """One check: measure, decide, and report a change."""
@@ -116,6 +112,3 @@ class DiskMonitor:
             log.exception("switching the bookie to %s failed; retrying at the next check",
                           "read-only" if read_only else "writable")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.check()

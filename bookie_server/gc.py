@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, field
 
 from bookie_server.gc_rules import LedgerSuspects
+from bookie_server.periodic import PeriodicThread
 from bookie_server.storage import BookieStorage
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, StorageError
 from pyspark_ledger.metadata.store import MetadataStore
@@ -57,13 +58,11 @@ class GarbageCollector:
         _check_settings(interval_s, compaction_threshold)
         self._storage = storage
         self._store = store
-        self._interval_s = interval_s
         self._threshold = compaction_threshold
         self._metrics = metrics
         self._suspects = LedgerSuspects()
         self._pass_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bookie-gc", daemon=True)
+        self._thread = PeriodicThread("bookie-gc", interval_s, self.run_pass, "garbage collection pass")
 
     @property
     def suspects(self) -> frozenset[int]:
@@ -75,9 +74,7 @@ class GarbageCollector:
 
     def stop(self) -> None:
         """Stop and join the thread (a pass in progress finishes first). Idempotent."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._thread.stop()
 
     def run_pass(self) -> GcPass:
         """One pass now; raises nothing (failures are logged and reported in the result)."""
@@ -100,7 +97,7 @@ class GarbageCollector:
         try:
             result.ledgers_deleted = self._storage.delete_ledgers(sorted(self._suspects.confirm(local, listed)))
             self._absorb(result, self._storage.reclaim_entry_logs())
-            if self._threshold > 0 and not self._stop.is_set():  # a stopping bookie does not start copying
+            if self._threshold > 0 and not self._thread.stopping:  # a stopping bookie does not start copying
                 self._absorb(result, self._storage.compact_entry_logs(self._threshold))
         except StorageError as exc:
             log.error("garbage collection pass stopped: %s", exc)
@@ -118,13 +115,6 @@ class GarbageCollector:
         result.logs_compacted.extend(outcome.logs_compacted)
         result.entries_copied += outcome.entries_copied
         result.bytes_reclaimed += outcome.bytes_reclaimed
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self.run_pass()
-            except Exception:  # noqa: BLE001 - a bug must not end collection silently: logged, retried next pass
-                log.exception("garbage collection pass failed unexpectedly")
 
 
 def _check_settings(interval_s: float, compaction_threshold: float) -> None:

@@ -57,8 +57,8 @@ def underreplicated(store: MetadataStore, lost: list[str] | None = None) -> list
             md = store.read_ledger(ledger_id).value
         except NoSuchLedgerError:
             continue  # deleted meanwhile
-        missing = lost_bookies(md, registered) if lost is None else lost_bookies(md, registered) | (
-            {b for f in md.fragments for b in f.bookies} & set(lost))
+        named = {bookie for fragment in md.fragments for bookie in fragment.bookies}
+        missing = lost_bookies(md, registered) | (named & set(lost or ()))
         if not missing:
             continue
         plan = plan_repairs(md, missing)

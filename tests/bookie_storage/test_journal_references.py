@@ -27,6 +27,30 @@ def journal_bytes(data_dir) -> int:
     return sum(path.stat().st_size for path in (data_dir / "journal").iterdir())
 
 
+def spy_fsyncs(monkeypatch) -> list[str]:
+    """Record, in order, the entry logs' fsyncs and the journal's fdatasyncs from now on (they still happen)."""
+    calls: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    class OsSpy:  # the os module as the entry log and the journal see it
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def fsync(fd):
+            calls.append("entry-log fsync")
+            real_fsync(fd)
+
+        @staticmethod
+        def fdatasync(fd):
+            calls.append("journal fdatasync")
+            real_fdatasync(fd)
+
+    monkeypatch.setattr(entry_log, "os", OsSpy())
+    monkeypatch.setattr(journal, "os", OsSpy())
+    return calls
+
+
 @pytest.fixture(autouse=True)
 def references_only(monkeypatch):
     monkeypatch.setenv(JOURNAL_MODE_ENV, "references")  # open_storage and the child process
@@ -54,26 +78,8 @@ def test_the_mode_decides_what_the_journal_holds(open_storage, data_dir, mode):
 
 
 def test_each_group_commit_fsyncs_the_entry_logs_before_its_journal_records(open_storage, monkeypatch):
-    calls: list[str] = []
-    real_fsync, real_fdatasync = os.fsync, os.fdatasync
-
-    class OsSpy:  # the os module as the entry log and the journal see it
-        def __getattr__(self, name):
-            return getattr(os, name)
-
-        @staticmethod
-        def fsync(fd):
-            calls.append("entry-log fsync")
-            real_fsync(fd)
-
-        @staticmethod
-        def fdatasync(fd):
-            calls.append("journal fdatasync")
-            real_fdatasync(fd)
-
     storage = open_storage(journal_max_wait_ms=0)
-    monkeypatch.setattr(entry_log, "os", OsSpy())
-    monkeypatch.setattr(journal, "os", OsSpy())
+    calls = spy_fsyncs(monkeypatch)
     for entry_id in range(5):
         assert storage.add_entries([add_op(1, entry_id)]).result(30) == [pb.OK]
     commits = [index for index, call in enumerate(calls) if call == "journal fdatasync"]
@@ -83,26 +89,8 @@ def test_each_group_commit_fsyncs_the_entry_logs_before_its_journal_records(open
 
 
 def test_a_group_commit_of_inlined_bodies_alone_does_not_fsync_the_entry_logs(open_storage, monkeypatch):
-    calls: list[str] = []
-    real_fsync, real_fdatasync = os.fsync, os.fdatasync
-
-    class OsSpy:
-        def __getattr__(self, name):
-            return getattr(os, name)
-
-        @staticmethod
-        def fsync(fd):
-            calls.append("entry-log fsync")
-            real_fsync(fd)
-
-        @staticmethod
-        def fdatasync(fd):
-            calls.append("journal fdatasync")
-            real_fdatasync(fd)
-
     storage = open_storage(journal_max_wait_ms=0, journal_inline_max_bytes=64 * 1024)
-    monkeypatch.setattr(entry_log, "os", OsSpy())
-    monkeypatch.setattr(journal, "os", OsSpy())
+    calls = spy_fsyncs(monkeypatch)
     for entry_id in range(5):
         assert storage.add_entries([add_op(1, entry_id)]).result(30) == [pb.OK]
     assert calls == ["journal fdatasync"] * 5

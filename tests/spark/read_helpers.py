@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
 import uuid
 from typing import Sequence
 
 import pyarrow as pa
-import pytest
 
 from pyspark_ledger.sandbox import Sandbox
 from pyspark_ledger.spark.arrow_codec import encode_batch
 from pyspark_ledger.spark.schema import stored_schema
+from tests.waiting import wait_until as shared_wait_until
 
 PASSWORD = "read-side"
 SCHEMA = stored_schema(pa.schema([pa.field("p", pa.int32()), pa.field("seq", pa.int64()),
@@ -80,12 +79,5 @@ def read_options(uri: str, stream: str, **options) -> dict[str, str]:
 
 
 def wait_until(predicate, timeout: float = 60.0, what: str = "a condition", interval: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy (bounded); fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    """``tests.waiting.wait_until`` with the longer default a Spark query needs."""
+    return shared_wait_until(predicate, timeout, what, interval)
