@@ -44,11 +44,11 @@ class WriterEvents:
         """Queue ``event`` (lock held); it runs when the current action or event is done."""
         self._inbox.append(event)
 
-    def run(self, action: Callable[[], None]) -> None:
-        """Run ``action`` (lock held) so that events it triggers wait until it is done, then them."""
+    def run(self, action: Callable[..., None], *args: object) -> None:
+        """Run ``action(*args)`` (lock held) so that events it triggers wait until it is done, then them."""
         busy, self._busy = self._busy, True
         try:
-            action()
+            action(*args)
         finally:
             self._busy = busy
         if not busy:
@@ -87,6 +87,15 @@ class Outstanding:
         if per_bookie is None:
             per_bookie = self._sent[bookie] = {}
         per_bookie[entry_id] = time.monotonic() if now is None else now
+
+    def sent_to_all(self, bookies, entry_id: int, now: float) -> None:
+        """``sent(bookie, entry_id, now)`` for each of ``bookies`` (a write set)."""
+        per = self._sent
+        for bookie in bookies:
+            per_bookie = per.get(bookie)
+            if per_bookie is None:
+                per_bookie = per[bookie] = {}
+            per_bookie[entry_id] = now
 
     def of(self, bookie: str) -> dict[int, float] | None:
         """The bookie's unanswered adds (entry id -> send time), to pop answers from; None if none."""

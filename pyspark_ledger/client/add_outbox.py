@@ -54,6 +54,29 @@ class AddOutbox:
         if kick:
             self._io.kick(id(self), self.flush)
 
+    def put_all(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                listener: AddListener) -> list[tuple[str, BookieError]]:
+        """``put`` to each bookie under one lock; once closed, nothing is queued and every bookie is
+        returned with its error (a writer's hot path: one call per entry, not one per bookie)."""
+        listener_id = id(listener)
+        with self._lock:
+            if self._closed:
+                return [(bookie_id, BookieUnavailableError(f"adds to bookie {bookie_id}: the client is closed",
+                                                           bookie_id=bookie_id, status="CLOSED"))
+                        for bookie_id in bookie_ids]
+            queued = self._queued
+            kick = not queued
+            for bookie_id in bookie_ids:
+                key = (bookie_id, ledger_id, listener_id)
+                entry = queued.get(key)
+                if entry is None:
+                    queued[key] = (listener, list(adds))
+                else:
+                    entry[1].extend(adds)
+        if kick:
+            self._io.kick(id(self), self.flush)
+        return []
+
     def flush(self) -> None:
         """Hand every queued list to its stream (runs on the network loop)."""
         with self._lock:

@@ -53,6 +53,10 @@ def varint(value: int) -> bytes:
         return _ONE_BYTE[value]
     if value < 0x4000:
         return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:  # entry ids of a long ledger: the writer's hot path
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
+    if value < 0x10000000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, (value >> 14) & 0x7F | 0x80, value >> 21))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

@@ -14,7 +14,9 @@ Contract: a read, LAC-read or LAC-write future completes within its timeout
 breaks (the writer's add timeout covers a bookie that stays silent).
 ``send_adds`` may raise BookieError, having sent nothing, when the bookie
 cannot be reached at all, or report that later to the listener's
-``on_add_failure``; listeners and future callbacks run on transport threads
+``on_add_failure``; ``send_adds_to`` sends the same adds to several bookies
+(a writer's write set) and returns the bookies that refused them at once,
+with their errors, instead of raising. Listeners and future callbacks run on transport threads
 and must not block.
 
 ``GrpcTransport`` queues adds in an ``AddOutbox`` that hands them, batched,
@@ -40,6 +42,9 @@ from pyspark_ledger.metadata.store import MetadataStore
 class BookieTransport(Protocol):
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None: ...
+
+    def send_adds_to(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                     listener: AddListener) -> list[tuple[str, BookieError]]: ...
 
     def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]": ...
@@ -79,6 +84,10 @@ class GrpcTransport:
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
         self._outbox.put(bookie_id, ledger_id, adds, listener)
+
+    def send_adds_to(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                     listener: AddListener) -> list[tuple[str, BookieError]]:
+        return self._outbox.put_all(bookie_ids, ledger_id, adds, listener)
 
     def _send_now(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:

@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
 
 
+def _ignore(*_args) -> None:
+    return None
+
+
 class LedgerWriter:
     """Appends to one OPEN ledger (``LedgerClient.create_ledger`` makes one); a context manager."""
 
@@ -57,6 +61,7 @@ class LedgerWriter:
         self._codec = EntryCodec(md.digest_type, password)
         self._key = master_key(password)
         self._encoder = AddEncoder(md.ledger_id, self._key)
+        self._ledger_id = md.ledger_id
         self._max_payload = ctx.config.max_entry_bytes - HEADER_SIZE - _DIGEST_ROOM
         self._tracker = AddTracker(md.current_fragment.bookies, md.write_quorum, md.ack_quorum,
                                    delay_ensemble_change=ctx.config.delay_ensemble_change)
@@ -81,7 +86,7 @@ class LedgerWriter:
     # --- public API -------------------------------------------------------------
     @property
     def ledger_id(self) -> int:
-        return self._current.value.ledger_id
+        return self._ledger_id
 
     @property
     def last_add_confirmed(self) -> int:
@@ -120,16 +125,16 @@ class LedgerWriter:
         with self._lock:
             if not self._has_room():
                 self._room.wait_for(self._has_room)
-            self._check_open()
+            if self._failure is not None or self._closing:
+                self._check_open()
             future: Future = Future()
-            plan = self._tracker.add(len(payload))
-            entry_id = plan.entry_id
-            head = self._codec.encode_head(self.ledger_id, entry_id, plan.last_add_confirmed, plan.length, payload)
+            entry_id, lac, length, targets = self._tracker.add(len(payload))
+            head = self._codec.encode_head(self._ledger_id, entry_id, lac, length, payload)
             frame = self._frames[entry_id] = self._encoder.encode_pieces(entry_id, head, payload)
             self._futures[entry_id] = future
             now = time.monotonic()
-            self._lac_flusher.entry_sent(plan.last_add_confirmed, now)
-            self._events.run(lambda: self._send_to_all(plan.targets, ((entry_id, frame),), now))
+            self._lac_flusher.entry_sent(lac, now)
+            self._events.run(self._send_new, targets, entry_id, frame, now)
         self._events.drain()
         if self._done:
             self._complete_futures()
@@ -206,9 +211,13 @@ class LedgerWriter:
         log.debug("ledger %d closed at entry %d", self.ledger_id, lac)
 
     # --- sending and answers (lock held) --------------------------------------------
-    def _send_to_all(self, bookies, adds, now: float) -> None:
-        for bookie in bookies:
-            self._send(bookie, adds, now)
+    def _send_new(self, bookies: tuple[str, ...], entry_id: int, frame: bytes, now: float) -> None:
+        """Send a new entry to its write set; a bookie refusing it at once is a bookie failure."""
+        self._outstanding.sent_to_all(bookies, entry_id, now)
+        for bookie, error in self._ctx.transport.send_adds_to(bookies, self._ledger_id, ((entry_id, frame),),
+                                                               self._answers):
+            self._events.queue(lambda bookie=bookie, reason=str(error): self._on_bookie_error(entry_id, bookie,
+                                                                                                 reason))
 
     def _send(self, bookie: str, adds, now: float) -> None:
         """Send ``(entry id, encoded add)`` pairs to one bookie; a refusal is a bookie failure."""
@@ -231,23 +240,20 @@ class LedgerWriter:
     def _on_results(self, bookie: str, results: list) -> None:
         """One answer batch of a bookie (transport thread): acks, and statuses that end a bookie or the writer."""
         sent = self._outstanding.of(bookie)
-        ack = self._tracker.ack
-        confirmed: list[ConfirmedAdd] = []
+        forget = sent.pop if sent is not None else _ignore
+        ok, acked = pb.OK, []
         for result in results:
             entry_id = result.entry_id
-            if sent is not None:
-                sent.pop(entry_id, None)
-            if result.status == pb.OK:
-                released = ack(entry_id, bookie)
-                if released:
-                    confirmed.extend(released)
+            forget(entry_id, None)
+            if result.status == ok:
+                acked.append(entry_id)
                 continue
-            if confirmed:
-                self._confirm(confirmed)
-                confirmed = []
+            if acked:  # the acks before this answer count first, as they came first
+                self._confirm(self._tracker.ack_many(acked, bookie))
+                acked = []
             self._on_status(entry_id, bookie, as_status(result.status), result.message)
-        if confirmed:
-            self._confirm(confirmed)
+        if acked:
+            self._confirm(self._tracker.ack_many(acked, bookie))
 
     def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str) -> None:
         if status == BookieStatus.FENCED:

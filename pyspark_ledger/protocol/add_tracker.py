@@ -24,16 +24,15 @@ used by recovery for its write-back (``add_recovered``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
 from pyspark_ledger.protocol.delayed_change import may_delay_change
 from pyspark_ledger.protocol.schedule import Quorums
 
 
-@dataclass(frozen=True, slots=True)
-class AddPlan:
+class AddPlan(NamedTuple):
     """Send entry ``entry_id`` (header LAC and cumulative length given) to ``targets``."""
 
     entry_id: int
@@ -42,8 +41,7 @@ class AddPlan:
     targets: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ConfirmedAdd:
+class ConfirmedAdd(NamedTuple):  # a tuple: made once per entry on the writer's hot path
     entry_id: int
     length: int
 
@@ -73,12 +71,16 @@ class EnsembleChangeOutcome:
     next_change: EnsembleChangeRequest | None
 
 
-@dataclass(slots=True)
 class _Pending:
-    entry_id: int
-    length: int
-    write_set: tuple[int, ...]
-    acked: set[int] = field(default_factory=set)
+    """An unconfirmed entry: its write set and, as a bit mask of ensemble indexes, who acked it."""
+
+    __slots__ = ("entry_id", "length", "write_mask", "acked")
+
+    def __init__(self, entry_id: int, length: int, write_mask: int) -> None:
+        self.entry_id = entry_id
+        self.length = length
+        self.write_mask = write_mask
+        self.acked = 0
 
 
 class AddTracker:
@@ -112,6 +114,7 @@ class AddTracker:
         self._index_of = {bookie: index for index, bookie in enumerate(bookies)}
         quorums = self.quorums  # an entry's write set and targets depend only on entry_id % E
         self._write_sets = tuple(quorums.write_set(residue) for residue in range(quorums.ensemble_size))
+        self._write_masks = tuple(sum(1 << i for i in write_set) for write_set in self._write_sets)
         self._targets = tuple(tuple(bookies[i] for i in write_set) for write_set in self._write_sets)
 
     # --- queries ------------------------------------------------------------
@@ -176,7 +179,7 @@ class AddTracker:
             raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
         residue = entry_id % self.quorums.ensemble_size
         write_set = self._write_sets[residue]
-        self._pending[entry_id] = _Pending(entry_id, length, write_set)
+        self._pending[entry_id] = _Pending(entry_id, length, self._write_masks[residue])
         self._pushed_length = length
         if self._failed:
             targets = tuple(self._ensemble[i] for i in write_set if i not in self._failed)
@@ -186,23 +189,35 @@ class AddTracker:
 
     def ack(self, entry_id: int, bookie_id: str) -> tuple[ConfirmedAdd, ...]:
         """Record that ``bookie_id`` durably stored ``entry_id``; return newly confirmed adds."""
-        pending = self._pending.get(entry_id)
+        return self.ack_many((entry_id,), bookie_id)
+
+    def ack_many(self, entry_ids: Iterable[int], bookie_id: str) -> tuple[ConfirmedAdd, ...]:
+        """``ack`` for each of ``entry_ids`` (one answer batch of a bookie); the adds confirmed by them all."""
         index = self._index_of.get(bookie_id)
-        if pending is None or index is None or index not in pending.write_set:
+        if index is None:
             return ()
-        pending.acked.add(index)
+        bit = 1 << index
+        get = self._pending.get
+        for entry_id in entry_ids:
+            pending = get(entry_id)
+            if pending is not None and pending.write_mask & bit:
+                pending.acked |= bit
         return self._release()
 
     def _release(self) -> tuple[ConfirmedAdd, ...]:
         if self._changing or self._stopped_reason:
             return ()
         released = []
-        head = self._pending.get(self._lac + 1)
-        while head is not None and len(head.acked) >= self.quorums.ack_quorum:
-            del self._pending[head.entry_id]
-            self._lac, self._confirmed_length = head.entry_id, head.length
-            released.append(ConfirmedAdd(head.entry_id, head.length))
-            head = self._pending.get(self._lac + 1)
+        pending = self._pending
+        quorum = self.quorums.ack_quorum
+        head = pending.get(self._lac + 1)
+        while head is not None and head.acked.bit_count() >= quorum:
+            entry_id = head.entry_id
+            del pending[entry_id]
+            released.append(ConfirmedAdd(entry_id, head.length))
+            head = pending.get(entry_id + 1)
+        if released:
+            self._lac, self._confirmed_length = released[-1]
         return tuple(released)
 
     def failed(self, bookie_id: str, *, replace_now: bool = False) -> EnsembleChangeRequest | None:
@@ -236,13 +251,14 @@ class AddTracker:
         old = self._ensemble
         self._set_ensemble(new_ensemble)
         replaced = {i for i, bookie in enumerate(self._ensemble) if bookie != old[i]}
+        replaced_mask = sum(1 << i for i in replaced)
         self._failed -= replaced
         self._replace_now -= replaced
         resends = []
         for entry_id in sorted(self._pending):
             pending = self._pending[entry_id]
-            pending.acked -= replaced
-            targets = tuple(self._ensemble[i] for i in pending.write_set if i in replaced)
+            pending.acked &= ~replaced_mask
+            targets = tuple(self._ensemble[i] for i in self._write_sets[entry_id % self.quorums.ensemble_size] if i in replaced)
             if targets:
                 resends.append(Resend(entry_id, targets))
         if self._failed and not self._may_delay():

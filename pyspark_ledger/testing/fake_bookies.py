@@ -28,7 +28,7 @@ from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.client.rpc_errors import as_status
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError
 from pyspark_ledger.testing.fake_bookie_store import FakeBookie
 from pyspark_ledger.testing.fake_network import FakeNetwork, Rule, Request
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -134,6 +134,16 @@ class FakeTransport:
             future = self._send(Request("add", bookie_id, ledger_id, entry_id, entry_id, request.recovery,
                                         request.SerializeToString(), None, pb.AddResult.FromString))
             future.add_done_callback(lambda done, key=(ledger_id, entry_id): _answer(listener, bookie_id, key, done))
+
+    def send_adds_to(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
+                     listener: AddListener) -> list[tuple[str, BookieError]]:
+        refused = []
+        for bookie_id in bookie_ids:
+            try:
+                self.send_adds(bookie_id, ledger_id, adds, listener)
+            except BookieError as exc:
+                refused.append((bookie_id, exc))
+        return refused
 
     def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":

@@ -37,10 +37,18 @@ def test_a_batch_is_the_concatenation_of_its_adds():
         [(42, entry_id, b"secret", body, False) for entry_id, body in adds]
 
 
-@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**63, 2**64 - 1])
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**63,
+                                   2**64 - 1])
 def test_varint_round_trips_through_protobuf(value):
     parsed = pb.AddRequest.FromString(b"\x08" + varint(value))
     assert parsed.ledger_id == value
+
+
+def test_varint_is_protobufs_encoding_at_every_length():
+    """Each fast path (1 to 4 bytes) and the general loop give the bytes protobuf writes."""
+    values = [bits and (1 << bits) + offset for bits in range(0, 64) for offset in (-1, 0, 1)]
+    for value in (v for v in values if 0 < v < 2**64):  # (protobuf leaves a 0 out)
+        assert varint(value) == pb.AddRequest(ledger_id=value).SerializeToString()[1:], value
 
 
 @pytest.mark.parametrize("ledger_id, entry_id, key, body, match", [
