@@ -8,7 +8,9 @@ them (``LedgerClient.rereplicate``); with ``--all`` it does so for every
 under-replicated ledger that opens with the given password, and reports the
 ones it could not open or repair without stopping at the first.
 ``autorecovery`` runs ``AutoRecovery``: it re-replicates, round after round,
-what bookies unregistered for ``--delay`` seconds held, until SIGTERM/Ctrl-C.
+what bookies unregistered for ``--delay`` seconds held, until SIGTERM/Ctrl-C;
+a ledger still open on a lost bookie after ``--open-ledger-grace`` seconds
+(its writer is presumably dead) is recovered (fenced, closed) first.
 """
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
                       help="seconds a bookie must stay unregistered before it counts as lost (default 60)")
     auto.add_argument("--interval", type=float, default=10.0, metavar="S",
                       help="seconds between rounds (default 10)")
+    auto.add_argument("--open-ledger-grace", type=_grace, default=30.0, metavar="S|off",
+                      help="seconds a ledger may stay open with its last fragment on a lost bookie before it is "
+                           "recovered (fenced and closed: a writer still alive fails) and repaired; 'off' never "
+                           "(default 30; with --once only 0 acts)")
     auto.add_argument("--once", action="store_true", help="run one round and exit (lost = unregistered now)")
     add_password_arg(auto)
     auto.set_defaults(handler=cmd_autorecovery)
@@ -138,7 +144,8 @@ def cmd_autorecovery(args: argparse.Namespace) -> int:
         client = LedgerClient(store)
         try:
             recovery = AutoRecovery(client, args.password.encode(), delay_s=0.0 if args.once else args.delay,
-                                    interval_s=args.interval, on_round=lambda r: _print_round(args, r))
+                                    interval_s=args.interval, open_grace_s=args.open_ledger_grace,
+                                    on_round=lambda r: _print_round(args, r))
             if args.once:
                 return 1 if recovery.run_once().failed else 0
             previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -153,12 +160,26 @@ def cmd_autorecovery(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grace(text: str) -> float | None:
+    if text.strip().lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0 or 'off', got {text!r}")
+    return value
+
+
 def _print_round(args: argparse.Namespace, report) -> None:
-    if not (report.repaired or report.failed) and not args.once:
+    if not (report.repaired or report.failed or report.recovered) and not args.once:
         return  # a quiet round
     if args.json:
         print(json.dumps(report.as_dict()), flush=True)
         return
+    for ledger_id in report.recovered:
+        print(f"ledger {ledger_id}: was open on a lost bookie; recovered (fenced and closed)", flush=True)
     results = [{**r, "ok": True} for r in report.repaired] + [{**f, "ok": False} for f in report.failed]
     if not results:
         print("nothing to re-replicate", flush=True)

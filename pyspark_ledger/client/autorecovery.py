@@ -11,6 +11,16 @@ password is reported once per round and skipped. Any number of AutoRecovery
 processes may run: the metadata CAS lets one win per ledger and the others
 find nothing left to do.
 
+A ledger left OPEN by a writer that died keeps its last fragment unsealed,
+and re-replication leaves an unsealed fragment to its writer. When that
+fragment names a lost bookie for ``open_grace_s`` (default 30 s, as
+BookKeeper's open-ledger re-replication grace period; None: never), the
+round recovers the ledger -- fences and closes it, exactly as
+``open_ledger(recovery=True)`` does -- and then repairs it like any closed
+one. A writer still alive but idle for that long is fenced too: its next add
+fails with LedgerFencedError (a live writer that adds replaces the lost
+bookie itself long before).
+
 Each round reads all ledger metadata: fine for thousands of ledgers, not for
 millions (BookKeeper keeps an under-replicated-ledger index for that).
 """
@@ -23,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError, UnauthorizedError
-from pyspark_ledger.protocol.rereplication import AbsenceClock, plan_repairs
+from pyspark_ledger.protocol.rereplication import AbsenceClock, Lasting, open_on_lost, plan_repairs
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +43,25 @@ class RoundReport:
     """What one round saw and did."""
 
     lost_bookies: list[str] = field(default_factory=list)
+    recovered: list[int] = field(default_factory=list)     # open ledgers fenced and closed (writer gone)
     repaired: list[dict] = field(default_factory=list)     # RereplicationReport.as_dict() per ledger
     failed: list[dict] = field(default_factory=list)       # {"ledger_id", "error"}
 
     def as_dict(self) -> dict:
-        return {"lost_bookies": self.lost_bookies, "repaired": self.repaired, "failed": self.failed}
+        return {"lost_bookies": self.lost_bookies, "recovered": self.recovered, "repaired": self.repaired,
+                "failed": self.failed}
 
 
 class AutoRecovery:
     """The re-replication loop of one process (see the module docstring)."""
 
     def __init__(self, client, password: bytes, *, delay_s: float = 60.0, interval_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic,
+                 open_grace_s: float | None = 30.0, clock: Callable[[], float] = time.monotonic,
                  on_round: Callable[[RoundReport], None] | None = None) -> None:
-        for name, value in (("delay_s", delay_s), ("interval_s", interval_s)):
+        settings = [("delay_s", delay_s), ("interval_s", interval_s)]
+        if open_grace_s is not None:
+            settings.append(("open_grace_s", open_grace_s))
+        for name, value in settings:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidConfigurationError(f"{name} must be a number of seconds >= 0, got {value!r}")
         if interval_s == 0:
@@ -56,15 +71,25 @@ class AutoRecovery:
         self._interval_s = float(interval_s)
         self._clock = clock
         self._absence = AbsenceClock(float(delay_s))
+        self._stuck_open = None if open_grace_s is None else Lasting(float(open_grace_s))
         self._on_round = on_round
 
     def run_once(self) -> RoundReport:
-        """One round: find the lost bookies, re-replicate what they held of sealed fragments."""
+        """One round: find the lost bookies, recover open ledgers stuck on them past the grace period,
+        re-replicate what they held of sealed fragments."""
         ledgers = self._ledgers()
         named = {bookie for md in ledgers for fragment in md.fragments for bookie in fragment.bookies}
-        lost = self._absence.observe(named, self._client.bookies(), self._clock())
+        now = self._clock()
+        lost = self._absence.observe(named, self._client.bookies(), now)
         report = RoundReport(sorted(lost))
+        due = set()
+        if self._stuck_open is not None:
+            due = self._stuck_open.observe({md.ledger_id for md in ledgers if open_on_lost(md, lost)}, now)
         for md in ledgers:
+            if md.ledger_id in due:
+                md = self._recover(md.ledger_id, report)
+                if md is None:
+                    continue
             held = sorted({b for fragment in md.fragments for b in fragment.bookies} & lost)
             if not held or not plan_repairs(md, held).repairs:
                 continue
@@ -93,6 +118,25 @@ class AutoRecovery:
             except LedgerError as exc:  # e.g. the metadata store is unreachable for a while
                 log.warning("auto-recovery round failed, trying again: %s", exc)
             stop.wait(self._interval_s)
+
+    def _recover(self, ledger_id: int, report: RoundReport):
+        """Fence and close an open ledger whose writer left its last fragment on a lost bookie; its
+        metadata afterwards, or None (reported) when that failed."""
+        log.info("ledger %d is still open with its last fragment on a lost bookie: recovering it", ledger_id)
+        try:
+            self._client.open_ledger(ledger_id, self._password, recovery=True).close()
+            recovered = self._client.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            return None
+        except UnauthorizedError:
+            report.failed.append({"ledger_id": ledger_id, "error": "written with another password: skipped"})
+            return None
+        except LedgerError as exc:
+            log.warning("recovery of open ledger %d failed, tried again next round: %s", ledger_id, exc)
+            report.failed.append({"ledger_id": ledger_id, "error": f"recovery failed: {exc}"})
+            return None
+        report.recovered.append(ledger_id)
+        return recovered
 
     def _ledgers(self) -> list:
         found = []

@@ -17,6 +17,13 @@ Pure functions, no I/O: ``plan_repairs`` says what to copy, ``entries_of``
 which entry ids a repair covers, and ``apply_repairs`` the new metadata, or
 None when the stored metadata no longer matches the plan. ``AbsenceClock``
 decides when a bookie that left counts as lost (automatic re-replication).
+
+A ledger whose writer died keeps its last fragment open for ever: when that
+fragment names a lost bookie, ``open_on_lost`` says so, and after a grace
+period (``Lasting``: the writer may still be alive and about to replace the
+bookie itself) automatic re-replication recovers the ledger -- fencing and
+closing it, as BookKeeper's replication worker does -- so that the fragment
+is sealed and can be repaired.
 """
 from __future__ import annotations
 
@@ -121,6 +128,22 @@ def apply_repairs(metadata: LedgerMetadata, replacements: Mapping[FragmentRepair
 
 
 @dataclass
+class Lasting:
+    """Which keys have been present in every observation for at least ``delay_s`` (a key that is
+    missing once starts again)."""
+
+    delay_s: float
+    since: dict = field(default_factory=dict)
+
+    def observe(self, present: Iterable, now: float) -> set:
+        present = set(present)
+        for key in [key for key in self.since if key not in present]:
+            del self.since[key]
+        for key in present:
+            self.since.setdefault(key, now)
+        return {key for key, since in self.since.items() if now - since >= self.delay_s}
+
+
 class AbsenceClock:
     """When an unregistered bookie counts as lost: after ``delay_s`` of absence without a return.
 
@@ -130,14 +153,19 @@ class AbsenceClock:
     ledgers name and those registered now, and the time; it returns the lost ones.
     """
 
-    delay_s: float
-    absent_since: dict[str, float] = field(default_factory=dict)
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self._absent = Lasting(delay_s)
+
+    @property
+    def absent_since(self) -> dict[str, float]:
+        return dict(self._absent.since)
 
     def observe(self, named: Iterable[str], registered: Iterable[str], now: float) -> set[str]:
-        named, registered = set(named), set(registered)
-        for bookie in list(self.absent_since):
-            if bookie in registered or bookie not in named:
-                del self.absent_since[bookie]  # back, or no longer anybody's concern
-        for bookie in named - registered:
-            self.absent_since.setdefault(bookie, now)
-        return {bookie for bookie, since in self.absent_since.items() if now - since >= self.delay_s}
+        return self._absent.observe(set(named) - set(registered), now)
+
+
+def open_on_lost(metadata: LedgerMetadata, lost: Iterable[str]) -> bool:
+    """True if the ledger is not CLOSED and its last fragment -- its writer's, never repaired here --
+    names a ``lost`` bookie: only a recovery (fence and close) seals that fragment for repair."""
+    return metadata.state != CLOSED and not set(metadata.fragments[-1].bookies).isdisjoint(lost)

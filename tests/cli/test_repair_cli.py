@@ -54,7 +54,7 @@ def test_autorecovery_once_with_every_bookie_up_and_bad_settings(sandbox, client
     once = ledger(sandbox, "autorecovery", "--once", "--password", "pw")
     assert once.returncode == 0 and "nothing to re-replicate" in once.stdout, once.stderr
     as_json = ledger(sandbox, "--json", "autorecovery", "--once", "--password", "pw")
-    assert json.loads(as_json.stdout) == {"lost_bookies": [], "repaired": [], "failed": []}
+    assert json.loads(as_json.stdout) == {"lost_bookies": [], "recovered": [], "repaired": [], "failed": []}
     bad = ledger(sandbox, "autorecovery", "--interval", "0")
     assert bad.returncode == 2 and "interval_s must be > 0" in bad.stderr
 
@@ -67,5 +67,33 @@ def test_autorecovery_once_with_every_bookie_up_and_bad_settings(sandbox, client
         assert repaired.returncode == 0, repaired.stderr
         assert f"ledger {writer.ledger_id}: {gone} -> " in repaired.stdout
         assert gone not in client.ledger_metadata(writer.ledger_id).fragments[0].bookies
+    finally:
+        sandbox.start_bookie(sandbox.bookie_ids.index(gone))
+
+
+def test_autorecovery_recovers_a_ledger_left_open_on_a_lost_bookie(sandbox, client):
+    bad = ledger(sandbox, "autorecovery", "--open-ledger-grace", "soon", "--password", "pw")
+    assert bad.returncode == 2 and "--open-ledger-grace" in bad.stderr and "'off'" in bad.stderr
+    if len(sandbox.bookie_ids) < 4:
+        sandbox.add_bookie()
+    writer = client.create_ledger(3, 3, 2, password=b"pw")
+    for index in range(5):
+        writer.append(b"open-%d" % index)
+    writer.abort("the writer's process died")
+    gone = writer.metadata.fragments[0].bookies[0]
+    sandbox.stop_bookie(sandbox.bookie_ids.index(gone))
+    try:
+        waited = ledger(sandbox, "autorecovery", "--once", "--password", "pw")  # grace 30 s: left alone
+        assert waited.returncode == 0 and client.ledger_metadata(writer.ledger_id).state == "OPEN", waited.stderr
+        off = ledger(sandbox, "autorecovery", "--once", "--open-ledger-grace", "off", "--password", "pw")
+        assert off.returncode == 0 and client.ledger_metadata(writer.ledger_id).state == "OPEN", off.stderr
+        now = ledger(sandbox, "autorecovery", "--once", "--open-ledger-grace", "0", "--password", "pw")
+        assert now.returncode == 0, now.stderr
+        assert f"ledger {writer.ledger_id}: was open on a lost bookie; recovered" in now.stdout
+        md = client.ledger_metadata(writer.ledger_id)
+        assert md.state == "CLOSED" and md.last_entry_id == 4
+        assert all(gone not in fragment.bookies for fragment in md.fragments)
+        reader = client.open_ledger(writer.ledger_id, b"pw", recovery=False)
+        assert [entry.data for entry in reader.read(0, 4)] == [b"open-%d" % i for i in range(5)]
     finally:
         sandbox.start_bookie(sandbox.bookie_ids.index(gone))

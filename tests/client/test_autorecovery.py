@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from pyspark_ledger.client.autorecovery import AutoRecovery
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerFencedError
+from pyspark_ledger.metadata.model import CLOSED, OPEN
 from tests.client.conftest import PASSWORD
 
 
@@ -33,7 +34,7 @@ def test_a_bookie_gone_for_the_delay_is_re_replicated_once_and_a_restart_is_not(
 
     cluster.set_down(victim, deregister=True)             # a restart: back within the delay
     now[0] = 10.0
-    assert recovery.run_once().as_dict() == {"lost_bookies": [], "repaired": [], "failed": []}
+    assert recovery.run_once().as_dict() == {"lost_bookies": [], "recovered": [], "repaired": [], "failed": []}
     cluster.set_down(victim, False)
     cluster.registered.add(victim)
     now[0] = 20.0
@@ -61,6 +62,41 @@ def test_a_bookie_gone_for_the_delay_is_re_replicated_once_and_a_restart_is_not(
         "once closed, its first fragment (still naming the lost bookie) is sealed and repaired"
 
 
+def test_an_open_ledger_on_a_lost_bookie_is_recovered_after_the_grace_period_then_repaired(client, cluster):
+    dead = client.create_ledger(3, 3, 2, password=PASSWORD)
+    for index in range(7):
+        dead.append(b"d%d" % index)
+    dead.abort("its process died")                         # no close: the ledger stays OPEN
+    idle = client.create_ledger(3, 3, 2, password=PASSWORD)
+    idle.append(b"i0")
+    victim = sorted(set(dead.metadata.fragments[0].bookies) & set(idle.metadata.fragments[0].bookies))[0]
+    now = [0.0]
+    recovery = AutoRecovery(client, PASSWORD, delay_s=10, interval_s=1, open_grace_s=30, clock=lambda: now[0])
+    never = AutoRecovery(client, PASSWORD, delay_s=10, interval_s=1, open_grace_s=None, clock=lambda: now[0])
+    cluster.set_down(victim, deregister=True)
+    for at in (0.0, 10.0, 39.0):
+        now[0] = at
+        report = recovery.run_once()
+        assert report.recovered == [] and report.repaired == [], f"within the grace period (t={at})"
+        assert never.run_once().recovered == []
+    assert client.ledger_metadata(dead.ledger_id).state == OPEN
+    now[0] = 40.0
+    report = recovery.run_once()
+    assert sorted(report.recovered) == sorted([dead.ledger_id, idle.ledger_id])
+    assert dead.ledger_id in [r["ledger_id"] for r in report.repaired] and report.failed == []
+    for ledger_id in (dead.ledger_id, idle.ledger_id):  # (a recovery's write-back may replace it itself)
+        md = client.ledger_metadata(ledger_id)
+        assert md.state == CLOSED and all(victim not in fragment.bookies for fragment in md.fragments)
+    assert client.ledger_metadata(dead.ledger_id).last_entry_id == 6
+    reader = client.open_ledger(dead.ledger_id, PASSWORD, recovery=False)
+    assert [entry.data for entry in reader.read(0, 6)] == [b"d%d" % index for index in range(7)]
+    with pytest.raises(LedgerFencedError):
+        idle.append(b"an idle writer that outlived the grace period is fenced")
+    now[0] = 200.0
+    assert never.run_once().recovered == [], "open_grace_s=None never fences"
+    assert recovery.run_once().as_dict()["recovered"] == []
+
+
 def test_run_loops_until_stopped_and_reports_each_round(client):
     rounds = []
     stop = threading.Event()
@@ -76,7 +112,8 @@ def test_run_loops_until_stopped_and_reports_each_round(client):
     assert not runner.is_alive() and len(rounds) == 3
 
 
-@pytest.mark.parametrize("kwargs", [dict(delay_s=-1), dict(interval_s=0), dict(delay_s="60"), dict(interval_s=True)])
+@pytest.mark.parametrize("kwargs", [dict(delay_s=-1), dict(interval_s=0), dict(delay_s="60"), dict(interval_s=True),
+                                    dict(open_grace_s=-1), dict(open_grace_s="30")])
 def test_bad_settings_are_refused(client, kwargs):
     with pytest.raises(InvalidConfigurationError):
         AutoRecovery(client, PASSWORD, **kwargs)

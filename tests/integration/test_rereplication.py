@@ -80,3 +80,44 @@ def test_autorecovery_process_rebuilds_the_copies_of_a_killed_bookie(bookies, ma
         for ledger_id in ledgers:
             reader = fresh.open_ledger(ledger_id, PASSWORD, recovery=False)
             assert [entry.data for entry in reader.read(0, 59)] == [payload(i) for i in range(60)]
+
+
+def test_autorecovery_closes_and_repairs_a_ledger_whose_writer_and_a_bookie_were_killed(bookies, make_client,
+                                                                                       metadata_uri, tmp_path):
+    """kill -9 a writer mid-stream and a bookie of its ensemble: the ledger stays OPEN on the lost bookie
+    until auto-recovery fences and closes it and copies its entries; then a second loss loses nothing."""
+    client = make_client()
+    child = subprocess.Popen([sys.executable, "-m", "tests.integration.writer_child", metadata_uri],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                             env=child_env(), text=True)
+    try:
+        ledger_id = int(child.stdout.readline().split()[1])
+        confirmed = -1
+        while confirmed < 300:
+            confirmed = int(child.stdout.readline().split()[1])
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    md = client.ledger_metadata(ledger_id)
+    assert md.state == "OPEN"
+    by_id = {bookie.bookie_id: bookie for bookie in bookies.bookies}
+    first, second, _ = md.fragments[-1].bookies
+    by_id[first].kill()
+    wait_until(lambda: first not in client.bookies(), what="the killed bookie's registration to expire")
+    assert ledger_cli(metadata_uri, "autorecovery", "--once", "--password", PASSWORD.decode()).returncode == 0
+    assert client.ledger_metadata(ledger_id).state == "OPEN", "within the grace period it is left to its writer"
+
+    done = ledger_cli(metadata_uri, "autorecovery", "--once", "--open-ledger-grace", "0", "--password",
+                      PASSWORD.decode())
+    assert done.returncode == 0, done.stderr
+    assert ledger_id in json.loads(done.stdout)["recovered"]
+    md = client.ledger_metadata(ledger_id)
+    assert md.state == CLOSED and md.last_entry_id >= confirmed
+    assert all(first not in fragment.bookies for fragment in md.fragments)
+
+    by_id[second].kill()
+    with LedgerClient(metadata_uri, CONFIG) as fresh:
+        reader = fresh.open_ledger(ledger_id, PASSWORD, recovery=False)
+        assert [entry.data for entry in reader.read(0, md.last_entry_id)] == \
+            [payload(i) for i in range(md.last_entry_id + 1)]

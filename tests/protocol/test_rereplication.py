@@ -6,8 +6,9 @@ import itertools
 import pytest
 
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment, LedgerMetadata
-from pyspark_ledger.protocol.rereplication import (AbsenceClock, FragmentRepair, apply_repairs, entries_of, fragment_bounds,
-                                                   lost_bookies, plan_repairs, sources_of)
+from pyspark_ledger.protocol.rereplication import (AbsenceClock, FragmentRepair, Lasting, apply_repairs, entries_of,
+                                                   fragment_bounds, lost_bookies, open_on_lost, plan_repairs,
+                                                   sources_of)
 from pyspark_ledger.protocol.schedule import write_set
 
 
@@ -104,3 +105,27 @@ def test_absence_clock_counts_a_bookie_lost_only_after_the_delay_without_a_retur
     assert clock.observe({"a", "b"}, {"a", "b"}, now=200) == set(), "no ledger names it any more"
     assert clock.absent_since == {}
     assert AbsenceClock(delay_s=0).observe({"x"}, set(), now=5) == {"x"}
+
+
+def test_lasting_reports_keys_present_in_every_observation_for_the_delay():
+    lasting = Lasting(delay_s=30)
+    assert lasting.observe({1, 2}, now=0) == set()
+    assert lasting.observe({1, 2}, now=29) == set()
+    assert lasting.observe({1}, now=30) == {1}, "2 missed an observation"
+    assert lasting.observe({1, 2}, now=40) == {1}, "2 starts again at 40"
+    assert lasting.observe({1, 2}, now=70) == {1, 2}
+    assert lasting.observe(set(), now=71) == set() and lasting.since == {}
+    assert Lasting(delay_s=0).observe({"x"}, now=5) == {"x"}
+
+
+@pytest.mark.parametrize("state, fragments, lost, expected", [
+    (OPEN, [(0, "abc")], {"c"}, True),
+    (IN_RECOVERY, [(0, "abc")], {"a"}, True),
+    (OPEN, [(0, "abc"), (10, "abd")], {"c"}, False),   # only a sealed fragment names it: repaired as is
+    (OPEN, [(0, "abc")], {"x"}, False),
+    (OPEN, [(0, "abc")], set(), False),
+])
+def test_open_on_lost_is_an_unclosed_ledger_whose_last_fragment_names_a_lost_bookie(state, fragments, lost,
+                                                                                     expected):
+    assert open_on_lost(ledger(fragments, state=state), lost) is expected
+    assert open_on_lost(ledger(fragments, last=40), lost) is False, "a closed ledger is repaired as is"
