@@ -14,8 +14,6 @@ import threading
 import time
 from typing import Callable
 
-import grpc
-
 from bookie_server.add_stream import AddStreamSession
 from bookie_server.limits import MAX_FENCE_WAIT_S, check_read, lac_wait_seconds, read_byte_budget
 from bookie_server.metrics import BookieMetrics

@@ -39,7 +39,7 @@ from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
 from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFencedError, UnauthorizedError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
-from pyspark_ledger.protocol.add_tracker import AddTracker, ConfirmedAdd, EnsembleChangeRequest
+from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)

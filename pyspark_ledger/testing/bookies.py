@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import bookie_server
 from pyspark_ledger.errors import BookieError
+from pyspark_ledger.testing.ports import free_port  # noqa: F401 - re-exported: tests and benchmarks use it here
 
 HOST = "127.0.0.1"
 STDOUT_LOG = "bookie-stdout.log"
@@ -30,13 +30,6 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 _POLL_S = 0.02
 _REPO_ROOT = Path(bookie_server.__file__).resolve().parent.parent
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

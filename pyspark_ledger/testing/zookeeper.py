@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.testing.ports import free_port
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 # zookeeper.jar's manifest already puts slf4j-api, zookeeper-jute, netty... on the class
@@ -197,13 +198,6 @@ class ZooKeeperServer:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def _read_all(sock: socket.socket) -> bytes:
