@@ -48,6 +48,7 @@ class ServerConfig:
     disk_check_interval_s: float = 10.0
     gc_interval_s: float = 300.0
     gc_compaction_threshold: float = 0.2
+    gc_overreplicated_wait_s: float = 86_400.0
     exit_with_parent: bool = False
     allow_new_data_dir: bool = False
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
@@ -214,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gc-compaction-threshold", type=_compaction_threshold, default=0.2,
         help="compact a sealed entry log (copy its live entries, delete it) once live data is below this "
              "fraction of it; 0 = never compact")
+    add("--gc-overreplicated-wait", dest="gc_overreplicated_wait_s", type=_non_negative_float, default=86_400.0,
+        help="delete the copies of a closed ledger that no longer names this bookie (re-replicated elsewhere "
+             "while it was gone) once it has been so, and not written here, for this many seconds (default a "
+             "day); 0 keeps them")
     add("--exit-with-parent", action="store_true",
         help="stop gracefully once the process that started this bookie has ended (sandboxes use it)")
     add("--allow-new-data-dir", action="store_true",

@@ -8,7 +8,11 @@ Every ``interval_s`` a pass
      the previous one (``gc_rules.LedgerSuspects``: a stale listing or an
      unknown ledger fenced here (F4) gets one more interval); if the
      listing fails, nothing is deleted;
-  3. asks the storage to reclaim entry logs left with no live ledger, then
+  3. with ``overreplicated_wait_s``, reads the metadata of the other local
+     ledgers and deletes those CLOSED without naming this bookie for that
+     long, and not written here within it (``gc_rules.unnamed_closed``: the
+     left-overs of a re-replication that moved this bookie's copies away);
+  4. asks the storage to reclaim entry logs left with no live ledger, then
      (``compaction_threshold`` > 0) to compact the sparse ones. The storage
      orders every step so that a kill -9 anywhere is safe (``storage_gc``).
 
@@ -21,17 +25,20 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 
-from bookie_server.gc_rules import LedgerSuspects
+from bookie_server.gc_rules import LedgerSuspects, unnamed_closed
 from bookie_server.periodic import PeriodicThread
 from bookie_server.storage import BookieStorage
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, StorageError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError, StorageError
 from pyspark_ledger.metadata.store import MetadataStore
+from pyspark_ledger.protocol.rereplication import Lasting
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 300.0
 DEFAULT_COMPACTION_THRESHOLD = 0.2
+DEFAULT_OVERREPLICATED_WAIT_S = 86_400.0  # a day, as BookKeeper's gcOverreplicatedLedgerWaitTime
 
 
 @dataclass
@@ -40,6 +47,7 @@ class GcPass:
 
     outcome: str = "ok"
     ledgers_deleted: list[int] = field(default_factory=list)
+    overreplicated_deleted: list[int] = field(default_factory=list)  # also in ledgers_deleted
     logs_deleted: list[int] = field(default_factory=list)
     logs_compacted: list[int] = field(default_factory=list)
     entries_copied: int = 0
@@ -54,10 +62,22 @@ class GarbageCollector:
     """Runs GC passes every ``interval_s`` on its own thread (see the module docstring)."""
 
     def __init__(self, storage: BookieStorage, store: MetadataStore, interval_s: float = DEFAULT_INTERVAL_S,
-                 compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD, metrics=None) -> None:
+                 compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD, metrics=None, *,
+                 bookie_id: str | None = None, overreplicated_wait_s: float | None = None) -> None:
+        """``overreplicated_wait_s`` (needs ``bookie_id``; None: off) turns on the collection of left-over
+        copies of CLOSED ledgers that no longer name this bookie."""
         _check_settings(interval_s, compaction_threshold)
+        if overreplicated_wait_s is not None:
+            if isinstance(overreplicated_wait_s, bool) or not isinstance(overreplicated_wait_s, (int, float)) \
+                    or not 0 < overreplicated_wait_s < math.inf or not bookie_id:
+                raise InvalidConfigurationError(
+                    f"the over-replicated ledger wait must be a finite number of seconds > 0 with a bookie id, got "
+                    f"{overreplicated_wait_s!r} (--gc-overreplicated-wait; 0 turns it off)")
         self._storage = storage
         self._store = store
+        self._bookie_id = bookie_id
+        self._wait_s = overreplicated_wait_s
+        self._unnamed = None if overreplicated_wait_s is None else Lasting(float(overreplicated_wait_s))
         self._threshold = compaction_threshold
         self._metrics = metrics
         self._suspects = LedgerSuspects()
@@ -96,6 +116,9 @@ class GarbageCollector:
             return result
         try:
             result.ledgers_deleted = self._storage.delete_ledgers(sorted(self._suspects.confirm(local, listed)))
+            if self._unnamed is not None:
+                result.overreplicated_deleted = self._collect_overreplicated(local & listed)
+                result.ledgers_deleted += result.overreplicated_deleted
             self._absorb(result, self._storage.reclaim_entry_logs())
             if self._threshold > 0 and not self._thread.stopping:  # a stopping bookie does not start copying
                 self._absorb(result, self._storage.compact_entry_logs(self._threshold))
@@ -108,6 +131,33 @@ class GarbageCollector:
                      len(result.logs_deleted), _ids(result.logs_deleted), len(result.logs_compacted),
                      result.entries_copied, result.bytes_reclaimed)
         return result
+
+    def _collect_overreplicated(self, ledger_ids: set[int]) -> list[int]:
+        """Delete the left-overs of CLOSED ledgers unnamed here for the wait (and not written here within it)."""
+        unnamed = set()
+        for ledger_id in sorted(ledger_ids):
+            if self._thread.stopping:
+                return []
+            try:
+                metadata = self._store.read_ledger(ledger_id).value
+            except NoSuchLedgerError:
+                continue  # deleted meanwhile: the two-pass rule takes it
+            except LedgerError as exc:
+                log.warning("garbage collection: cannot read the metadata of ledger %d (%s); no over-replicated "
+                            "ledger deleted this pass", ledger_id, exc)
+                return []
+            if unnamed_closed(metadata, self._bookie_id):
+                unnamed.add(ledger_id)
+        now = time.monotonic()  # the clock of the storage's LedgerRecord.written_at
+        due = self._unnamed.observe(unnamed, now)
+        if not due:
+            return []
+        deleted = self._storage.delete_ledgers(sorted(due), written_before=now - self._wait_s)
+        if deleted:
+            log.info("garbage collection: deleted the left-over copies of %d ledgers %s: closed, and named "
+                     "elsewhere for %.0f s (re-replicated away from this bookie)", len(deleted), _ids(deleted),
+                     self._wait_s)
+        return deleted
 
     @staticmethod
     def _absorb(result: GcPass, outcome) -> None:

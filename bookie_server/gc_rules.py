@@ -13,6 +13,16 @@ is deleted only when it was local and absent from the listing in two
 consecutive successful passes, one GC interval apart (``LedgerSuspects``).
 A failed listing decides nothing and keeps the suspects for the next pass.
 
+Which over-replicated ledgers. After re-replication moved a bookie's copies
+elsewhere (it was gone long enough to count as lost, then came back), the
+ledger is CLOSED and no fragment names this bookie any more: its copies here
+are left-overs (``unnamed_closed``). They are deleted only once the ledger has
+been seen so for ``--gc-overreplicated-wait`` (a re-replication copies to its
+target *before* the compare-and-set that names it: for a moment a fresh copy
+looks just like a left-over), and never while this process stored one of its
+entries within that wait. An OPEN ledger is never touched: an ensemble change
+may still name this bookie.
+
 Which entry logs. A log can go once every ledger with entries in it is
 ``gone`` (deleted, and the deletion made durable) and it is not the newest
 log on disk (the one being written, or the one that will be when the next
@@ -25,6 +35,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Mapping
 
 from bookie_server.entry_log_usage import LogUsage
+from pyspark_ledger.metadata.model import CLOSED, LedgerMetadata
 
 
 class LedgerSuspects:
@@ -43,6 +54,11 @@ class LedgerSuspects:
         confirmed = absent & self._suspects
         self._suspects = absent - confirmed
         return confirmed
+
+
+def unnamed_closed(metadata: LedgerMetadata, bookie_id: str) -> bool:
+    """A CLOSED ledger none of whose fragments names ``bookie_id``: its copies on that bookie are left-overs."""
+    return metadata.state == CLOSED and all(bookie_id not in fragment.bookies for fragment in metadata.fragments)
 
 
 def deletable_logs(usage: Mapping[int, LogUsage], gone: Callable[[int], bool]) -> list[int]:

@@ -34,7 +34,10 @@ _CRC = struct.Struct(">I")
 
 
 class LedgerRecord:
-    __slots__ = ("master_key", "fenced", "last_add_confirmed", "last_entry_id")
+    """One ledger's state; ``written_at`` (not persisted) is the monotonic time this process last stored an
+    entry of it, 0.0 if it has not (garbage collection of over-replicated ledgers leaves recent ones alone)."""
+
+    __slots__ = ("master_key", "fenced", "last_add_confirmed", "last_entry_id", "written_at")
 
     def __init__(self, master_key: bytes, fenced: bool = False, last_add_confirmed: int = -1,
                  last_entry_id: int = -1) -> None:
@@ -42,6 +45,7 @@ class LedgerRecord:
         self.fenced = fenced
         self.last_add_confirmed = last_add_confirmed
         self.last_entry_id = last_entry_id
+        self.written_at = 0.0
 
 
 class LedgerStates:

@@ -174,11 +174,13 @@ class BookieServer:
         if config.gc_interval_s <= 0:
             _log.info("garbage collection off (--gc-interval 0): deleted ledgers keep their data here")
             return
+        wait = config.gc_overreplicated_wait_s or None
         self._gc = GarbageCollector(self._storage, self._store, config.gc_interval_s,
-                                    config.gc_compaction_threshold, self.metrics)
+                                    config.gc_compaction_threshold, self.metrics, bookie_id=self.bookie_id,
+                                    overreplicated_wait_s=wait)
         self._gc.start()
-        _log.info("garbage collection every %.1f s (compaction threshold %.2f)", config.gc_interval_s,
-                  config.gc_compaction_threshold)
+        _log.info("garbage collection every %.1f s (compaction threshold %.2f, over-replicated ledgers after %s)",
+                  config.gc_interval_s, config.gc_compaction_threshold, f"{wait:g} s" if wait else "never")
 
     def _disk_changed(self, read_only: bool, reason: str) -> None:
         """The disk monitor's verdict: refuse or take adds, and register as read-only or writable."""

@@ -31,6 +31,7 @@ import logging
 import operator
 import shutil
 import threading
+import time
 from typing import Callable, Sequence
 
 from bookie_server.checkpoint import Checkpointer, read_mark
@@ -165,8 +166,10 @@ class BookieStorage:
         """Point the index at stored (StoredEntry-shaped) entries and update ledger state (lock held)."""
         advanced = set()
         put, record_entry = self._index.put, self._states.record_entry
+        now = time.monotonic()
         for (record, ledger_id, entry_id, _, lac), location in zip(entries, locations):
             put(ledger_id, entry_id, location)
+            record.written_at = now
             if record_entry(record, entry_id, lac):
                 advanced.add(ledger_id)
         for ledger_id in advanced.intersection(self._lac_waiters):
@@ -281,10 +284,12 @@ class BookieStorage:
         with self._lock:
             return self._states.ids()
 
-    def delete_ledgers(self, ledger_ids: Sequence[int]) -> list[int]:
-        """Delete these ledgers here (their metadata is gone); returns those that existed. Reads of them
-        answer NO_SUCH_LEDGER at once; disk space comes back with ``reclaim_entry_logs``."""
-        return self._gc.delete_ledgers(ledger_ids)  # a long poll on one ends at its next slice (view None)
+    def delete_ledgers(self, ledger_ids: Sequence[int], written_before: float | None = None) -> list[int]:
+        """Delete these ledgers here (their metadata is gone, or no longer names this bookie); returns those
+        deleted. With ``written_before`` (a ``time.monotonic()`` value), a ledger this process stored an entry
+        of at or after it is kept. Reads of deleted ledgers answer NO_SUCH_LEDGER at once; disk space comes
+        back with ``reclaim_entry_logs``."""
+        return self._gc.delete_ledgers(ledger_ids, written_before)  # a long poll ends at its next slice
 
     def reclaim_entry_logs(self) -> GcOutcome:
         """Make deletions durable (journal flush + checkpoint) and delete entry logs with no live ledger."""

@@ -95,12 +95,19 @@ class StorageGc:
         self._refusal = refusal
         self._fail = fail
 
-    def delete_ledgers(self, ledger_ids: Iterable[int]) -> list[int]:
-        """Delete the ledgers this bookie has (in memory; durable at the next checkpoint); return them."""
+    def delete_ledgers(self, ledger_ids: Iterable[int], written_before: float | None = None) -> list[int]:
+        """Delete the ledgers this bookie has (in memory; durable at the next checkpoint); return them. With
+        ``written_before``, those with an entry stored at or after that monotonic time are kept (checked
+        under the lock, so an add racing the deletion keeps its ledger)."""
         with self._lock:
             self._check_usable()
             sequence = self._journal.submitted
-            deleted = [ledger_id for ledger_id in sorted(set(ledger_ids)) if self._states.remove(ledger_id)]
+            wanted = sorted(set(ledger_ids))
+            if written_before is not None:
+                records = [(ledger_id, self._states.get(ledger_id)) for ledger_id in wanted]
+                wanted = [ledger_id for ledger_id, record in records
+                          if record is not None and record.written_at < written_before]
+            deleted = [ledger_id for ledger_id in wanted if self._states.remove(ledger_id)]
             self._index.discard(deleted, sequence)
         crash_point("gc_after_ledgers_deleted")
         return deleted

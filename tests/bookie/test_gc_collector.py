@@ -1,13 +1,18 @@
 """The collector thread's passes over a real storage, with a scripted metadata listing (failures, races)."""
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
 
 from bookie_server.gc import GarbageCollector
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import AddOp, BookieStorage, StorageConfig
 from pyspark_ledger.entry import EntryCodec, master_key
-from pyspark_ledger.errors import MetadataError, StorageError
+from pyspark_ledger.errors import MetadataError, NoSuchLedgerError, StorageError
+from pyspark_ledger.metadata.model import CLOSED, OPEN, Fragment, LedgerMetadata
+from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 from .conftest import wait_until
@@ -26,6 +31,15 @@ class ScriptedStore:
         self.error: Exception | None = None
         self.during_listing = None
         self.listings = 0
+        self.metadata: dict[int, LedgerMetadata] = {}  # for read_ledger (over-replicated ledgers)
+        self.read_error: Exception | None = None
+
+    def read_ledger(self, ledger_id):
+        if self.read_error is not None:
+            raise self.read_error
+        if ledger_id not in self.metadata:
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+        return Versioned(self.metadata[ledger_id], 1)
 
     def list_ledgers(self):
         self.listings += 1
@@ -142,3 +156,52 @@ def test_the_thread_collects_periodically_and_stops_when_asked(storage):
     assert listings >= 2
     collector.stop()  # idempotent
     assert store.listings == listings  # no pass after stop() returned
+
+
+def closed(ledger_id: int, *ensembles: str, state: str = CLOSED) -> LedgerMetadata:
+    fragments = tuple(Fragment(5 * index, tuple(bookies.split(","))) for index, bookies in enumerate(ensembles))
+    return LedgerMetadata(ledger_id, 3, 3, 2, fragments, state=state, last_entry_id=7 if state == CLOSED else -1)
+
+
+def test_left_over_copies_of_closed_ledgers_named_elsewhere_go_after_the_wait(storage, caplog):
+    for ledger_id in (1, 2, 3, 4):
+        add(storage, ledger_id)
+    store = ScriptedStore({1, 2, 3, 4})
+    store.metadata = {1: closed(1, "x,me,y"), 2: closed(2, "x,y,z", "x,y,w"),  # 2: re-replicated away from "me"
+                      3: closed(3, "x,y,z", state=OPEN), 4: closed(4, "x,y,z")}
+    caplog.set_level(logging.INFO, logger="bookie_server.gc")
+    metrics = BookieMetrics()
+    collector = GarbageCollector(storage, store, 60, 0.0, metrics, bookie_id="me", overreplicated_wait_s=0.6)
+    assert collector.run_pass().ledgers_deleted == [], "the wait starts"
+    time.sleep(0.35)
+    op = AddOp(4, 8, KEY, CODEC.encode(4, 8, 7, 0, b"a copy arriving: re-replication copies before its CAS"))
+    assert storage.add_entries([op]).result(30) == [pb.OK]
+    time.sleep(0.35)
+    result = collector.run_pass()
+    assert result.overreplicated_deleted == [2] and result.ledgers_deleted == [2]
+    assert storage.ledger_ids() == {1, 3, 4}, "named (1), open (3) and written within the wait (4) stay"
+    assert "deleted the left-over copies of 1 ledgers [2]" in caplog.text
+    assert sample(metrics, "bookie_gc_ledgers_collected_total") == 1
+
+    store.read_error = MetadataError("zookeeper is away")
+    time.sleep(0.7)
+    assert collector.run_pass().ledgers_deleted == [] and storage.ledger_ids() == {1, 3, 4}
+    assert "no over-replicated ledger deleted this pass" in caplog.text
+    store.read_error = None
+    store.metadata[4] = closed(4, "x,me,z")  # named again (say, re-replicated back here): kept
+    assert collector.run_pass().ledgers_deleted == [] and storage.ledger_ids() == {1, 3, 4}
+    store.metadata[4] = closed(4, "x,y,z")
+    assert collector.run_pass().ledgers_deleted == [], "unnamed again: the wait starts again"
+    assert all(storage.read_entry(4, entry_id) for entry_id in range(9))
+    time.sleep(0.7)
+    assert collector.run_pass().overreplicated_deleted == [4] and storage.ledger_ids() == {1, 3}
+
+
+def test_without_the_wait_left_over_copies_stay(storage):
+    add(storage, 1)
+    store = ScriptedStore({1})
+    store.metadata = {1: closed(1, "x,y,z")}
+    collector = GarbageCollector(storage, store, 60, 0.0, bookie_id="me")
+    for _ in range(3):
+        assert collector.run_pass().ledgers_deleted == []
+    assert storage.ledger_ids() == {1}

@@ -105,3 +105,32 @@ def test_a_bookie_with_gc_off_keeps_everything(make_bookie, metadata_uri, client
         assert "garbage collection off" in (bookie.data_dir / "bookie-stderr.log").read_text()
         assert not any(name.startswith("bookie_gc_passes_total") for name in scrape(bookie.metrics_url))
         assert "garbage collection every 0.2 s" in (other.data_dir / "bookie-stderr.log").read_text()
+
+
+def test_copies_re_replicated_away_from_a_returning_bookie_are_collected(make_bookie, metadata_uri, client_for):
+    """A bookie away while its copies were re-replicated elsewhere comes back and deletes its left-overs
+    (--gc-overreplicated-wait); the ledger stays whole on the bookies that hold it now."""
+    flags = {**GC_FLAGS, "gc_overreplicated_wait": 1.0}
+    bookies = {bookie.bookie_id: bookie for bookie in (make_bookie(f"bookie-{index}", **flags).start()
+                                                        for index in range(3))}
+    with LedgerClient(metadata_uri) as ledgers:
+        wait_until(lambda: len(ledgers.bookies()) == 3, what="three bookies registered")
+        moved, kept = write_ledger(ledgers, "moved"), write_ledger(ledgers, "kept")  # E = Qw = 2 of 3 bookies
+        away_id = ledgers.ledger_metadata(moved).fragments[0].bookies[0]
+        away = bookies[away_id]
+        away.stop()  # a clean stop deregisters at once
+        wait_until(lambda: away_id not in ledgers.bookies(), what="the stopped bookie to deregister")
+        report = ledgers.rereplicate(moved, b"pw")
+        assert [r["lost"] for r in report.replaced] == [away_id]
+        assert away_id not in ledgers.ledger_metadata(moved).fragments[0].bookies
+
+        away.start()
+        client = client_for(away)
+        wait_until(lambda: client.read(moved, 0).status == BookieStatus.NO_SUCH_LEDGER, timeout=30,
+                   what="the returning bookie to collect its left-over copies")
+        log_text = (away.data_dir / "bookie-stderr.log").read_text()
+        assert f"deleted the left-over copies of 1 ledgers [{moved}]" in log_text
+        if away_id in ledgers.ledger_metadata(kept).fragments[0].bookies:
+            assert client.read(kept, 0).status == BookieStatus.OK, "a ledger still naming it stays"
+        assert [entry.data for entry in ledgers.open_ledger(moved, b"pw").read()] == \
+            [f"moved entry {index} ".encode() * 60 for index in range(ENTRIES)]

@@ -8,7 +8,8 @@ import pytest
 from bookie_server.config import parse_args
 from bookie_server.entry_log_usage import LogUsage
 from bookie_server.gc import GarbageCollector
-from bookie_server.gc_rules import LedgerSuspects, deletable_logs, live_fraction, logs_to_compact
+from bookie_server.gc_rules import LedgerSuspects, deletable_logs, live_fraction, logs_to_compact, unnamed_closed
+from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment, LedgerMetadata
 from pyspark_ledger.errors import InvalidConfigurationError
 
 # One ledger's view in one pass: (held by the bookie, listed by the metadata store).
@@ -109,14 +110,37 @@ def test_bad_collector_settings_name_the_flag(interval, threshold, flag):
         GarbageCollector(storage=None, store=None, interval_s=interval, compaction_threshold=threshold)
 
 
+@pytest.mark.parametrize("wait, bookie_id", [(0, "b"), (-1, "b"), (float("inf"), "b"), ("60", "b"), (True, "b"),
+                                             (60, None), (60, "")])
+def test_bad_overreplicated_wait_names_the_flag(wait, bookie_id):
+    with pytest.raises(InvalidConfigurationError, match="--gc-overreplicated-wait"):
+        GarbageCollector(storage=None, store=None, bookie_id=bookie_id, overreplicated_wait_s=wait)
+
+
+@pytest.mark.parametrize("state, fragments, expected", [
+    (CLOSED, [(0, "xyz")], True),                  # re-replicated away from "b"
+    (CLOSED, [(0, "bxy"), (5, "xyz")], False),     # an earlier fragment still names it
+    (CLOSED, [(0, "xyz"), (5, "xyb")], False),
+    (OPEN, [(0, "xyz")], False),                   # an ensemble change may still name it
+    (IN_RECOVERY, [(0, "xyz")], False),
+])
+def test_unnamed_closed_is_a_closed_ledger_naming_the_bookie_nowhere(state, fragments, expected):
+    md = LedgerMetadata(1, 3, 3, 2, tuple(Fragment(first, tuple(bookies)) for first, bookies in fragments),
+                        state=state, last_entry_id=9 if state == CLOSED else -1)
+    assert unnamed_closed(md, "b") is expected
+
+
 def test_the_flags_default_parse_and_name_themselves_when_bad(tmp_path, capsys):
     base = ["--data-dir", str(tmp_path), "--port", "1", "--metadata", "sqlite:///x.db"]
     config = parse_args(base)
     assert (config.gc_interval_s, config.gc_compaction_threshold) == (300.0, 0.2)
+    assert config.gc_overreplicated_wait_s == 86_400.0
+    assert parse_args(base + ["--gc-overreplicated-wait", "0"]).gc_overreplicated_wait_s == 0.0  # off
     config = parse_args(base + ["--gc-interval", "0", "--gc-compaction-threshold", "0"])
     assert (config.gc_interval_s, config.gc_compaction_threshold) == (0.0, 0.0)  # both off
     for flag, value in [("--gc-interval", "-1"), ("--gc-interval", "soon"), ("--gc-compaction-threshold", "1"),
-                        ("--gc-compaction-threshold", "20%")]:
+                        ("--gc-compaction-threshold", "20%"), ("--gc-overreplicated-wait", "-5"),
+                        ("--gc-overreplicated-wait", "a day")]:
         with pytest.raises(SystemExit):
             parse_args(base + [flag, value])
         assert flag in capsys.readouterr().err
