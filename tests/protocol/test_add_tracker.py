@@ -215,3 +215,29 @@ def test_property_random_ack_orders_never_confirm_out_of_order_or_short_of_qa():
         assert tracker.pending_entry_ids == () and not tracker.changing_ensemble, trial
         changed += len(changes)
     assert changed == 300  # every trial went through exactly one ensemble change
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_acks_of_one_answer_batch_confirm_what_the_same_acks_one_by_one_do(seed):
+    """ack_many (the writer's path: one answer batch of a bookie) against ack, one at a time."""
+    rng = random.Random(seed)
+    ensemble = ALL_BOOKIES[:rng.choice((3, 4))]
+    write_quorum = rng.randint(2, len(ensemble))
+    ack_quorum = rng.randint(1, write_quorum)
+    batched, single = AddTracker(ensemble, write_quorum, ack_quorum), AddTracker(ensemble, write_quorum, ack_quorum)
+    for _ in range(12):
+        batched.add(7)
+        single.add(7)
+    # acks of unknown entries and of bookies outside the write set or the ensemble, and duplicates
+    remaining = [(entry_id, bookie) for entry_id in range(14) for bookie in ALL_BOOKIES + ("stranger",)]
+    remaining += rng.sample(remaining, 10)
+    rng.shuffle(remaining)
+    while remaining:
+        bookie = rng.choice(sorted({b for _, b in remaining}))
+        batch = [entry_id for entry_id, b in remaining if b == bookie][:rng.randint(1, 8)]
+        for entry_id in batch:
+            remaining.remove((entry_id, bookie))
+        expected = tuple(confirmed for entry_id in batch for confirmed in single.ack(entry_id, bookie))
+        assert batched.ack_many(batch, bookie) == expected
+        assert (batched.last_add_confirmed, batched.length) == (single.last_add_confirmed, single.length)
+    assert batched.pending_entry_ids == single.pending_entry_ids == ()
