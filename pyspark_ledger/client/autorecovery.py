@@ -21,8 +21,13 @@ one. A writer still alive but idle for that long is fenced too: its next add
 fails with LedgerFencedError (a live writer that adds replaces the lost
 bookie itself long before).
 
-Each round reads all ledger metadata: fine for thousands of ledgers, not for
-millions (BookKeeper keeps an under-replicated-ledger index for that).
+A round reads every ledger's metadata only when something may need repair
+(``rereplication.should_scan``): on the first round, while a bookie is absent
+or a repair is pending, when a bookie has left since the last scan, and every
+``full_scan_every`` rounds. A healthy cluster costs one read of the bookie
+registrations per round. A scan reads all ledger metadata: fine for
+thousands of ledgers, not for millions (BookKeeper keeps an
+under-replicated-ledger index for that).
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError, UnauthorizedError
-from pyspark_ledger.protocol.rereplication import AbsenceClock, Lasting, open_on_lost, plan_repairs
+from pyspark_ledger.protocol.rereplication import AbsenceClock, Lasting, open_on_lost, plan_repairs, should_scan
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ class RoundReport:
     recovered: list[int] = field(default_factory=list)     # open ledgers fenced and closed (writer gone)
     repaired: list[dict] = field(default_factory=list)     # RereplicationReport.as_dict() per ledger
     failed: list[dict] = field(default_factory=list)       # {"ledger_id", "error"}
+    scanned: bool = True                                    # False: the round read no ledger metadata
 
     def as_dict(self) -> dict:
         return {"lost_bookies": self.lost_bookies, "recovered": self.recovered, "repaired": self.repaired,
@@ -56,7 +62,8 @@ class AutoRecovery:
     """The re-replication loop of one process (see the module docstring)."""
 
     def __init__(self, client, password: bytes, *, delay_s: float = 60.0, interval_s: float = 10.0,
-                 open_grace_s: float | None = 30.0, clock: Callable[[], float] = time.monotonic,
+                 open_grace_s: float | None = 30.0, full_scan_every: int = 30,
+                 clock: Callable[[], float] = time.monotonic,
                  on_round: Callable[[RoundReport], None] | None = None) -> None:
         settings = [("delay_s", delay_s), ("interval_s", interval_s)]
         if open_grace_s is not None:
@@ -66,6 +73,9 @@ class AutoRecovery:
                 raise InvalidConfigurationError(f"{name} must be a number of seconds >= 0, got {value!r}")
         if interval_s == 0:
             raise InvalidConfigurationError("interval_s must be > 0 (seconds between rounds)")
+        if isinstance(full_scan_every, bool) or not isinstance(full_scan_every, int) or full_scan_every < 1:
+            raise InvalidConfigurationError(f"full_scan_every must be a number of rounds >= 1, got "
+                                            f"{full_scan_every!r}")
         self._client = client
         self._password = password
         self._interval_s = float(interval_s)
@@ -73,10 +83,26 @@ class AutoRecovery:
         self._absence = AbsenceClock(float(delay_s))
         self._stuck_open = None if open_grace_s is None else Lasting(float(open_grace_s))
         self._on_round = on_round
+        self._full_scan_every = full_scan_every
+        self._scanned_with: frozenset[str] | None = None  # the registered bookies at the last scan
+        self._pending = False
+        self._rounds_since_scan = 0
 
     def run_once(self) -> RoundReport:
         """One round: find the lost bookies, recover open ledgers stuck on them past the grace period,
-        re-replicate what they held of sealed fragments."""
+        re-replicate what they held of sealed fragments (or nothing, when nothing can need it)."""
+        registered = frozenset(self._client.bookies())
+        if not should_scan(self._scanned_with, registered, self._pending, self._rounds_since_scan,
+                           self._full_scan_every):
+            self._rounds_since_scan += 1
+            report = RoundReport(scanned=False)
+        else:
+            report = self._scan(registered)
+        if self._on_round is not None:
+            self._on_round(report)
+        return report
+
+    def _scan(self, registered: frozenset[str]) -> RoundReport:
         ledgers = self._ledgers()
         named = {bookie for md in ledgers for fragment in md.fragments for bookie in fragment.bookies}
         now = self._clock()
@@ -106,8 +132,9 @@ class AutoRecovery:
                 continue
             if done.replaced:
                 report.repaired.append(done.as_dict())
-        if self._on_round is not None:
-            self._on_round(report)
+        self._scanned_with, self._rounds_since_scan = registered, 0
+        self._pending = bool(self._absence.absent_since or report.failed
+                             or (self._stuck_open is not None and self._stuck_open.since))
         return report
 
     def run(self, stop: threading.Event) -> None:

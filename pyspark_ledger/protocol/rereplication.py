@@ -169,3 +169,18 @@ def open_on_lost(metadata: LedgerMetadata, lost: Iterable[str]) -> bool:
     """True if the ledger is not CLOSED and its last fragment -- its writer's, never repaired here --
     names a ``lost`` bookie: only a recovery (fence and close) seals that fragment for repair."""
     return metadata.state != CLOSED and not set(metadata.fragments[-1].bookies).isdisjoint(lost)
+
+
+def should_scan(previous: frozenset[str] | None, registered: Iterable[str], pending: bool, rounds_since_scan: int,
+                every: int) -> bool:
+    """Whether an automatic re-replication round must read every ledger's metadata.
+
+    It must on its first round (``previous`` is None), while anything is
+    pending from the last scan (a bookie absent, a repair that failed, a
+    ledger waiting for its grace period), when a bookie registered at the
+    last scan (``previous``) is gone now, and every ``every`` rounds anyway.
+    Otherwise nothing can have become under-replicated: ledgers are created
+    on registered bookies only, and a bookie that left and came back between
+    two rounds lost nothing.
+    """
+    return previous is None or pending or not previous.issubset(registered) or rounds_since_scan + 1 >= every

@@ -97,6 +97,48 @@ def test_an_open_ledger_on_a_lost_bookie_is_recovered_after_the_grace_period_the
     assert recovery.run_once().as_dict()["recovered"] == []
 
 
+class CountingClient:
+    """The client, counting the ledger metadata AutoRecovery reads."""
+
+    def __init__(self, client) -> None:
+        self._client, self.reads = client, 0
+
+    def ledger_metadata(self, ledger_id):
+        self.reads += 1
+        return self._client.ledger_metadata(ledger_id)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def test_rounds_read_ledger_metadata_only_when_something_can_need_repair(client, cluster):
+    ensembles: dict[int, tuple] = {}
+    ledgers = [closed_ledger(client, ensembles) for _ in range(3)]
+    counting, now = CountingClient(client), [0.0]
+    recovery = AutoRecovery(counting, PASSWORD, delay_s=30, interval_s=1, full_scan_every=5, clock=lambda: now[0])
+
+    def round_reads() -> int:
+        before = counting.reads
+        recovery.run_once()
+        now[0] += 1
+        return counting.reads - before
+    assert round_reads() == len(ledgers), "the first round scans"
+    assert [round_reads() for _ in range(5)] == [0, 0, 0, 0, len(ledgers)], "then one scan every 5 rounds"
+    cluster.add_bookie("bookie-new")                       # a bookie joining needs no scan
+    assert round_reads() == 0
+    victim = ensembles[ledgers[0]][0]
+    cluster.set_down(victim, deregister=True)              # one leaving does
+    assert round_reads() == len(ledgers)
+    assert round_reads() == len(ledgers), "while it is absent, every round scans"
+    now[0] += 30
+    report = recovery.run_once()
+    assert report.scanned and report.lost_bookies == [victim] and report.repaired
+    assert all(victim not in client.ledger_metadata(lid).fragments[0].bookies for lid in ledgers)
+    now[0] += 1
+    assert round_reads() == len(ledgers), "the round after the repair scans once more and finds nothing"
+    assert round_reads() == 0 and not recovery.run_once().scanned
+
+
 def test_run_loops_until_stopped_and_reports_each_round(client):
     rounds = []
     stop = threading.Event()
@@ -113,7 +155,8 @@ def test_run_loops_until_stopped_and_reports_each_round(client):
 
 
 @pytest.mark.parametrize("kwargs", [dict(delay_s=-1), dict(interval_s=0), dict(delay_s="60"), dict(interval_s=True),
-                                    dict(open_grace_s=-1), dict(open_grace_s="30")])
+                                    dict(open_grace_s=-1), dict(open_grace_s="30"), dict(full_scan_every=0),
+                                    dict(full_scan_every=2.5)])
 def test_bad_settings_are_refused(client, kwargs):
     with pytest.raises(InvalidConfigurationError):
         AutoRecovery(client, PASSWORD, **kwargs)

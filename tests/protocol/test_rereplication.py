@@ -8,7 +8,7 @@ import pytest
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment, LedgerMetadata
 from pyspark_ledger.protocol.rereplication import (AbsenceClock, FragmentRepair, Lasting, apply_repairs, entries_of,
                                                    fragment_bounds, lost_bookies, open_on_lost, plan_repairs,
-                                                   sources_of)
+                                                   should_scan, sources_of)
 from pyspark_ledger.protocol.schedule import write_set
 
 
@@ -129,3 +129,17 @@ def test_open_on_lost_is_an_unclosed_ledger_whose_last_fragment_names_a_lost_boo
                                                                                      expected):
     assert open_on_lost(ledger(fragments, state=state), lost) is expected
     assert open_on_lost(ledger(fragments, last=40), lost) is False, "a closed ledger is repaired as is"
+
+
+def test_should_scan_only_when_something_can_need_repair():
+    bookies = ["a", "b", "c"]
+    for subset_bits in range(8):
+        registered = {bookie for index, bookie in enumerate(bookies) if subset_bits >> index & 1}
+        for previous_bits in range(8):
+            previous = frozenset(bookie for index, bookie in enumerate(bookies) if previous_bits >> index & 1)
+            for pending in (False, True):
+                for rounds in (0, 5, 9):
+                    expected = pending or bool(previous - registered) or rounds + 1 >= 10
+                    assert should_scan(previous, registered, pending, rounds, every=10) is expected
+            assert should_scan(None, registered, False, 0, every=10), "the first round always scans"
+    assert not should_scan(frozenset("ab"), {"a", "b", "d"}, False, 0, every=10), "a new bookie needs no scan"
