@@ -154,11 +154,13 @@ def client_run(uri: str, size: int, seconds: float, inflight: int, rate: float |
 
 
 def cpu_bound(run: dict) -> dict:
-    """Where the time of a run went: CPU per entry of all processes, and the rate that CPU allows."""
+    """Where the time of a run went: CPU per entry of all processes, the rate that CPU allows, and the
+    share of all cores the run kept busy (near 1: every process waits for a core, and latency grows)."""
     total = sum(run["cpu_us_per_entry"].values())
     cores = os.cpu_count() or 1
     return {"cpu_us_per_entry_all_processes": round(total, 1),
-            "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None}
+            "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None,
+            "share_of_all_cores_busy": round(total * run["entries_per_s"] / (cores * 1e6), 2)}
 
 
 def fsync_limit(directory: Path, size: int, entries: int) -> dict:
@@ -289,6 +291,9 @@ def run(seconds: float) -> dict:
             result["runs"]["paced_1KiB_1000_per_s_journal_write_data"] = client_run(uri, KiB, seconds, 1_000,
                                                                                     1000.0, pids)
     result["where_the_time_goes"] = {name: cpu_bound(run) for name, run in result["runs"].items()}
+    noop_paced = result["client_over_noop_servers"].get("paced_1KiB_1000_per_s")
+    if noop_paced is not None:  # the same paced load when the servers store nothing: gRPC's own share
+        result["where_the_time_goes"]["paced_1KiB_1000_per_s_over_noop_servers"] = cpu_bound(noop_paced)
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["goals"] = goals(result)
     return result
