@@ -98,6 +98,11 @@ def truncate_older_than(ctx: LogContext, stream: str, max_age_s: float,
 def truncate_all(ctx: LogContext, stream: str) -> TruncationResult:
     """Truncate every ledger of every partition, fencing open ones first (Spark's overwrite)."""
     record = check_active(read_stream(ctx.store, stream).value)
+    return _apply(ctx, stream, record, log_ends(ctx, record), {})
+
+
+def log_ends(ctx: LogContext, record: StreamRecord) -> dict[int, Cut]:
+    """Where each non-empty partition's log ends now (its open ledgers fenced and closed first)."""
     cuts = {}
     for partition, part in enumerate(record.partitions):
         if not part.ledgers:
@@ -108,7 +113,7 @@ def truncate_all(ctx: LogContext, stream: str) -> TruncationResult:
         last = part.ledgers[-1].ledger_id
         last_entry = closed[last].last_entry_id if last in closed else ends[last].last_entry_id
         cuts[partition] = Cut(part.next_seq - 1, last_entry)
-    return _apply(ctx, stream, record, cuts, {})
+    return cuts
 
 
 def collect_garbage(ctx: LogContext, stream: str) -> frozenset[int]:
@@ -141,5 +146,5 @@ def _cut(record: StreamRecord, cuts: Mapping[int, Cut],
     return record
 
 
-__all__ = ["Cut", "TruncationResult", "collect_garbage", "truncate_all", "truncate_before",
+__all__ = ["Cut", "TruncationResult", "collect_garbage", "log_ends", "truncate_all", "truncate_before",
            "truncate_older_than"]

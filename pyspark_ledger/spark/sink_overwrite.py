@@ -27,11 +27,9 @@ from pyspark_ledger.errors import LedgerError, MetadataError, MetadataVersionCon
 from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED, CommitResult, check_closed
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_writer_id
-from pyspark_ledger.log.ledgers import fence_ledgers
 from pyspark_ledger.log.log_metadata import StreamRecord
 from pyspark_ledger.log.log_transitions import already_committed, check_active, commit_batch, truncate_through
-from pyspark_ledger.log.log_views import ledger_end
-from pyspark_ledger.log.retention import Cut, collect_garbage
+from pyspark_ledger.log.retention import Cut, collect_garbage, log_ends
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 
 log = logging.getLogger(__name__)
@@ -77,19 +75,6 @@ def commit_replacing(ctx: LogContext, stream: str, writer_id: str, batch_id: int
                         "attempts): stop its other writers, then overwrite it")
 
 
-def log_ends(ctx: LogContext, record: StreamRecord) -> dict[int, Cut]:
-    """Where each non-empty partition's log ends now (open ledgers fenced and closed first)."""
-    cuts = {}
-    for partition, part in enumerate(record.partitions):
-        if not part.ledgers:
-            continue
-        ends = {ref.ledger_id: ledger_end(ctx, ref.ledger_id) for ref in part.ledgers}
-        open_ids = [ledger_id for ledger_id, end in ends.items() if not end.closed]
-        closed = fence_ledgers(ctx.client, open_ids, ctx.password)
-        last = part.ledgers[-1].ledger_id
-        last_entry = closed[last].last_entry_id if last in closed else ends[last].last_entry_id
-        cuts[partition] = Cut(part.next_seq - 1, last_entry)
-    return cuts
 
 
 def _replace(record: StreamRecord, cuts: Mapping[int, Cut], batch: Replacement, now_ms: int) -> StreamRecord | None:

@@ -73,6 +73,16 @@ def append_rows(streams, stream: str, partition: int, first: int, entries: int, 
     return first + entries * rows_per_entry
 
 
+def three_ledger_stream(request, streams) -> str:
+    """A new stream of two partitions: 0 holds ledgers of 4 and 2 entries, 1 one of 3 entries; 5 rows per
+    entry (the streaming-read tests' fixture)."""
+    name = unique_stream(request)
+    streams.create_stream(name, 2, SCHEMA)
+    append_rows(streams, name, 0, append_rows(streams, name, 0, 0, 4, 5), 2, 5)
+    append_rows(streams, name, 1, 0, 3, 5)
+    return name
+
+
 def read_options(uri: str, stream: str, **options) -> dict[str, str]:
     return {"metadataServiceUri": uri, "stream": stream, "password": PASSWORD,
             **{key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in options.items()}}

@@ -14,8 +14,8 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark.sql.datasource")
 
 from pyspark_ledger.spark import executor  # noqa: E402
-from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options,  # noqa: E402
-                                      unique_stream, wait_until)
+from tests.spark.read_helpers import (PASSWORD, append_rows, read_options, three_ledger_stream,  # noqa: E402
+                                      wait_until)
 
 pytestmark = pytest.mark.spark
 QUERY_TIMEOUT_S = 120
@@ -28,12 +28,7 @@ def streams(cluster):
 
 @pytest.fixture
 def stream(request, streams):
-    """Two partitions: 0 holds ledgers of 4 and 2 entries, 1 one of 3 entries; 5 rows per entry."""
-    name = unique_stream(request)
-    streams.create_stream(name, 2, SCHEMA)
-    append_rows(streams, name, 0, append_rows(streams, name, 0, 0, 4, 5), 2, 5)
-    append_rows(streams, name, 1, 0, 3, 5)
-    return name
+    return three_ledger_stream(request, streams)
 
 
 class Collected:

@@ -19,8 +19,7 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark_ledger.errors import DataLossError  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
 from pyspark_ledger.spark.source import DefaultSource  # noqa: E402
-from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options,  # noqa: E402
-                                      unique_stream)
+from tests.spark.read_helpers import PASSWORD, append_rows, read_options, three_ledger_stream  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ReadAllAvailable, ReadMaxRows, ReadMaxBytes = (datasource.ReadAllAvailable, datasource.ReadMaxRows,
@@ -34,12 +33,7 @@ def streams(cluster):
 
 @pytest.fixture
 def stream(request, streams):
-    """Partition 0: ledgers of 4 then 2 entries; partition 1: one of 3 entries; 5 rows per entry."""
-    name = unique_stream(request)
-    streams.create_stream(name, 2, SCHEMA)
-    append_rows(streams, name, 0, append_rows(streams, name, 0, 0, 4, 5), 2, 5)
-    append_rows(streams, name, 1, 0, 3, 5)
-    return name
+    return three_ledger_stream(request, streams)
 
 
 def reader_for(cluster, stream, **options):

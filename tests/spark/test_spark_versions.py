@@ -29,7 +29,7 @@ from pyspark_ledger.spark.schema import spark_to_arrow_schema  # noqa: E402
 from pyspark_ledger.spark.sink import LedgerStreamWriter, stream_writer  # noqa: E402
 from pyspark_ledger.spark.stream_reader import LedgerStreamReader  # noqa: E402
 from pyspark_ledger.testing.spark import register_data_source  # noqa: E402
-from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, read_options,  # noqa: E402
+from tests.spark.read_helpers import (PASSWORD, append_rows, read_options, three_ledger_stream,  # noqa: E402
                                       unique_stream, wait_until)
 
 URI = "zk://127.0.0.1:2181/ledgers"
@@ -189,12 +189,7 @@ def streams(cluster):
 
 @pytest.fixture
 def stream(request, streams):
-    """Two partitions: 0 holds ledgers of 4 and 2 entries, 1 one of 3 entries; 5 rows per entry."""
-    name = unique_stream(request)
-    streams.create_stream(name, 2, SCHEMA)
-    append_rows(streams, name, 0, append_rows(streams, name, 0, 0, 4, 5), 2, 5)
-    append_rows(streams, name, 1, 0, 3, 5)
-    return name
+    return three_ledger_stream(request, streams)
 
 
 @pytest.fixture
