@@ -212,7 +212,10 @@ fragments_table(md)
 ("markdown", """
 No fragment names the lost bookie any more, and every entry has Qw copies again. (A real operator would now
 replace the machine; here we restart the bookie so the rest of the notebook has four. Its old copies are
-no longer named by the metadata, so nobody reads them.)
+no longer named by the metadata, so nobody reads them, and its garbage collector deletes them once the
+ledger has named other bookies for `--gc-overreplicated-wait`, a day by default. Had the *writer* been dead
+too, its ledger would still be open and its last fragment left to a writer that never comes: `ledger
+autorecovery` recovers such a ledger after `--open-ledger-grace` seconds, then repairs it.)
 """),
 ("code", """
 sb.start_bookie(sb.bookie_ids.index(lost_id))
