@@ -1,9 +1,7 @@
 """Fixtures for bookie integration tests: real bookie processes, SQLite metadata in tmp_path."""
 from __future__ import annotations
 
-import time
 import urllib.request
-from typing import Callable
 
 import grpc
 import pytest
@@ -13,6 +11,7 @@ from pyspark_ledger.entry import EntryCodec, master_key
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.bookies import BookieProcess
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+from tests.waiting import wait_until  # noqa: F401 - the bookie tests import it from here
 
 KEY = master_key(b"secret")
 WRONG_KEY = master_key(b"not the password")
@@ -23,18 +22,6 @@ def entry(ledger_id: int, entry_id: int, payload: bytes | None = None, lac: int 
     """An encoded entry whose payload names its ledger and entry (so every body is unique)."""
     payload = payload if payload is not None else f"ledger {ledger_id} entry {entry_id} ".encode() * 4
     return CODEC.encode(ledger_id, entry_id, entry_id - 1 if lac is None else lac, 0, payload)
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -6,26 +6,19 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 from pyspark_ledger.metadata.model import Fragment, LedgerMetadata
+from tests.waiting import wait_until as shared_wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 15.0, interval: float = 0.02,
                what: str = "condition") -> object:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    """``tests.waiting.wait_until`` with this package's shorter default timeout."""
+    return shared_wait_until(predicate, timeout, what, interval)
 
 
 def ledger(ledger_id: int, bookies: tuple[str, ...] = ("b1", "b2", "b3"), **changes) -> LedgerMetadata:
