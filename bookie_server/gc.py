@@ -8,10 +8,11 @@ Every ``interval_s`` a pass
      the previous one (``gc_rules.LedgerSuspects``: a stale listing or an
      unknown ledger fenced here (F4) gets one more interval); if the
      listing fails, nothing is deleted;
-  3. with ``overreplicated_wait_s``, reads the metadata of the other local
-     ledgers and deletes those CLOSED without naming this bookie for that
-     long, and not written here within it (``gc_rules.unnamed_closed``: the
-     left-overs of a re-replication that moved this bookie's copies away);
+  3. with ``overreplicated_wait_s``, and at most 8 times per wait
+     (``gc_rules.overreplication_scan_due``), reads the metadata of the other
+     local ledgers and deletes those CLOSED without naming this bookie for
+     that long, and not written here within it (``gc_rules.unnamed_closed``:
+     the left-overs of a re-replication that moved this bookie's copies away);
   4. asks the storage to reclaim entry logs left with no live ledger, then
      (``compaction_threshold`` > 0) to compact the sparse ones. The storage
      orders every step so that a kill -9 anywhere is safe (``storage_gc``).
@@ -28,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from bookie_server.gc_rules import LedgerSuspects, unnamed_closed
+from bookie_server.gc_rules import LedgerSuspects, overreplication_scan_due, unnamed_closed
 from bookie_server.periodic import PeriodicThread
 from bookie_server.storage import BookieStorage
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError, StorageError
@@ -78,6 +79,7 @@ class GarbageCollector:
         self._bookie_id = bookie_id
         self._wait_s = overreplicated_wait_s
         self._unnamed = None if overreplicated_wait_s is None else Lasting(float(overreplicated_wait_s))
+        self._last_scan: float | None = None  # monotonic time of the last complete over-replication scan
         self._threshold = compaction_threshold
         self._metrics = metrics
         self._suspects = LedgerSuspects()
@@ -116,7 +118,8 @@ class GarbageCollector:
             return result
         try:
             result.ledgers_deleted = self._storage.delete_ledgers(sorted(self._suspects.confirm(local, listed)))
-            if self._unnamed is not None:
+            if self._unnamed is not None and overreplication_scan_due(self._last_scan, time.monotonic(),
+                                                                      self._wait_s):
                 result.overreplicated_deleted = self._collect_overreplicated(local & listed)
                 result.ledgers_deleted += result.overreplicated_deleted
             self._absorb(result, self._storage.reclaim_entry_logs())
@@ -149,6 +152,7 @@ class GarbageCollector:
             if unnamed_closed(metadata, self._bookie_id):
                 unnamed.add(ledger_id)
         now = time.monotonic()  # the clock of the storage's LedgerRecord.written_at
+        self._last_scan = now
         due = self._unnamed.observe(unnamed, now)
         if not due:
             return []

@@ -21,7 +21,10 @@ been seen so for ``--gc-overreplicated-wait`` (a re-replication copies to its
 target *before* the compare-and-set that names it: for a moment a fresh copy
 looks just like a left-over), and never while this process stored one of its
 entries within that wait. An OPEN ledger is never touched: an ensemble change
-may still name this bookie.
+may still name this bookie. Finding them means reading every local ledger's
+metadata, so it is done at most ``SCANS_PER_WAIT`` times per wait
+(``overreplication_scan_due``), not on every GC pass: with the default wait
+of a day, every 3 hours instead of every 5 minutes.
 
 Which entry logs. A log can go once every ledger with entries in it is
 ``gone`` (deleted, and the deletion made durable) and it is not the newest
@@ -59,6 +62,16 @@ class LedgerSuspects:
 def unnamed_closed(metadata: LedgerMetadata, bookie_id: str) -> bool:
     """A CLOSED ledger none of whose fragments names ``bookie_id``: its copies on that bookie are left-overs."""
     return metadata.state == CLOSED and all(bookie_id not in fragment.bookies for fragment in metadata.fragments)
+
+
+SCANS_PER_WAIT = 8
+
+
+def overreplication_scan_due(last_scan: float | None, now: float, wait_s: float) -> bool:
+    """Whether this pass reads the local ledgers' metadata to find left-overs: on the first pass, then once
+    ``wait_s / SCANS_PER_WAIT`` has passed since the last complete scan (a ledger left over for the wait
+    is then deleted at most an eighth of the wait late)."""
+    return last_scan is None or now - last_scan >= wait_s / SCANS_PER_WAIT
 
 
 def deletable_logs(usage: Mapping[int, LogUsage], gone: Callable[[int], bool]) -> list[int]:

@@ -33,8 +33,10 @@ class ScriptedStore:
         self.listings = 0
         self.metadata: dict[int, LedgerMetadata] = {}  # for read_ledger (over-replicated ledgers)
         self.read_error: Exception | None = None
+        self.reads = 0
 
     def read_ledger(self, ledger_id):
+        self.reads += 1
         if self.read_error is not None:
             raise self.read_error
         if ledger_id not in self.metadata:
@@ -191,6 +193,7 @@ def test_left_over_copies_of_closed_ledgers_named_elsewhere_go_after_the_wait(st
     store.metadata[4] = closed(4, "x,me,z")  # named again (say, re-replicated back here): kept
     assert collector.run_pass().ledgers_deleted == [] and storage.ledger_ids() == {1, 3, 4}
     store.metadata[4] = closed(4, "x,y,z")
+    time.sleep(0.1)  # over-replication scans come at most every wait / 8 (0.075 s)
     assert collector.run_pass().ledgers_deleted == [], "unnamed again: the wait starts again"
     assert all(storage.read_entry(4, entry_id) for entry_id in range(9))
     time.sleep(0.7)
@@ -205,3 +208,27 @@ def test_without_the_wait_left_over_copies_stay(storage):
     for _ in range(3):
         assert collector.run_pass().ledgers_deleted == []
     assert storage.ledger_ids() == {1}
+
+
+def test_left_over_scans_read_the_metadata_at_most_eight_times_per_wait(storage):
+    for ledger_id in (1, 2):
+        add(storage, ledger_id)
+    store = ScriptedStore({1, 2})
+    store.metadata = {1: closed(1, "x,me,y"), 2: closed(2, "x,y,z")}
+    collector = GarbageCollector(storage, store, 60, 0.0, bookie_id="me", overreplicated_wait_s=2.4)
+    collector.run_pass()
+    assert store.reads == 2, "the first pass reads every local ledger's metadata"
+    for _ in range(3):
+        collector.run_pass()
+    assert store.reads == 2 and store.listings == 4, "passes within wait / 8 (0.3 s) list, but read nothing"
+    time.sleep(0.35)
+    collector.run_pass()
+    assert store.reads == 4
+    store.read_error = MetadataError("zookeeper is away")
+    time.sleep(0.35)
+    collector.run_pass()
+    store.read_error = None
+    collector.run_pass()
+    assert store.reads == 4 + 1 + 2, "a failed scan (one failed read) is not a scan: the next pass scans"
+    collector.run_pass()
+    assert store.reads == 7

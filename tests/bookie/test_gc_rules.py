@@ -8,7 +8,8 @@ import pytest
 from bookie_server.config import parse_args
 from bookie_server.entry_log_usage import LogUsage
 from bookie_server.gc import GarbageCollector
-from bookie_server.gc_rules import LedgerSuspects, deletable_logs, live_fraction, logs_to_compact, unnamed_closed
+from bookie_server.gc_rules import (LedgerSuspects, deletable_logs, live_fraction, logs_to_compact,
+                                     overreplication_scan_due, unnamed_closed)
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment, LedgerMetadata
 from pyspark_ledger.errors import InvalidConfigurationError
 
@@ -144,3 +145,14 @@ def test_the_flags_default_parse_and_name_themselves_when_bad(tmp_path, capsys):
         with pytest.raises(SystemExit):
             parse_args(base + [flag, value])
         assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("last_scan, now, due", [
+    (None, 0.0, True),       # the first pass scans
+    (100.0, 100.0, False),
+    (100.0, 109.9, False),  # wait 80 s / 8 = 10 s
+    (100.0, 110.0, True),
+    (100.0, 500.0, True),
+])
+def test_over_replication_scans_come_at_most_eight_times_per_wait(last_scan, now, due):
+    assert overreplication_scan_due(last_scan, now, 80.0) is due
