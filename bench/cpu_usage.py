@@ -1,5 +1,11 @@
 """CPU time of processes, for benchmarks that say where the time goes (Linux /proc).
 
+``machine_busy_seconds()`` is the CPU time every process of the machine has
+spent so far (all cores, from /proc/stat): the difference over a window, over
+the window's length times the number of cores, is the share of the machine
+that window kept busy -- for runs whose processes are many or short-lived
+(Spark's JVM and Python workers).
+
 ``CpuMeter({"client": os.getpid(), "bookie-0": pid, ...})`` samples the user+system
 CPU seconds of each process at ``start()``; ``per_item(count)`` gives the CPU
 microseconds each one spent per item (entry) since then, and the machine's load
@@ -18,6 +24,15 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent outside idle and I/O wait since boot (user, nice, system, irq,
+    softirq, steal)."""
+    with open("/proc/stat") as handle:
+        fields = handle.readline().split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / _TICKS
 
 
 class CpuMeter:

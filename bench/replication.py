@@ -12,12 +12,19 @@ run, on the same machine, it measures two limits for the same bytes:
   fsync per write of up to 1 MiB (an ideal group-committing journal);
 * ``grpc_fanout``: the encoded entries sent with the client's AddStream to 3
   servers of the same proto that store nothing (``--noop-server``, below),
-  each entry done once all 3 acknowledged.
+  each entry done once all 3 acknowledged; for 1 KiB also paced at 1,000
+  entries/s, with its latency to the second ack and CPU per entry: gRPC's
+  share of the paced goal, with no replication logic and no storage.
 
 It also runs the client against those 3 no-op servers, which separates the
 client's own cost from the bookies' -- at full speed, and paced at 1,000
 entries/s, where the latency and CPU per entry of gRPC alone are the floor
-under the paced run against bookies. Each run against bookies reports the CPU
+under the paced run against bookies. ``bookie_storage_alone`` is the CPU per
+1 KiB entry of a bookie's storage engine driven in this process (no gRPC), and
+``where_the_time_goes["1KiB_floor"]`` adds 3 of those to the fan-out's CPU per
+entry (client and servers): the CPU any client must cost per entry over these
+bookies before any replication logic, and the rate that leaves on these
+cores. Each run against bookies reports the CPU
 microseconds per entry of the client process (with this driver) and of each
 bookie, and ``where_the_time_goes`` the rate that CPU would allow if every
 core did nothing else; the paced run is repeated against bookies started with
@@ -29,6 +36,7 @@ shares the machine: bookies, client, servers and whatever else runs there
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -47,10 +55,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpc  # noqa: E402
 
 from cpu_usage import CpuMeter  # noqa: E402
-from pyspark_ledger.client import BookieClient, ClientConfig, LedgerClient  # noqa: E402
+from bookie_server.storage import AddOp, BookieStorage, StorageConfig  # noqa: E402
+from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
 from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
-from pyspark_ledger.client.io_loop import IoLoop  # noqa: E402
+from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster, child_env, free_port  # noqa: E402
@@ -189,65 +198,122 @@ def fsync_limit(directory: Path, size: int, entries: int) -> dict:
             "method": f"3 files, one fsync per {per_write} entries"}
 
 
-def grpc_fanout_limit(ports: list[int], size: int, seconds: float, inflight: int) -> dict:
+def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
+                      servers: dict[str, int] | None = None, rate: float | None = None) -> dict:
     """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
 
-    Each entry is encoded once and its bytes go to the 3 streams, answered per batch, as the writer does.
+    Through the client's own transport (``GrpcTransport.send_adds_to``, as the writer sends), without the
+    writer: each entry is encoded once and its bytes go to the 3 streams, answered per batch. With
+    ``servers`` (name -> pid) also the CPU per entry of this process and of each server; with ``rate``,
+    paced at that many entries/s, with the p50/p99 latency to the second ack (an ack quorum of 2).
     """
-    io_loop = IoLoop(name="bench-fanout-io")
-    clients = [BookieClient(f"127.0.0.1:{port}", io_loop=io_loop) for port in ports]
-    streams = [client.add_stream() for client in clients]
+    sent_at: dict[int, float] = {}
+    latencies: list[float] = []
     codec, encoder, data = EntryCodec(), AddEncoder(1, master_key(PASSWORD)), os.urandom(size)
     window = threading.BoundedSemaphore(inflight)
     acks: dict[int, int] = {}
     lock = threading.Lock()
 
     def answered(_bookie: str, results: list) -> None:
-        done = 0
+        done, now = 0, time.perf_counter()
         with lock:
             for result in results:
                 count = acks.pop(result.entry_id) - 1
+                if count == 1:
+                    latencies.append(now - sent_at[result.entry_id])
                 if count:
                     acks[result.entry_id] = count
                 else:
+                    del sent_at[result.entry_id]
                     done += 1
         for _ in range(done):
             window.release()
     listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"))
-    started = time.perf_counter()
-    count = 0
-    try:
-        while time.perf_counter() - started < seconds:
-            window.acquire()
-            frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
-            with lock:
-                acks[count] = len(streams)
-            for stream in streams:
-                stream.send(1, ((count, frame),), listener)
-            count += 1
-        for _ in range(inflight):
-            window.acquire()
-        elapsed = time.perf_counter() - started
-    finally:
-        for client in clients:
-            client.close()
-        io_loop.close()
+    with noop_registrations(ports, directory, f"fanout-{size}-{rate}") as uri, \
+            open_metadata_store(uri) as store:
+        transport = GrpcTransport(store)
+        bookies = transport.bookies()
+        meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
+        started = time.perf_counter()
+        count = 0
+        try:
+            while time.perf_counter() - started < seconds:
+                if rate is not None:
+                    delay = started + count / rate - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                window.acquire()
+                frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
+                with lock:
+                    acks[count] = len(bookies)
+                    sent_at[count] = time.perf_counter()
+                refused = transport.send_adds_to(bookies, 1, ((count, frame),), listener)
+                if refused:
+                    raise RuntimeError(f"fan-out refused: {refused}")
+                count += 1
+            for _ in range(inflight):
+                window.acquire()
+            elapsed = time.perf_counter() - started
+            used = meter.per_item(count)
+        finally:
+            transport.close()
     return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
-            "method": "AddStream fan-out to 3 no-op servers, all 3 acks per entry"}
+            "method": "AddStream fan-out to 3 no-op servers, all 3 acks per entry",
+            "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
+            "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
 
 
-def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
-                     rate: float | None = None, servers: dict[str, int] | None = None) -> dict:
-    uri = f"sqlite:///{directory}/noop-metadata-{size}-{rate}.db?lease_seconds=30"
+def storage_cost(directory: Path, size: int, entries: int, batch: int = 64) -> dict:
+    """CPU per entry of a bookie's storage alone, in this process, no gRPC: ``entries`` adds in batches of
+    ``batch`` (as an AddStream delivers them), durable (journal fsync'd) before the clock stops."""
+    codec, key, data = EntryCodec(), master_key(PASSWORD), os.urandom(size)
+    adds = [AddOp(1, entry_id, key, codec.encode(1, entry_id, entry_id - 1, 0, data), False)
+            for entry_id in range(entries)]
+    storage = BookieStorage(StorageConfig(directory / f"storage-cost-{size}"))
+    try:
+        cpu, started = time.process_time(), time.perf_counter()
+        pending = [storage.add_entries(adds[first:first + batch]) for first in range(0, entries, batch)]
+        if any(status != pb.OK for future in pending for status in future.result()):
+            raise RuntimeError("the storage refused adds")
+        cpu, elapsed = time.process_time() - cpu, time.perf_counter() - started
+    finally:
+        storage.close()
+    return {"entries": entries, "batch": batch, "entries_per_s": round(entries / elapsed),
+            "cpu_us_per_entry": round(cpu / entries * 1e6, 1)}
+
+
+def floor_1kib(result: dict) -> dict:
+    """The least CPU any client over these bookies can spend per 1 KiB entry: the gRPC fan-out of the entry
+    to 3 servers (client and servers, measured above) and 3 storage adds; and the rate that allows on
+    these cores if they did nothing else, against the goal."""
+    fanout = sum(result["limits"]["1KiB"]["grpc_fanout"]["cpu_us_per_entry"].values())
+    storage = result["bookie_storage_alone"]["1KiB"]["cpu_us_per_entry"]
+    total = fanout + 3 * storage
+    cores = os.cpu_count() or 1
+    return {"grpc_fanout_cpu_us_per_entry": round(fanout, 1), "storage_cpu_us_per_entry_per_bookie": storage,
+            "cpu_us_per_entry_before_any_replication_logic": round(total, 1),
+            "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None}
+
+
+@contextlib.contextmanager
+def noop_registrations(ports: list[int], directory: Path, name: str):
+    """A SQLite metadata store (its URI) in which the no-op servers are registered as bookies."""
+    uri = f"sqlite:///{directory}/noop-metadata-{name}.db?lease_seconds=30"
     store = open_metadata_store(uri)
     registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port})
                      for port in ports]
     try:
-        return client_run(uri, size, seconds, inflight, rate, servers)
+        yield uri
     finally:
         for registration in registrations:
             registration.close()
         store.close()
+
+
+def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
+                     rate: float | None = None, servers: dict[str, int] | None = None) -> dict:
+    with noop_registrations(ports, directory, f"{size}-{rate}") as uri:
+        return client_run(uri, size, seconds, inflight, rate, servers)
 
 
 def ratio(value: float, limit: float) -> float:
@@ -266,19 +332,22 @@ def run(seconds: float) -> dict:
         servers = start_noop_servers(3)
         try:
             ports = [port for _, port in servers]
+            noop_pids = {f"noop-{index}": process.pid for index, (process, _) in enumerate(servers)}
             for name, (size, inflight) in SIZES.items():
                 result["limits"][name] = {
                     "fsync": fsync_limit(directory, size, 20_000 if size == KiB else 200),
-                    "grpc_fanout": grpc_fanout_limit(ports, size, seconds / 2, inflight)}
+                    "grpc_fanout": grpc_fanout_limit(ports, directory, size, seconds / 2, inflight, noop_pids)}
                 result["client_over_noop_servers"][name] = client_over_noop(ports, directory, size, seconds / 2,
                                                                             inflight)
-            noop_pids = {f"noop-{index}": process.pid for index, (process, _) in enumerate(servers)}
+            result["limits"]["paced_1KiB_1000_per_s"] = {
+                "grpc_fanout": grpc_fanout_limit(ports, directory, KiB, seconds, 1_000, noop_pids, 1000.0)}
             result["client_over_noop_servers"]["paced_1KiB_1000_per_s"] = client_over_noop(
                 ports, directory, KiB, seconds, 1_000, 1000.0, noop_pids)
         finally:
             for process, _ in servers:
                 process.kill()
                 process.wait()
+        result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, KiB, 60_000)}
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
         with BookieCluster(3, directory / "bookies", uri) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
@@ -291,6 +360,9 @@ def run(seconds: float) -> dict:
             result["runs"]["paced_1KiB_1000_per_s_journal_write_data"] = client_run(uri, KiB, seconds, 1_000,
                                                                                     1000.0, pids)
     result["where_the_time_goes"] = {name: cpu_bound(run) for name, run in result["runs"].items()}
+    result["where_the_time_goes"]["1KiB_floor"] = floor_1kib(result)
+    result["where_the_time_goes"]["paced_1KiB_1000_per_s_grpc_fanout_alone"] = cpu_bound(
+        result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout"])
     noop_paced = result["client_over_noop_servers"].get("paced_1KiB_1000_per_s")
     if noop_paced is not None:  # the same paced load when the servers store nothing: gRPC's own share
         result["where_the_time_goes"]["paced_1KiB_1000_per_s_over_noop_servers"] = cpu_bound(noop_paced)

@@ -1,6 +1,6 @@
 """Benchmark Spark I/O through ``format("ledger")`` against parquet and an in-memory Arrow source, in one run.
 
-Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--read-repeats 3] [--out FILE]``.
+Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--read-repeats 5] [--out FILE]``.
 
 The data: ``--rows`` rows of ``id bigint`` and ``payload string`` (100 random
 hex characters per row, made of ``uuid()`` values, so no column compresses
@@ -23,7 +23,17 @@ Reads are timed into Spark's ``noop`` sink, each ``--read-repeats`` times
 starts the Python workers first (each costs seconds the first time). The
 ``ledger`` read also reports the bytes the bookies sent for it
 (``bookie_bytes_read``, from their metrics) beside the stream's entry bytes:
-more means entries were fetched twice (e.g. speculative reads). Goals:
+more means entries were fetched twice (e.g. speculative reads). Every timed
+run also reports the CPU seconds the whole machine spent meanwhile and the
+share of its cores that kept busy (near 1: CPU-bound). ``client_read`` fetches
+the same entries again with a plain ``LedgerReader`` in a fresh Python
+process, no Spark, and gives the CPU of the client and of each bookie per MiB
+(of its cheapest run). A ledger
+read does at least what the in-memory read does with the same batches plus
+that fetching, so on these cores its throughput is at most the in-memory read's
+times ``ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores``
+(the in-memory read's seconds over the sum of both CPU times divided by the
+number of cores). Goals:
 ``ledger`` read throughput >= 0.8 x the in-memory Arrow source's (reported
 against both of its reads), and ``ledger`` write time <= 1.0 x parquet's. Prints one JSON document (also
 written to ``--out``); the bookies, Spark and its Python workers share the
@@ -36,17 +46,19 @@ import json
 import os
 import platform
 import shutil
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import arrow_memory_source  # noqa: E402
+from cpu_usage import cpu_seconds, machine_busy_seconds  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
@@ -67,23 +79,35 @@ def make_input(spark, rows: int, partitions: int):
     return frame
 
 
-def timed(action) -> float:
-    started = time.perf_counter()
+class Run(NamedTuple):
+    """One timed action: wall seconds, and CPU seconds the whole machine spent meanwhile."""
+
+    seconds: float
+    machine_cpu_s: float
+
+
+def timed(action) -> Run:
+    busy, started = machine_busy_seconds(), time.perf_counter()
     action()
-    return time.perf_counter() - started
+    return Run(time.perf_counter() - started, machine_busy_seconds() - busy)
 
 
-def timed_reads(action, repeats: int) -> list[float]:
-    """Seconds of ``repeats`` runs of a read; ``figures`` reports their median (reads are cheap to repeat)."""
+def timed_reads(action, repeats: int) -> list[Run]:
+    """``repeats`` runs of a read; ``figures`` reports their median (reads are cheap to repeat)."""
     return [timed(action) for _ in range(repeats)]
 
 
-def figures(rows: int, seconds: float | list[float]) -> dict:
-    runs = seconds if isinstance(seconds, list) else [seconds]
-    median = statistics.median(runs)
-    result = {"seconds": round(median, 3), "rows_per_s": round(rows / median),
-              "mb_per_s": round(rows * ROW_BYTES / median / 1e6, 1)}
-    return result if len(runs) == 1 else dict(result, runs=[round(run, 3) for run in runs])
+def figures(rows: int, timing: Run | list[Run]) -> dict:
+    """Throughput of the median run, and what share of the machine's cores it kept busy: near 1 means the
+    run was bound by CPU (of any process: the JVM, Python workers, bookies), well below 1 by waiting."""
+    runs = sorted(timing if isinstance(timing, list) else [timing])
+    median = runs[(len(runs) - 1) // 2]
+    cores = os.cpu_count() or 1
+    result = {"seconds": round(median.seconds, 3), "rows_per_s": round(rows / median.seconds),
+              "mb_per_s": round(rows * ROW_BYTES / median.seconds / 1e6, 1),
+              "machine_cpu_seconds": round(median.machine_cpu_s, 2),
+              "share_of_all_cores_busy": round(median.machine_cpu_s / (median.seconds * cores), 2)}
+    return result if len(runs) == 1 else dict(result, runs=[round(run.seconds, 3) for run in timing])
 
 
 class Paths:
@@ -128,12 +152,54 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
     streams = executor.stream_client(paths.sandbox.metadata_uri)
     info = streams.open_stream(stream)
     logs = streams.partition_logs(stream)
-    return {"write": figures(rows, write), "read": figures(rows, read), "stream_partitions": info.partitions,
+    return {"write": figures(rows, write), "read": figures(rows, read),
+            "client_read": client_read(paths.sandbox, logs, paths.read_repeats), "stream_partitions": info.partitions,
             "ledgers": sum(len(log.spans) for log in logs.values()),
             "entries": sum(span.entry_count for log in logs.values() for span in log.spans),
             "entry_bytes": sum(span.length for log in logs.values() for span in log.spans),
             "bookie_bytes_read": round(sent), "read_schema": reading.schema.simpleString(),
             "read_input_partitions": reading.rdd.getNumPartitions()}
+
+
+def client_read(sandbox: Sandbox, logs, repeats: int) -> dict:
+    """The stream's entries fetched by a plain ``LedgerReader`` in a fresh Python process, without Spark
+    (``repeats`` runs): the CPU the client and the bookies spend to deliver the entries, which every Spark
+    read of the stream spends on top of what Spark itself does with the batches. Reports the run that
+    cost the least CPU (the figure a bound needs) and every run's seconds."""
+    spans = [f"{span.ledger_id}:{span.last_entry_id}" for partition_log in logs.values()
+             for span in partition_log.spans]
+    bookies = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(sandbox.bookies)}
+    command = [sys.executable, str(Path(__file__).resolve()), "--client-read", sandbox.metadata_uri,
+               "--repeats", str(repeats), "--bookie-pids", json.dumps(bookies), *spans]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the client read failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def read_spans(uri: str, spans: list[str], repeats: int, bookie_pids: dict[str, int]) -> dict:
+    """``--client-read``: read entries 0..last of each ``ledger:last`` span ``repeats`` times (this process)."""
+    from pyspark_ledger import LedgerClient
+
+    pids = {"client": os.getpid(), **bookie_pids}
+    runs = []
+    with LedgerClient(uri) as client:
+        for _ in range(repeats):
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            started, nbytes = time.perf_counter(), 0
+            for span in spans:
+                ledger_id, last = map(int, span.split(":"))
+                for entry in client.open_ledger(ledger_id, b"", recovery=False).read(0, last, copy=False):
+                    nbytes += len(entry.data)
+            seconds = time.perf_counter() - started
+            runs.append((sum(cpu_seconds(pid) - before[name] for name, pid in pids.items()), seconds,
+                         {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}))
+    cpu, seconds, used = min(runs, key=lambda run: run[0])
+    mib = nbytes / 2**20
+    return {"seconds": round(seconds, 3), "mib_per_s": round(mib / seconds, 1), "entry_bytes": nbytes,
+            "cpu_seconds": round(cpu, 2), "cpu_ms_per_mib": {name: round(value / mib * 1e3, 2)
+                                                           for name, value in used.items()},
+            "runs": [round(run[1], 3) for run in runs]}
 
 
 def bookie_bytes_read(sandbox: Sandbox) -> float:
@@ -150,7 +216,7 @@ def bookie_bytes_read(sandbox: Sandbox) -> float:
 
 
 def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
-    def read_as(payload_type: str) -> float:
+    def read_as(payload_type: str) -> list[Run]:
         reading = (paths.spark.read.format(arrow_memory_source.NAME)
                    .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES,
                             payloadType=payload_type).load())
@@ -187,8 +253,15 @@ def ratios(results: dict) -> dict:
     read_ratio = ledger["read"]["rows_per_s"] / memory["read"]["rows_per_s"]
     same_schema_ratio = ledger["read"]["rows_per_s"] / memory["read_string"]["rows_per_s"]
     write_ratio = ledger["write"]["seconds"] / parquet["write"]["seconds"]
+    # A ledger read does at least what the in-memory read does with the same batches (Python worker to JVM,
+    # the JVM's work) plus fetching the entries (client and bookies); with every core busy on both:
+    cores = os.cpu_count() or 1
+    fastest_read_s = (memory["read_string"]["machine_cpu_seconds"] + ledger["client_read"]["cpu_seconds"]) / cores
+    read_bound = memory["read_string"]["seconds"] and fastest_read_s and (
+        memory["read_string"]["seconds"] / fastest_read_s)
     return {"ledger_read_vs_arrow_memory_read": round(read_ratio, 3),
             "ledger_read_vs_arrow_memory_string_read": round(same_schema_ratio, 3),
+            "ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores": round(read_bound, 3),
             "ledger_read_bookie_bytes_per_entry_byte": round(ledger["bookie_bytes_read"] / ledger["entry_bytes"], 3),
             "ledger_write_vs_parquet_write": round(write_ratio, 3),
             "ledger_read_vs_parquet_read": round(ledger["read"]["rows_per_s"] / parquet["read"]["rows_per_s"], 3),
@@ -204,10 +277,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows written and read by each path")
     parser.add_argument("--partitions", type=int, default=2, help="input partitions (Spark runs local[2])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver memory (holds the cached input)")
-    parser.add_argument("--read-repeats", type=int, default=3,
-                        help="times each read is run; its median is reported (default 3)")
+    parser.add_argument("--read-repeats", type=int, default=5,
+                        help="times each read is run; its median is reported (default 5: the first runs "
+                             "of a read are slower, as its memory and the page cache warm up)")
     parser.add_argument("--out", help="also write the JSON document to this file")
+    parser.add_argument("--client-read", metavar="URI", help=argparse.SUPPRESS)  # the child of client_read()
+    parser.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--bookie-pids", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("spans", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.client_read:
+        print(json.dumps(read_spans(args.client_read, args.spans, args.repeats, json.loads(args.bookie_pids))))
+        return 0
     if args.rows < 1 or args.partitions < 1 or args.read_repeats < 1:
         parser.error("--rows, --partitions and --read-repeats must be positive")
     load_before = os.getloadavg()
