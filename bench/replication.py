@@ -117,6 +117,18 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000.0 if ordered else float("nan")
 
 
+def paced(started: float, seconds: float, rate: float | None):
+    """0, 1, 2, ... until ``seconds`` after ``started``; with ``rate``, number n not before n / rate s."""
+    count = 0
+    while time.perf_counter() - started < seconds:
+        if rate is not None:
+            delay = started + count / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        yield count
+        count += 1
+
+
 def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
     """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed)."""
     data = os.urandom(size)
@@ -131,15 +143,11 @@ def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float |
         window.release()
     started = time.perf_counter()
     count = 0
-    while time.perf_counter() - started < seconds:
-        if rate is not None:
-            delay = started + count / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
+    for count in paced(started, seconds, rate):
         window.acquire()
         now = time.perf_counter()
         writer.append_async(data).add_done_callback(lambda f, now=now: done(now, f))
-        count += 1
+        count += 1  # after the loop: how many were sent
     for _ in range(inflight):
         window.acquire()
     elapsed = time.perf_counter() - started
@@ -237,11 +245,7 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
         started = time.perf_counter()
         count = 0
         try:
-            while time.perf_counter() - started < seconds:
-                if rate is not None:
-                    delay = started + count / rate - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
+            for count in paced(started, seconds, rate):
                 window.acquire()
                 frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
                 with lock:
@@ -250,7 +254,7 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
                 refused = transport.send_adds_to(bookies, 1, ((count, frame),), listener)
                 if refused:
                     raise RuntimeError(f"fan-out refused: {refused}")
-                count += 1
+                count += 1  # after the loop: how many were sent
             for _ in range(inflight):
                 window.acquire()
             elapsed = time.perf_counter() - started
