@@ -29,6 +29,7 @@ from concurrent.futures import Future
 
 from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, Outstanding, WriterEvents
 from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.closing import close_leaving_block
 from pyspark_ledger.client.add_wire import AddEncoder, check_payload
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ensemble_change import change_ensemble
@@ -182,13 +183,7 @@ class LedgerWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except LedgerError:
-            log.warning("closing ledger %d after an error failed", self.ledger_id, exc_info=True)
+        close_leaving_block(self.close, exc_type is not None, log, f"ledger {self.ledger_id}")
 
     # --- close --------------------------------------------------------------------
     def _close(self) -> None:

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
+from pyspark_ledger.client.closing import close_leaving_block
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import (InvalidConfigurationError, LedgerClosedError, LedgerError, LedgerFencedError,
                                    MetadataError, MetadataVersionConflictError)
@@ -190,14 +191,8 @@ class LogWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except LedgerError:
-            log.warning("closing the log writer of %r/%d after an error failed", self.stream, self.partition,
-                        exc_info=True)
+        close_leaving_block(self.close, exc_type is not None, log,
+                            f"the log writer of {self.stream!r}/{self.partition}")
 
     # --- rolling ---------------------------------------------------------------------
     def _roll(self) -> int:
