@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pyspark_ledger.cli.arg_types import number
+
 MiB = 1024 * 1024
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_ENTRY_SIZE = 5 * MiB
@@ -78,72 +80,14 @@ class ServerConfig:
         )
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], e.g. 0.95, got {text!r}")
-    return value
-
-
-def _compaction_threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), e.g. 0.2 (0 = no compaction), got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-
-
-def _port(text: str) -> int:
-    value = _int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {text!r}")
-    return value
-
-
-def _metrics_port(text: str) -> int:
-    value = _int(text)
-    if not -1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be -1 (off), 0 (any free port) or a port, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
+_non_negative_int = number(int, lambda value: value >= 0, "expected a whole number >= 0")
+_fraction = number(float, lambda value: 0 < value <= 1, "must be a fraction in (0, 1], e.g. 0.95")
+_compaction_threshold = number(float, lambda value: 0 <= value < 1,
+                               "must be a fraction in [0, 1), e.g. 0.2 (0 = no compaction)")
+_positive_int = number(int, lambda value: value >= 1, "must be a positive integer")
+_port = number(int, lambda value: 1 <= value <= 65535, "must be a TCP port in 1..65535")
+_metrics_port = number(int, lambda value: -1 <= value <= 65535, "must be -1 (off), 0 (any free port) or a port")
+_non_negative_float = number(float, lambda value: value >= 0, "must be a number >= 0")
 
 
 def _bookie_id(text: str) -> str:

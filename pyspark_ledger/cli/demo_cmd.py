@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pyspark_ledger.cli.arg_types import number
+
 EXIT_CHECK_FAILED = 1
 EXIT_INTERRUPTED = 130
 MIN_BOOKIES = 4
@@ -40,26 +42,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=cmd_demo)
 
 
-def _duration(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, e.g. 60; got {text!r}") from None
-    if not 5 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be 5 to 3600 seconds, got {text!r}")
-    return value
-
-
-def _bookies(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= {MIN_BOOKIES}, got {text!r}") from None
-    if value < MIN_BOOKIES:
-        raise argparse.ArgumentTypeError(
-            f"must be >= {MIN_BOOKIES}, got {value}: ledgers are written to 3 bookies, so when one is killed a "
-            "4th must be there to replace it (with 3, writes fail with not-enough-bookies)")
-    return value
+_duration = number(float, lambda value: 5 <= value <= 3600, "must be a number of seconds from 5 to 3600, e.g. 60")
+_bookies = number(int, lambda value: value >= MIN_BOOKIES,
+                  f"must be a whole number >= {MIN_BOOKIES}: ledgers are written to 3 bookies, so when one is "
+                  "killed a 4th must be there to replace it (with 3, writes fail with not-enough-bookies)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

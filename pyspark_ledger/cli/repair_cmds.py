@@ -20,6 +20,7 @@ import signal
 import threading
 
 from pyspark_ledger.cli.admin import metadata_store
+from pyspark_ledger.cli.arg_types import number
 from pyspark_ledger.cli.data_cmds import add_password_arg
 from pyspark_ledger.cli.output import print_json, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
@@ -160,16 +161,11 @@ def cmd_autorecovery(args: argparse.Namespace) -> int:
     return 0
 
 
+_grace_seconds = number(float, lambda value: value >= 0, "expected seconds >= 0 or 'off'")
+
+
 def _grace(text: str) -> float | None:
-    if text.strip().lower() == "off":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0 or 'off', got {text!r}")
-    return value
+    return None if text.strip().lower() == "off" else _grace_seconds(text)
 
 
 def _print_round(args: argparse.Namespace, report) -> None:

@@ -15,6 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from pyspark_ledger.cli.arg_types import number
 from pyspark_ledger.errors import LedgerError
 
 EXIT_INTERRUPTED = 130
@@ -37,14 +38,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=cmd_sandbox)
 
 
-def _bookie_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (a cluster needs at least one bookie), got {text!r}")
-    return value
+_bookie_count = number(int, lambda value: value >= 1,
+                       "must be a whole number >= 1 (a cluster needs at least one bookie)")
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:

@@ -228,8 +228,8 @@ def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed(
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--bookies", "3"], "must be >= 4"),
-    (["--duration", "0"], "5 to 3600 seconds"),
+    (["--bookies", "3"], "must be a whole number >= 4"),
+    (["--duration", "0"], "from 5 to 3600"),
     (["--duration", "soon"], "number of seconds"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(flags, message, capsys):
