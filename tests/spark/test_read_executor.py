@@ -85,3 +85,37 @@ def test_a_missing_uri_is_refused_naming_the_option(bad_uri):
 def test_a_password_of_the_wrong_type_is_refused(uri):
     with pytest.raises(InvalidConfigurationError, match="password must be bytes or str, got int"):
         executor.stream_client(uri, 7)
+
+
+FREEZE_PROBE = """
+import gc, sys
+from pyspark_ledger.spark import executor
+uri = sys.argv[1]
+executor.ledger_client(uri)
+first = gc.get_freeze_count()
+executor.ledger_client(uri + "-other")  # a second client: no second freeze
+junk = [[] for _ in range(1000)]
+second = gc.get_freeze_count()
+executor.close_all()
+print(first, second)
+"""
+
+
+@pytest.mark.parametrize("reused, frozen", [("1", True), (None, False)])
+def test_a_reused_spark_worker_freezes_what_exists_when_it_opens_its_first_client(tmp_path, reused, frozen):
+    import subprocess
+    import sys
+
+    from pyspark_ledger.testing.bookies import child_env
+
+    env = child_env()
+    env.pop(executor.REUSED_WORKER_ENV, None)
+    if reused:
+        env[executor.REUSED_WORKER_ENV] = reused
+    done = subprocess.run([sys.executable, "-c", FREEZE_PROBE, f"sqlite:///{tmp_path}/metadata.db"], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    first, second = map(int, done.stdout.split())
+    if frozen:
+        assert first > 10_000 and second == first, "frozen once, at the first client (modules and all)"
+    else:
+        assert first == second == 0, "outside Spark's reused workers nothing is frozen"
