@@ -30,8 +30,8 @@ do not survive a fork, so the child starts with an empty cache.
 Spark's daemon runs ``gc.collect()`` in a reused worker after every task. A
 worker that has imported this package (pyarrow, gRPC, protobuf, asyncio) and
 opened a client holds some 90,000 objects that the collector walks each time:
-about 50 ms per task on these machines, half the CPU of a task that reads 33
-entries of 1 MiB. So when a reused worker (``SPARK_REUSE_WORKER`` set) opens
+about 50 ms per task on these machines, where reading 33 entries of 1 MiB
+takes about 90 ms of CPU. So when a reused worker (``SPARK_REUSE_WORKER`` set) opens
 its first client, the objects alive then -- modules, the client -- are
 frozen (``gc.freeze()``): later collections only look at what tasks create,
 and take well under a millisecond. What is frozen is never collected, so
