@@ -1,0 +1,95 @@
+"""The benchmarks' own arithmetic and measuring helpers (the runs themselves are too long for tests)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from bench import cpu_usage
+from bench import replication as rep
+
+
+def test_paced_numbers_come_in_order_and_not_before_their_time():
+    started, rate = time.perf_counter(), 200.0
+    seen = []
+    for number in rep.paced(started, 0.25, rate):
+        seen.append((number, time.perf_counter()))
+    assert [number for number, _ in seen] == list(range(len(seen)))
+    assert 1 <= len(seen) <= 51  # 0..49 due within 0.25 s (50 if the last check came just before the end)
+    assert all(at >= started + number / rate - 1e-4 for number, at in seen)
+
+
+def test_unpaced_numbers_stop_after_the_time_given():
+    started = time.perf_counter()
+    count = sum(1 for _ in rep.paced(started, 0.05, None))
+    assert count >= 1 and time.perf_counter() - started < 1.0
+
+
+def test_storage_cost_stores_every_entry_durably_and_reports_cpu(tmp_path):
+    cost = rep.storage_cost(tmp_path, 1024, 640)
+    assert cost["entries"] == 640 and cost["batch"] == 64
+    assert cost["cpu_us_per_entry"] > 0 and cost["entries_per_s"] > 0
+
+
+def test_the_1kib_floor_adds_the_fan_out_and_three_storage_adds():
+    result = {"limits": {"1KiB": {"grpc_fanout": {"cpu_us_per_entry": {"client": 30.0, "noop-0": 6.0,
+                                                                         "noop-1": 6.0, "noop-2": 8.0}}}},
+              "bookie_storage_alone": {"1KiB": {"cpu_us_per_entry": 12.0}}}
+    floor = rep.floor_1kib(result)
+    assert floor["grpc_fanout_cpu_us_per_entry"] == 50.0
+    assert floor["cpu_us_per_entry_before_any_replication_logic"] == 86.0
+    assert floor["entries_per_s_if_all_cores_did_only_this"] == round((os.cpu_count() or 1) * 1e6 / 86.0)
+
+
+def test_cpu_bound_says_the_rate_the_cpu_allows_and_the_share_of_cores_busy():
+    bound = rep.cpu_bound({"cpu_us_per_entry": {"client": 60.0, "bookie-0": 40.0}, "entries_per_s": 5_000})
+    cores = os.cpu_count() or 1
+    assert bound["cpu_us_per_entry_all_processes"] == 100.0
+    assert bound["entries_per_s_if_all_cores_did_only_this"] == round(cores * 1e6 / 100.0)
+    assert bound["share_of_all_cores_busy"] == round(100.0 * 5_000 / (cores * 1e6), 2)
+
+
+def test_the_machines_busy_cpu_only_grows_while_this_process_works():
+    before = cpu_usage.machine_busy_seconds()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    assert cpu_usage.machine_busy_seconds() - before >= 0.1
+
+
+class TestSparkIo:
+    @pytest.fixture(scope="class")
+    def spark_io(self):
+        pytest.importorskip("pyspark.sql.datasource")
+        from bench import spark_io
+        return spark_io
+
+    def test_figures_report_the_median_run_and_its_share_of_the_cores(self, spark_io):
+        runs = [spark_io.Run(3.0, 1.0), spark_io.Run(1.0, 1.8), spark_io.Run(2.0, 3.0)]
+        cores = os.cpu_count() or 1
+        figures = spark_io.figures(1_000, runs)
+        assert figures["seconds"] == 2.0 and figures["rows_per_s"] == 500
+        assert figures["machine_cpu_seconds"] == 3.0
+        assert figures["share_of_all_cores_busy"] == round(3.0 / (2.0 * cores), 2)
+        assert figures["runs"] == [3.0, 1.0, 2.0]
+
+    def test_the_client_read_fetches_every_entry_in_a_child_process(self, spark_io, tmp_path):
+        from pyspark_ledger import LedgerClient
+        from pyspark_ledger.sandbox import Sandbox
+        from pyspark_ledger.spark.planning import LedgerSpan
+
+        class Log:  # the part of a PartitionLog that client_read looks at
+            def __init__(self, spans) -> None:
+                self.spans = spans
+
+        with Sandbox(bookies=3, data_dir=tmp_path / "sandbox") as sandbox:
+            with LedgerClient(sandbox.metadata_uri) as client:
+                writer = client.create_ledger(3, 3, 2, password=b"")
+                for index in range(20):
+                    writer.append(bytes([index]) * 10_000)
+                writer.close()
+            read = spark_io.client_read(sandbox, {0: Log([LedgerSpan(0, writer.ledger_id, 19, 200_000)])}, 2)
+        assert read["entry_bytes"] == 200_000 and len(read["runs"]) == 2
+        assert set(read["cpu_ms_per_mib"]) == {"client", "bookie-0", "bookie-1", "bookie-2"}
+        assert read["cpu_seconds"] >= 0 and read["mib_per_s"] > 0
