@@ -11,7 +11,7 @@ run, on the same machine, it measures two limits for the same bytes:
 * ``fsync``: 3 threads, each appending the entries to its own file with one
   fsync per write of up to 1 MiB (an ideal group-committing journal);
 * ``grpc_fanout``: the encoded entries sent with the client's AddStream to 3
-  servers of the same proto that store nothing (``--noop-server``, below),
+  servers of the same proto that store nothing (``noop_bookies.py``),
   each entry done once all 3 acknowledged; for 1 KiB also paced at 1,000
   entries/s, with its latency to the second ack and CPU per entry: gRPC's
   share of the paced goal, with no replication logic and no storage.
@@ -36,25 +36,21 @@ shares the machine: bookies, client, servers and whatever else runs there
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from concurrent import futures as cf
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import grpc  # noqa: E402
-
 from cpu_usage import CpuMeter  # noqa: E402
+from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from bookie_server.storage import AddOp, BookieStorage, StorageConfig  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
@@ -62,53 +58,13 @@ from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
 from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
-from pyspark_ledger.testing.bookies import BookieCluster, child_env, free_port  # noqa: E402
+from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
-from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 SIZES = {"1KiB": (KiB, 2_000), "1MiB": (MiB, 8)}  # payload bytes, adds in flight
 GOALS = {"1KiB_entries_per_s": 20_000, "1MiB_ratio_to_lower_limit": 0.6, "paced_p99_ms": 5.0}
 PASSWORD = b"bench"
-
-
-# --- the no-op server -------------------------------------------------------------------------
-class NoopBookie(pb_grpc.BookieServicer):
-    """Acknowledges every add at once and stores nothing."""
-
-    def AddStream(self, request_iterator, context):
-        for batch in request_iterator:
-            yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=a.ledger_id, entry_id=a.entry_id, status=pb.OK)
-                                             for a in batch.adds])
-
-    def WriteLac(self, request, context):
-        return pb.WriteLacResponse(status=pb.OK, last_add_confirmed=request.last_add_confirmed)
-
-    def Info(self, request, context):
-        return pb.BookieInfoResponse(status=pb.OK, bookie_id="noop")
-
-
-def serve_noop(port: int) -> None:
-    server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
-                         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
-    pb_grpc.add_BookieServicer_to_server(NoopBookie(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    print("ready", flush=True)
-    server.wait_for_termination()
-
-
-def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
-    servers = []
-    for _ in range(count):
-        port = free_port()
-        process = subprocess.Popen([sys.executable, __file__, "--noop-server", str(port)], stdout=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, env=child_env(), text=True)
-        servers.append((process, port))
-    for process, _ in servers:
-        if process.stdout.readline().strip() != "ready":
-            raise RuntimeError("a no-op server did not start")
-    return servers
 
 
 # --- measurements ---------------------------------------------------------------------------------
@@ -299,21 +255,6 @@ def floor_1kib(result: dict) -> dict:
             "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None}
 
 
-@contextlib.contextmanager
-def noop_registrations(ports: list[int], directory: Path, name: str):
-    """A SQLite metadata store (its URI) in which the no-op servers are registered as bookies."""
-    uri = f"sqlite:///{directory}/noop-metadata-{name}.db?lease_seconds=30"
-    store = open_metadata_store(uri)
-    registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port})
-                     for port in ports]
-    try:
-        yield uri
-    finally:
-        for registration in registrations:
-            registration.close()
-        store.close()
-
-
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
                      rate: float | None = None, servers: dict[str, int] | None = None) -> dict:
     with noop_registrations(ports, directory, f"{size}-{rate}") as uri:
@@ -395,11 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured run")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    parser.add_argument("--noop-server", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.noop_server is not None:
-        serve_noop(args.noop_server)
-        return 0
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
     text = json.dumps(run(args.seconds), indent=2)

@@ -1,0 +1,81 @@
+"""Servers of the bookie's gRPC protocol that acknowledge every add at once and store nothing.
+
+The benchmarks measure gRPC's own share against them: ``start_noop_servers(n)``
+starts ``n`` of them as processes on free 127.0.0.1 ports (``python
+bench/noop_bookies.py PORT`` is one), and ``noop_registrations`` registers
+them as bookies in a SQLite metadata store so that a ``LedgerClient`` or a
+``GrpcTransport`` can use them. The caller kills the processes.
+"""
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from concurrent import futures as cf
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import grpc  # noqa: E402
+
+from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
+from pyspark_ledger.testing.bookies import child_env, free_port  # noqa: E402
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
+from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
+
+
+class NoopBookie(pb_grpc.BookieServicer):
+    """Acknowledges every add at once and stores nothing."""
+
+    def AddStream(self, request_iterator, context):
+        for batch in request_iterator:
+            yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=a.ledger_id, entry_id=a.entry_id, status=pb.OK)
+                                             for a in batch.adds])
+
+    def WriteLac(self, request, context):
+        return pb.WriteLacResponse(status=pb.OK, last_add_confirmed=request.last_add_confirmed)
+
+    def Info(self, request, context):
+        return pb.BookieInfoResponse(status=pb.OK, bookie_id="noop")
+
+
+def serve_noop(port: int) -> None:
+    server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
+                         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    pb_grpc.add_BookieServicer_to_server(NoopBookie(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print("ready", flush=True)
+    server.wait_for_termination()
+
+
+def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
+    servers = []
+    for _ in range(count):
+        port = free_port()
+        process = subprocess.Popen([sys.executable, __file__, str(port)], stdout=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, env=child_env(), text=True)
+        servers.append((process, port))
+    for process, _ in servers:
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("a no-op server did not start")
+    return servers
+
+
+@contextlib.contextmanager
+def noop_registrations(ports: list[int], directory: Path, name: str):
+    """A SQLite metadata store (its URI) in which the no-op servers are registered as bookies."""
+    uri = f"sqlite:///{directory}/noop-metadata-{name}.db?lease_seconds=30"
+    store = open_metadata_store(uri)
+    registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port})
+                     for port in ports]
+    try:
+        yield uri
+    finally:
+        for registration in registrations:
+            registration.close()
+        store.close()
+
+
+if __name__ == "__main__":
+    serve_noop(int(sys.argv[1]))
