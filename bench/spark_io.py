@@ -257,8 +257,7 @@ def ratios(results: dict) -> dict:
     # the JVM's work) plus fetching the entries (client and bookies); with every core busy on both:
     cores = os.cpu_count() or 1
     fastest_read_s = (memory["read_string"]["machine_cpu_seconds"] + ledger["client_read"]["cpu_seconds"]) / cores
-    read_bound = memory["read_string"]["seconds"] and fastest_read_s and (
-        memory["read_string"]["seconds"] / fastest_read_s)
+    read_bound = memory["read_string"]["seconds"] / fastest_read_s if fastest_read_s else float("nan")
     return {"ledger_read_vs_arrow_memory_read": round(read_ratio, 3),
             "ledger_read_vs_arrow_memory_string_read": round(same_schema_ratio, 3),
             "ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores": round(read_bound, 3),

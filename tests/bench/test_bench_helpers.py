@@ -93,3 +93,16 @@ class TestSparkIo:
         assert read["entry_bytes"] == 200_000 and len(read["runs"]) == 2
         assert set(read["cpu_ms_per_mib"]) == {"client", "bookie-0", "bookie-1", "bookie-2"}
         assert read["cpu_seconds"] >= 0 and read["mib_per_s"] > 0
+
+    def test_the_read_bound_adds_the_in_memory_read_and_the_client_read_on_all_cores(self, spark_io):
+        def run(seconds, cpu=0.0):
+            return {"seconds": seconds, "rows_per_s": round(1000 / seconds), "machine_cpu_seconds": cpu}
+        cores = os.cpu_count() or 1
+        results = {"parquet": {"write": run(4.0), "read": run(1.0)},
+                   "ledger": {"write": run(5.0), "read": run(2.0), "bookie_bytes_read": 10, "entry_bytes": 10,
+                              "client_read": {"cpu_seconds": 1.0}},
+                   "arrow_memory": {"read": run(1.0, 2.0), "read_string": run(1.0, 2.0), "write": run(2.0)}}
+        ratios = spark_io.ratios(results)
+        assert ratios["ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores"] == round(
+            1.0 / (3.0 / cores), 3)
+        assert ratios["ledger_write_vs_parquet_write"] == 1.25 and not ratios["write_goal_met"]
