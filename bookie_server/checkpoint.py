@@ -4,10 +4,13 @@ A checkpoint
   1. takes the journal mark (end of the last fsync'd journal batch): every
      record before it has already been applied to the entry logs, index and
      ledger state in memory;
-  2. under the storage lock, copies the dirty index pages and the ledger state;
+  2. under the storage lock, copies the dirty index pages;
   3. fsyncs the entry logs (covering every entry those copies point to),
-     writes and fsyncs the index pages, atomically replaces the state snapshot;
-  4. atomically replaces the mark file (temp, fsync, rename, fsync dir);
+     writes and fsyncs the index pages; then, under the lock, marks them
+     clean and encodes the ledger state with each index file's count of
+     durable page records, and atomically replaces the state snapshot;
+  4. atomically replaces the mark file (temp, fsync, rename, fsync dir) with
+     the mark, or with an older one if a ledger's index is pinning it;
   5. unlinks the index files of ledgers garbage collected before step 1
      (deleted at a journal sequence the mark covers: see ``storage_gc``);
   6. deletes journal files wholly before the mark.
@@ -17,6 +20,16 @@ from the journal after a crash, and replay is idempotent.
 A failed checkpoint is sticky (``failure``): after a failed fsync the kernel
 may have dropped dirty pages, so no later checkpoint may move the mark past
 them. The owner then stops taking adds; a restart replays the journal.
+
+Except one ledger's index pages: if they cannot be written, that ledger
+fails alone (``LedgerIndex.fail``: its adds are refused) and is pinned
+(``pin``): the mark persisted from then on is at most the last mark
+persisted before its failure, so the journal keeps every record whose index
+slot is not durable, and a restart replays them (the journal is kept, and
+grows, until the ledger's pages are written: each checkpoint tries again,
+and a success unpins it). The owner also pins a ledger whose index failed
+while the journal was replayed at start (its replayed entries may have been
+acknowledged). Other ledgers' checkpoints go on.
 """
 from __future__ import annotations
 
@@ -74,7 +87,8 @@ class Checkpointer:
     """Runs checkpoints one at a time: on demand, on ``request()``, and every ``interval_s`` (0 = never)."""
 
     def __init__(self, *, mark_path: Path, snapshot_path: Path, journal: Journal, entry_logger: EntryLogger,
-                 index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float) -> None:
+                 index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float,
+                 initial_mark: JournalMark | None = None) -> None:
         self._mark_path = mark_path
         self._snapshot_path = snapshot_path
         self._journal = journal
@@ -87,12 +101,28 @@ class Checkpointer:
         self._wake = threading.Event()
         self._stopping = False
         self._failure: StorageError | None = None
-        self._last_mark: JournalMark | None = None
+        self._last_mark: JournalMark | None = None  # the mark of the last checkpoint (persisted or pinned)
+        self._persisted: JournalMark = initial_mark if initial_mark is not None else NO_MARK
+        self._pins: dict[int, JournalMark] = {}  # ledger -> the mark it holds back
         self._thread = threading.Thread(target=self._run, name="bookie-checkpoint", daemon=True)
 
     @property
     def failure(self) -> StorageError | None:
         return self._failure
+
+    @property
+    def pinned(self) -> dict[int, JournalMark]:
+        """Ledgers holding the journal mark back (ledger -> mark), because their index pages are not durable."""
+        return dict(self._pins)
+
+    @property
+    def mark_held_back(self) -> bool:
+        """True while a ledger is pinned: the persisted mark may be older than the last one taken."""
+        return bool(self._pins)
+
+    def pin(self, ledger_id: int) -> None:
+        """Keep the persisted mark at or before where it is now until the ledger's index pages are written."""
+        self._pins.setdefault(ledger_id, self._persisted)
 
     def start(self) -> None:
         self._thread.start()
@@ -124,30 +154,39 @@ class Checkpointer:
         crash_point("checkpoint_after_mark_taken")
         with self._lock:
             pages = self._index.dirty_pages()
-            snapshot = self._states.snapshot()
+            changed = self._states.dirty
             removed = self._index.ready_discards(durable, lambda ledger_id: self._states.get(ledger_id) is not None)
-        if mark == self._last_mark and not pages and snapshot is None and not removed:
+        if mark == self._last_mark and not pages and not changed and not removed:
             return  # nothing happened since the last checkpoint
         try:
             self._entry_logger.sync()
-            self._index.write_pages(pages)
+            failed = self._index.write_pages(pages)
+            with self._lock:
+                if self._index.mark_clean(pages, failed):
+                    self._states.mark_dirty()  # new page counts
+                snapshot = self._states.snapshot(self._index.durable_pages)
             if snapshot is not None:
                 LedgerStates.persist(self._snapshot_path, snapshot)
         except BaseException:
             with self._lock:
                 self._states.mark_dirty()
             raise
-        with self._lock:
-            self._index.mark_clean(pages)
+        for ledger_id in failed:
+            self.pin(ledger_id)
+        for ledger_id in {copy.ledger_id for copy in pages}.difference(failed).intersection(self._pins):
+            del self._pins[ledger_id]  # its pages are durable now
+            log.warning("index pages of ledger %d were written at last; it no longer holds the journal back",
+                        ledger_id)
+        persisted = min([mark, *self._pins.values()])
         crash_point("checkpoint_before_mark_persist")
-        write_mark(self._mark_path, mark)
-        self._last_mark = mark
-        if removed:
+        write_mark(self._mark_path, persisted)
+        self._last_mark, self._persisted = mark, persisted
+        if removed and persisted == mark:  # (held back, replay could still need the ledger's file)
             crash_point("checkpoint_before_index_unlink")
             self._index.remove_files(removed)
             with self._lock:
                 self._index.forget_discards(removed)
-        self._journal.remove_files_before(mark.file_id)
+        self._journal.remove_files_before(persisted.file_id)
 
     def _run(self) -> None:
         while True:

@@ -2,13 +2,65 @@
 
 Each ledger has an index file ``<dir>/<ll>/<hh>/<ledger id>.idx`` (``ll`` and
 ``hh`` are the low and next byte of the id, in hex, so no directory holds
-more than 256 entries per level). The file is a 16-byte header then fixed
-16-byte slots, one per entry id (log id u32, offset u64, length u32; log id 0
-means "no entry"), grouped in pages of 1024 slots. Pages are cached in
-memory; updates only touch the cache. A checkpoint copies the dirty pages
-(``dirty_pages``), writes and fsyncs them (``write_pages``, no lock needed),
-then ``mark_clean``. Only clean pages are evicted; when dirty pages fill the
-cache, ``over_capacity`` asks the owner for an early checkpoint.
+more than 256 entries per level). Its format is in ``index_format``: page
+records of 1024 checksummed slots, each record naming its page, so the file
+holds only the pages used (one entry at id 2**63-1 costs one record, not a
+sparse file of exabytes). When a ledger's file is first opened its record
+headers are read into a directory (``LedgerFile``: page -> record position);
+a new page is appended at the next position, a known page is rewritten in
+place. Pages are cached in memory (16-byte slots, no checksums); updates only
+touch the cache. A checkpoint copies the dirty pages (``dirty_pages``), writes
+and fsyncs them (``write_pages``, no lock needed), then ``mark_clean``. Only
+clean pages are evicted; when dirty pages fill the cache, ``over_capacity``
+asks the owner for an early checkpoint.
+
+Damage is never absence. Every slot, record header and the file header carry
+a checksum; a damaged slot reads as ``CorruptStorageError``, never as "no
+entry". Truncation (records cut off the end, or the whole file gone) cannot
+be seen inside the file, so the checkpoint records outside it how many
+records each file durably holds (``durable_pages``, kept in the ledger-state
+snapshot). A page the directory cannot place while the file is shorter than
+that count, or has a damaged record header inside it, or has a damaged file
+header, is unknown: reading it raises ``CorruptStorageError`` and writing a
+new page to that ledger fails.
+
+Crash orderings (a checkpoint: entry logs fsync'd; pages written in place or
+appended, fsync'd; then the snapshot with the new counts is atomically
+replaced; then the journal mark moves):
+
+* torn in-place rewrite of a record (kill -9 or power loss mid-write): the
+  header bytes are rewritten unchanged; a slot the write did not change
+  keeps its bytes and its checksum; a slot it changed is old, new, or (a
+  byte-level tear) damaged. Every changed slot was changed by a journal
+  record after the persisted mark (the previous checkpoint wrote everything
+  before it), so replay puts it again, overwriting the damage in the cache
+  before anyone can read it (the storage answers reads only after replay).
+  The one un-journaled change, compaction moving an entry, is a 32-byte
+  slot at a 32-byte aligned offset: sector-granular tears leave it wholly
+  old (still valid: the old log is deleted only after the mark passed) or
+  wholly new.
+* torn append of new records: they lie at or past the snapshot's count.
+  A record there with a damaged header, or cut short, is ignored (its page
+  was created after the mark, so replay rebuilds it); a damaged slot in a
+  record there reads as empty, for the same reason. New records go after
+  the file's end, so an ignored one is never confused with a new one.
+* crash after the pages' fsync, before the snapshot: the old snapshot has
+  the old (smaller) counts, the records past them are read as above.
+* crash after the snapshot, before the mark: the counts cover records that
+  are all durable; replay re-applies records whose slots are already there.
+* a ledger whose pages could not be written (``write_pages`` reports it)
+  keeps its dirty pages and its old durable count; the checkpointer keeps
+  the journal mark from moving past the records it had not made durable.
+
+Files of version 1 (no checksums, slot of entry e at 16 + 16*e) are read once
+when first opened, their non-empty pages cached as dirty pages of a fresh
+file, which the next checkpoint writes as a version 2 file (temp file,
+renamed over the old one, so a crash leaves one of the two whole). Their
+count is unknown until then (``None``): truncation of such a file cannot be
+told from absence, as before.
+
+One ledger's index failure stays that ledger's: ``fail`` records it (the
+owner refuses its adds), ``failures`` counts them for the metrics.
 
 Garbage collection: ``discard`` drops a deleted ledger's cached pages at
 once and from then on ignores its index file (a zombie writer re-creating
@@ -22,26 +74,28 @@ Not thread-safe except ``write_pages`` and ``remove_files``: the owner serialise
 """
 from __future__ import annotations
 
+import itertools
+import logging
 import os
-import struct
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
 from bookie_server.entry_log import EntryLocation
 from bookie_server.files import fsync_dir, make_dirs
+from bookie_server.index_format import (HEADER_BYTES, MEMORY_SLOT, PAGE_BYTES, PAGE_HEAD_BYTES,
+                                        PAGE_SHIFT, PAGE_SLOTS, RECORD_BYTES, SLOT_MASK, SLOT_SIZE,
+                                        decode_page_head, decode_slots, encode_file_header, encode_record,
+                                        file_version, read_v1_pages, record_offset)
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
-FILE_HEADER = b"PLIX" + (1).to_bytes(4, "big") + bytes(8)
-_SLOT = struct.Struct(">IQI")
-SLOT_SIZE = _SLOT.size
-PAGE_SHIFT = 10
-PAGE_SLOTS = 1 << PAGE_SHIFT
-PAGE_BYTES = PAGE_SLOTS * SLOT_SIZE
-_SLOT_MASK = PAGE_SLOTS - 1
+__all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "LedgerIndex", "PageCopy"]
 
-
+log = logging.getLogger(__name__)
+_SLOT = MEMORY_SLOT
 INDEX_SUFFIX = ".idx"
+TORN_WRITE_ENV = "BOOKIE_INDEX_TORN_WRITE_BYTES"  # test hook: see ``_pwrite_record``
+_epochs = itertools.count(1)
 
 
 class PageCopy(NamedTuple):
@@ -49,18 +103,45 @@ class PageCopy(NamedTuple):
     page_no: int
     generation: int
     data: bytes
-    discarded: int | None = None  # the ledger's pending discard when copied: the write replaces its file
+    discarded: int | None = None  # the ledger's pending discard when copied
+    position: int = 0  # record position in the file
+    epoch: int = 0  # the LedgerFile the copy belongs to
+    fresh: bool = False  # the write replaces the ledger's file (discarded, or version 1 being converted)
+    damaged: dict | None = None  # slot -> raw bytes of damaged slots not overwritten since
+
+
+class LedgerFile:
+    """What this process knows of one ledger's index file: its directory and whether some pages are unknown."""
+
+    __slots__ = ("positions", "next_position", "unknown", "fresh", "epoch")
+
+    def __init__(self, positions: dict[int, int] | None = None, next_position: int = 0, unknown: str | None = None,
+                 fresh: bool = False) -> None:
+        self.positions = positions if positions is not None else {}  # page -> record position
+        self.next_position = next_position
+        self.unknown = unknown  # why some pages of the file cannot be located (damage), else None
+        self.fresh = fresh  # the file on disk is not (yet) this ledger's version 2 file: the next write replaces it
+        self.epoch = next(_epochs)
 
 
 class LedgerIndex:
-    """Index pages of every ledger, cached up to ``cache_bytes``."""
+    """Index pages of every ledger, cached up to ``cache_bytes``.
 
-    def __init__(self, directory: Path, cache_bytes: int) -> None:
+    ``durable_pages`` (ledger -> record count, None if unknown) is what the last checkpoint's snapshot says
+    each file holds; ledgers missing from it have no records yet."""
+
+    def __init__(self, directory: Path, cache_bytes: int, durable_pages: dict[int, int | None] | None = None) -> None:
         self._dir = directory
         self._max_pages = max(1, cache_bytes // PAGE_BYTES)
         self._pages: dict[tuple[int, int], bytearray] = {}
         self._dirty: dict[tuple[int, int], int] = {}  # page -> generation (bumped per update)
+        self._damaged: dict[tuple[int, int], dict[int, bytes]] = {}  # cached page -> its damaged slots
         self._discarded: dict[int, int] = {}  # ledger -> deletion sequence; its file on disk is stale
+        self._files: dict[int, LedgerFile] = {}
+        self._durable: dict[int, int | None] = dict(durable_pages or {})
+        self._failed: dict[int, str] = {}
+        self.failures = 0  # ledgers failed (index damage or write errors), for the metrics
+        self.damaged_reads = 0  # reads that found damage, for the metrics
 
     def index_path(self, ledger_id: int) -> Path:
         low, next_byte = f"{ledger_id & 0xFF:02x}", f"{(ledger_id >> 8) & 0xFF:02x}"
@@ -75,56 +156,115 @@ class LedgerIndex:
     def cached_pages(self) -> int:
         return len(self._pages)
 
+    def durable_pages(self, ledger_id: int) -> int | None:
+        """How many records the ledger's file durably holds (None: unknown, a version 1 file)."""
+        return self._durable.get(ledger_id, 0)
+
+    # --- failures ---------------------------------------------------------------------
+
+    @property
+    def failed(self) -> dict[int, str]:
+        """Ledgers whose index failed (ledger -> why): their adds are refused until a restart."""
+        return self._failed
+
+    def fail(self, ledger_id: int, reason: str) -> None:
+        if ledger_id not in self._failed:
+            self._failed[ledger_id] = reason
+            self.failures += 1
+            log.error("index of ledger %d failed: %s; its adds answer IO_ERROR until the bookie is restarted "
+                      "(other ledgers are not affected)", ledger_id, reason)
+
+    # --- entries ----------------------------------------------------------------------
+
     def put(self, ledger_id: int, entry_id: int, location: EntryLocation) -> None:
+        """Raises CorruptStorageError/StorageError if the ledger's page cannot be loaded (the page is unchanged)."""
         key = (ledger_id, entry_id >> PAGE_SHIFT)
         page = self._pages.get(key)
         if page is None:
             page = self._load(key, create=True)
-        _SLOT.pack_into(page, (entry_id & _SLOT_MASK) * SLOT_SIZE, *location)
+        _SLOT.pack_into(page, (entry_id & SLOT_MASK) * SLOT_SIZE, *location)
         self._dirty[key] = self._dirty.get(key, 0) + 1
 
     def get(self, ledger_id: int, entry_id: int) -> EntryLocation | None:
-        """The entry's location, or None if this bookie has no such entry."""
+        """The entry's location, or None if this bookie has no such entry; CorruptStorageError if its slot
+        (or the page or file holding it) is damaged, StorageError if it cannot be read."""
         key = (ledger_id, entry_id >> PAGE_SHIFT)
         page = self._pages.get(key)
         if page is None:
             page = self._load(key, create=False)
             if page is None:
                 return None
-        log_id, offset, length = _SLOT.unpack_from(page, (entry_id & _SLOT_MASK) * SLOT_SIZE)
-        return EntryLocation(log_id, offset, length) if log_id else None
+        slot = entry_id & SLOT_MASK
+        log_id, offset, length = _SLOT.unpack_from(page, slot * SLOT_SIZE)
+        if log_id:
+            return EntryLocation(log_id, offset, length)
+        damaged = self._damaged.get(key)
+        if damaged and slot in damaged:
+            self.damaged_reads += 1
+            raise CorruptStorageError(f"index slot of ledger {ledger_id} entry {entry_id} in "
+                                      f"{self.index_path(ledger_id)} is damaged (checksum mismatch)")
+        return None
+
+    # --- checkpoints ------------------------------------------------------------------
 
     def dirty_pages(self) -> list[PageCopy]:
         """Copies of every dirty page, to write outside the owner's lock."""
-        return [PageCopy(key[0], key[1], generation, bytes(self._pages[key]), self._discarded.get(key[0]))
-                for key, generation in self._dirty.items()]
+        copies = []
+        for key, generation in self._dirty.items():
+            ledger_id = key[0]
+            ledger_file = self._files[ledger_id]
+            copies.append(PageCopy(ledger_id, key[1], generation, bytes(self._pages[key]),
+                                   self._discarded.get(ledger_id), ledger_file.positions[key[1]],
+                                   ledger_file.epoch, ledger_file.fresh, self._damaged.get(key)))
+        return copies
 
-    def write_pages(self, copies: list[PageCopy]) -> None:
-        """Write and fsync page copies to the index files (raises OSError)."""
+    def write_pages(self, copies: list[PageCopy]) -> dict[int, Exception]:
+        """Write and fsync page copies to the index files; return the ledgers that failed (ledger -> error).
+
+        One ledger's failure does not stop the others'."""
         by_ledger: dict[int, list[PageCopy]] = defaultdict(list)
         for copy in copies:
             by_ledger[copy.ledger_id].append(copy)
-        new_parents: set[Path] = set()
+        new_parents: dict[Path, list[int]] = defaultdict(list)
+        failed: dict[int, Exception] = {}
         for ledger_id, pages in by_ledger.items():
-            fd = self._open_for_write(ledger_id, new_parents, fresh=pages[0].discarded is not None)
             try:
-                for copy in pages:
-                    _pwrite_all(fd, copy.data, len(FILE_HEADER) + copy.page_no * PAGE_BYTES)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for parent in new_parents:
-            fsync_dir(parent)
+                self._write_ledger(ledger_id, pages, new_parents)
+            except (OSError, OverflowError, ValueError) as exc:
+                failed[ledger_id] = exc
+        for parent, ledger_ids in new_parents.items():
+            try:
+                fsync_dir(parent)
+            except OSError as exc:
+                failed.update(dict.fromkeys(ledger_ids, exc))
+        return failed
 
-    def mark_clean(self, copies: list[PageCopy]) -> None:
-        """After ``write_pages``: pages not changed since their copy are clean (evictable)."""
+    def mark_clean(self, copies: list[PageCopy], failed: dict[int, Exception] | None = None) -> set[int]:
+        """After ``write_pages``: pages not changed since their copy are clean (evictable); the ledgers that
+        failed become failed (their pages stay dirty). Returns the ledgers whose durable count changed."""
+        failed = failed or {}
+        for ledger_id, exc in failed.items():
+            self.fail(ledger_id, f"cannot write its index file {self.index_path(ledger_id)}: {exc}")
+        changed: set[int] = set()
         for copy in copies:
-            key = (copy.ledger_id, copy.page_no)
+            ledger_id = copy.ledger_id
+            ledger_file = self._files.get(ledger_id)
+            if ledger_id in failed or ledger_file is None or ledger_file.epoch != copy.epoch:
+                continue  # failed, or the ledger was discarded since the copy: its pages are not these
+            key = (ledger_id, copy.page_no)
             if self._dirty.get(key) == copy.generation:
                 del self._dirty[key]
-            if copy.discarded is not None and self._discarded.get(copy.ledger_id) == copy.discarded:
-                del self._discarded[copy.ledger_id]  # the stale file was replaced by the new pages
+            if copy.discarded is not None and self._discarded.get(ledger_id) == copy.discarded:
+                del self._discarded[ledger_id]  # the stale file was replaced by the new pages
+            if ledger_file.fresh and copy.fresh:
+                ledger_file.fresh = False
+                self._durable[ledger_id] = 0  # a new file: its count starts again
+            durable = self._durable.get(ledger_id, 0)
+            if durable is None or copy.position >= durable:
+                self._durable[ledger_id] = max(copy.position + 1, durable or 0)
+                changed.add(ledger_id)
         self._evict()
+        return changed
 
     # --- garbage collection --------------------------------------------------------------
 
@@ -134,6 +274,11 @@ class LedgerIndex:
         for key in [key for key in self._pages if key[0] in ledger_ids]:
             del self._pages[key]
             self._dirty.pop(key, None)
+            self._damaged.pop(key, None)
+        for ledger_id in ledger_ids:
+            self._files[ledger_id] = LedgerFile(fresh=True)
+            self._durable[ledger_id] = 0
+            self._failed.pop(ledger_id, None)
         self._discarded.update(dict.fromkeys(ledger_ids, sequence))
 
     @property
@@ -160,6 +305,10 @@ class LedgerIndex:
     def forget_discards(self, ledger_ids: Iterable[int]) -> None:
         for ledger_id in ledger_ids:
             self._discarded.pop(ledger_id, None)
+            ledger_file = self._files.get(ledger_id)
+            if ledger_file is not None and ledger_file.fresh and not ledger_file.positions:
+                del self._files[ledger_id]  # nothing left of it; a new ledger of that id starts from nothing
+                self._durable.pop(ledger_id, None)
 
     def remove_orphan_files(self, alive: Callable[[int], bool]) -> int:
         """At start: delete the index files (and temp files) of ledgers that are not ``alive``; return how many."""
@@ -178,23 +327,116 @@ class LedgerIndex:
             fsync_dir(parent)
         return removed
 
+    # --- loading ------------------------------------------------------------------------
+
     def _load(self, key: tuple[int, int], create: bool) -> bytearray | None:
-        path = self.index_path(key[0])
-        try:
-            if key[0] in self._discarded:
-                raise FileNotFoundError(path)  # stale: the pages of a deleted ledger
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            if not create:
-                return None
-            page = bytearray(PAGE_BYTES)
-        except OSError as exc:
-            raise StorageError(f"cannot open index file {path}: {exc}") from exc
+        ledger_id, page_no = key
+        ledger_file = self._files.get(ledger_id)
+        if ledger_file is None:
+            ledger_file = self._open_file(ledger_id)
+            if (ledger_id, page_no) in self._pages:  # a version 1 file was converted: its pages are cached now
+                return self._pages[key]
+        position = ledger_file.positions.get(page_no)
+        damaged: dict[int, bytes] = {}
+        if position is not None:
+            page, damaged = self._read_record(ledger_id, page_no, position)
+        elif ledger_file.unknown is not None:
+            self.damaged_reads += 0 if create else 1
+            raise CorruptStorageError(f"index file {self.index_path(ledger_id)} of ledger {ledger_id} is damaged "
+                                      f"({ledger_file.unknown}): page {page_no} may have been in it")
+        elif not create:
+            return None
         else:
-            page = _read_page(fd, path, key[1])
+            page = bytearray(PAGE_BYTES)
+            ledger_file.positions[page_no] = ledger_file.next_position
+            ledger_file.next_position += 1
         self._evict(reserve=1)  # before inserting, so the page being returned stays cached
         self._pages[key] = page
+        if damaged:
+            self._damaged[key] = damaged
         return page
+
+    def _read_record(self, ledger_id: int, page_no: int, position: int) -> tuple[bytearray, dict[int, bytes]]:
+        path = self.index_path(ledger_id)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, RECORD_BYTES, record_offset(position))
+            finally:
+                os.close(fd)
+        except FileNotFoundError as exc:
+            raise CorruptStorageError(f"index file {path} of ledger {ledger_id} is missing") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read index file {path}: {exc}") from exc
+        if decode_page_head(data, ledger_id) != page_no:
+            raise CorruptStorageError(f"index file {path}: the record of page {page_no} at position {position} "
+                                      "is damaged")
+        page, damaged = decode_slots(ledger_id, page_no, data[PAGE_HEAD_BYTES:])
+        durable = self._durable.get(ledger_id, 0)
+        if damaged and durable is not None and position >= durable:
+            damaged = {}  # written after the last checkpoint's mark: replay rebuilt what was in it (see above)
+        return page, damaged
+
+    def _open_file(self, ledger_id: int) -> LedgerFile:
+        """Build the ledger's directory from its file (raises StorageError if it cannot be read)."""
+        path = self.index_path(ledger_id)
+        durable = self._durable.get(ledger_id, 0)
+        if ledger_id in self._discarded:
+            ledger_file = LedgerFile(fresh=True)  # stale: the pages of a deleted ledger
+        else:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                ledger_file = LedgerFile(unknown=f"the file is missing but held {durable} pages" if durable else None)
+            except OSError as exc:
+                raise StorageError(f"cannot open index file {path}: {exc}") from exc
+            else:
+                try:
+                    ledger_file = self._scan(fd, path, ledger_id, durable)
+                except OSError as exc:
+                    raise StorageError(f"cannot read index file {path}: {exc}") from exc
+                finally:
+                    os.close(fd)
+        if ledger_file.unknown is not None:
+            log.error("index file %s of ledger %d is damaged: %s", path, ledger_id, ledger_file.unknown)
+        self._files[ledger_id] = ledger_file
+        return ledger_file
+
+    def _scan(self, fd: int, path: Path, ledger_id: int, durable: int | None) -> LedgerFile:
+        size = os.fstat(fd).st_size
+        version = file_version(os.pread(fd, HEADER_BYTES, 0), ledger_id)
+        if version == 1:
+            return self._convert_v1(fd, size, path, ledger_id)
+        if version is None:
+            return LedgerFile(unknown="its file header is damaged")
+        records, partial = divmod(size - HEADER_BYTES, RECORD_BYTES) if size >= HEADER_BYTES else (0, 0)
+        positions: dict[int, int] = {}
+        unknown = None
+        if durable is not None and records < durable:
+            unknown = f"it holds {records} whole page records, the last checkpoint wrote {durable}: truncated"
+        for position in range(records):
+            page_no = decode_page_head(os.pread(fd, PAGE_HEAD_BYTES, record_offset(position)), ledger_id)
+            if page_no is None or page_no in positions:
+                if durable is None or position < durable:
+                    unknown = f"the header of page record {position} is damaged"
+                continue  # past the checkpoint's count: an append torn by a crash, rebuilt by replay
+            positions[page_no] = position
+        return LedgerFile(positions, max(records + (1 if partial else 0), durable or 0), unknown)
+
+    def _convert_v1(self, fd: int, size: int, path: Path, ledger_id: int) -> LedgerFile:
+        """Cache every page of a version 1 file as a dirty page of a fresh version 2 file."""
+        ledger_file = LedgerFile(fresh=True)
+        pages = list(read_v1_pages(fd, size))
+        for page_no, data in pages:
+            key = (ledger_id, page_no)
+            ledger_file.positions[page_no] = ledger_file.next_position
+            ledger_file.next_position += 1
+            self._pages[key] = bytearray(data)
+            self._dirty[key] = self._dirty.get(key, 0) + 1
+        self._durable[ledger_id] = None
+        log.info("index file %s is of version 1: its %d pages are rewritten as version 2 at the next checkpoint",
+                 path, len(pages))
+        return ledger_file
 
     def _evict(self, reserve: int = 0) -> None:
         excess = len(self._pages) + reserve - self._max_pages
@@ -203,40 +445,50 @@ class LedgerIndex:
         victims = [key for key in self._pages if key not in self._dirty][:excess]
         for key in victims:
             del self._pages[key]
+            self._damaged.pop(key, None)
 
-    def _open_for_write(self, ledger_id: int, new_parents: set[Path], fresh: bool = False) -> int:
+    def _write_ledger(self, ledger_id: int, pages: list[PageCopy], new_parents: dict[Path, list[int]]) -> None:
+        """Write one ledger's records in place, or (a new or fresh file) all of them to a temp file renamed
+        over the old one once fsync'd: a crash leaves the old file or the new one whole."""
         path = self.index_path(ledger_id)
-        if not fresh:
+        records = [(record_offset(copy.position), encode_record(ledger_id, copy.page_no, copy.data, copy.damaged))
+                   for copy in sorted(pages, key=lambda copy: copy.position)]
+        fd = None
+        if not pages[0].fresh:
             try:
-                return os.open(path, os.O_WRONLY)
+                fd = os.open(path, os.O_WRONLY)
             except FileNotFoundError:
                 pass
+        if fd is not None:
+            try:
+                torn = os.environ.get(TORN_WRITE_ENV)
+                for offset, data in records:
+                    if torn is not None:
+                        _torn_write(fd, data, offset, int(torn))
+                    _pwrite_all(fd, data, offset)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
         make_dirs(path.parent)
         temp = path.with_name(path.name + ".tmp")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _pwrite_all(fd, FILE_HEADER, 0)
-            os.replace(temp, path)  # the file appears with its header complete
-        except BaseException:
+            _pwrite_all(fd, encode_file_header(ledger_id), 0)
+            for offset, data in records:
+                _pwrite_all(fd, data, offset)
+            os.fsync(fd)
+        finally:
             os.close(fd)
-            raise
-        new_parents.add(path.parent)
-        return fd
+        os.replace(temp, path)
+        new_parents[path.parent].append(ledger_id)
 
 
-def _read_page(fd: int, path: Path, page_no: int) -> bytearray:
-    try:
-        header = os.pread(fd, len(FILE_HEADER), 0)
-        data = os.pread(fd, PAGE_BYTES, len(FILE_HEADER) + page_no * PAGE_BYTES)
-    except OSError as exc:
-        raise StorageError(f"cannot read index file {path}: {exc}") from exc
-    finally:
-        os.close(fd)
-    if header != FILE_HEADER:
-        raise CorruptStorageError(f"index file {path} has a bad header; the ledger's index is damaged")
-    page = bytearray(data)
-    page.extend(bytes(PAGE_BYTES - len(page)))  # pages past the end of the file are empty
-    return page
+def _torn_write(fd: int, data: bytes, offset: int, length: int) -> None:
+    """Test hook (env BOOKIE_INDEX_TORN_WRITE_BYTES): write only the first ``length`` bytes of the first
+    record rewritten in place, then exit at once, as a crash in the middle of the write would."""
+    os.pwrite(fd, data[:length], offset)
+    os._exit(137)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:

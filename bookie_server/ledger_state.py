@@ -6,6 +6,13 @@ each checkpoint, by an atomically replaced snapshot file::
 
     b"PLLS" | version u32 | count u32 | count x record | crc32c u32 of all before
     record = ledger id u64 | fenced u8 | LAC i64 | last entry id i64 | key length u16 | key
+             | index pages u64 (version 2)
+
+``index pages`` is how many page records the ledger's index file durably
+holds (2**64-1: unknown), written by the checkpoint after the index pages
+were fsync'd and before the journal mark moves: it is how the index tells a
+truncated file from a short one (see ``index``). Version 1 snapshots (no
+count) are read with every count unknown.
 
 Every change is monotonic (a ledger is created once with its key, fenced
 only goes to True, LAC and last entry only grow), which is what makes
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Callable
 
 import crc32c
 
@@ -26,10 +34,12 @@ from bookie_server.files import atomic_write
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
 MAGIC = b"PLLS"
-VERSION = 1
+VERSION = 2
 MAX_KEY_BYTES = 0xFFFF
 _HEAD = struct.Struct(">4sII")
 _RECORD = struct.Struct(">QBqqH")
+_PAGES = struct.Struct(">Q")
+UNKNOWN_PAGES = (1 << 64) - 1
 _CRC = struct.Struct(">I")
 
 
@@ -51,9 +61,12 @@ class LedgerRecord:
 class LedgerStates:
     """Every ledger this bookie knows, by id."""
 
-    def __init__(self, records: dict[int, LedgerRecord] | None = None) -> None:
+    def __init__(self, records: dict[int, LedgerRecord] | None = None,
+                 index_pages: dict[int, int | None] | None = None) -> None:
         self._records = records if records is not None else {}
         self._dirty = False
+        #: as loaded: ledger -> index page records its file durably holds (None: unknown)
+        self.index_pages: dict[int, int | None] = index_pages if index_pages is not None else {}
 
     def __len__(self) -> int:
         return len(self._records)
@@ -91,8 +104,13 @@ class LedgerStates:
             return True
         return False
 
-    def snapshot(self) -> bytes | None:
-        """The encoded state if it changed since the last snapshot, else None."""
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def snapshot(self, index_pages: Callable[[int], int | None] = lambda ledger_id: None) -> bytes | None:
+        """The encoded state if it changed since the last snapshot, else None; ``index_pages(ledger id)`` is
+        the count of durable index page records (None: unknown)."""
         if not self._dirty:
             return None
         self._dirty = False
@@ -101,6 +119,8 @@ class LedgerStates:
             parts.append(_RECORD.pack(ledger_id, record.fenced, record.last_add_confirmed,
                                       record.last_entry_id, len(record.master_key)))
             parts.append(record.master_key)
+            pages = index_pages(ledger_id)
+            parts.append(_PAGES.pack(UNKNOWN_PAGES if pages is None else pages))
         data = b"".join(parts)
         return data + _CRC.pack(crc32c.crc32c(data))
 
@@ -121,17 +141,17 @@ class LedgerStates:
             return cls()
         except OSError as exc:
             raise StorageError(f"cannot read the ledger state snapshot {path}: {exc}") from exc
-        return cls(_decode(path, data))
+        return cls(*_decode(path, data))
 
 
-def _decode(path: Path, data: bytes) -> dict[int, LedgerRecord]:
+def _decode(path: Path, data: bytes) -> tuple[dict[int, LedgerRecord], dict[int, int | None]]:
     damaged = f"ledger state snapshot {path} is damaged"
     if len(data) < _HEAD.size + _CRC.size or _CRC.unpack_from(data, len(data) - 4)[0] != crc32c.crc32c(data[:-4]):
         raise CorruptStorageError(f"{damaged} (checksum mismatch); restore the data directory from a replica")
     magic, version, count = _HEAD.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC or version not in (1, VERSION):
         raise CorruptStorageError(f"{damaged} (magic {magic!r}, version {version}; expected version {VERSION})")
-    records = {}
+    records, index_pages = {}, {}
     offset = _HEAD.size
     try:
         for _ in range(count):
@@ -139,7 +159,14 @@ def _decode(path: Path, data: bytes) -> dict[int, LedgerRecord]:
             offset += _RECORD.size
             key = data[offset:offset + key_length]
             offset += key_length
+            pages = None
+            if version >= 2:
+                pages = _PAGES.unpack_from(data, offset)[0]
+                offset += _PAGES.size
+            if len(key) != key_length:
+                raise struct.error("key cut short")
             records[ledger_id] = LedgerRecord(key, bool(fenced), lac, last_entry)
+            index_pages[ledger_id] = None if pages == UNKNOWN_PAGES else pages
     except struct.error as exc:
         raise CorruptStorageError(f"{damaged} (record {len(records)} is cut short)") from exc
-    return records
+    return records, index_pages

@@ -17,6 +17,13 @@ acknowledged (OK) only once durable.
 Failure policy: if the journal, the entry log or a checkpoint fails, the
 storage stops taking adds and fences (they answer IO_ERROR, see ``failure``)
 but keeps serving reads; a restart replays the journal from the last mark.
+One ledger's index failure (its file damaged where a page must be loaded to
+write into it, or its pages cannot be written at a checkpoint) is that
+ledger's alone: its adds answer IO_ERROR (``LedgerIndex.failed``), reads of
+entries whose slot cannot be read raise CorruptStorageError or StorageError,
+every other ledger goes on, and the checkpointer keeps the journal mark from
+passing its records that are not durable in the index (``Checkpointer.pin``).
+``index_failures`` counts them for the metrics.
 
 Garbage collection (``delete_ledgers``, ``reclaim_entry_logs``,
 ``compact_entry_logs``; the crash-safety design is in ``storage_gc``) is
@@ -47,7 +54,8 @@ from bookie_server.storage_gc import GcOutcome, StorageGc
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
                                             running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
+from pyspark_ledger.errors import (CorruptStorageError, InvalidConfigurationError, NoSuchEntryError,
+                                   NoSuchLedgerError, StorageError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 __all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
@@ -89,12 +97,13 @@ class BookieStorage:
         self._lock_fd = _lock(config)
         self._states = LedgerStates.load(config.data_dir / LEDGER_SNAPSHOT_NAME)
         self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
-        self._index = LedgerIndex(config.index_dir, config.index_cache_bytes)
+        self._index = LedgerIndex(config.index_dir, config.index_cache_bytes, self._states.index_pages)
+        self._states.index_pages = {}  # the index keeps them from here on
+        start_mark = read_mark(config.data_dir / MARK_FILE_NAME)
         with self._lock:
             applier = ReplayApplier(self._states, self._store, self._index_entries, self._entry_log.read,
                                     config.skip_journal_corruption)
-            result = replay_journal(config.journal_dir, read_mark(config.data_dir / MARK_FILE_NAME),
-                                    config.skip_journal_corruption, applier.apply)
+            result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply)
             applier.flush()
             orphans = self._index.remove_orphan_files(lambda ledger_id: self._states.get(ledger_id) is not None)
         log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
@@ -106,7 +115,9 @@ class BookieStorage:
         self._checkpointer = Checkpointer(
             mark_path=config.data_dir / MARK_FILE_NAME, snapshot_path=config.data_dir / LEDGER_SNAPSHOT_NAME,
             journal=self._journal, entry_logger=self._entry_log, index=self._index, states=self._states,
-            lock=self._lock, interval_s=config.checkpoint_interval_s)
+            lock=self._lock, interval_s=config.checkpoint_interval_s, initial_mark=start_mark)
+        for ledger_id in self._index.failed:  # replayed entries it could not index may have been acknowledged
+            self._checkpointer.pin(ledger_id)
         self._checkpointer.start()
         self._gc = StorageGc(lock=self._lock, states=self._states, index=self._index, entry_log=self._entry_log,
                              journal=self._journal, checkpointer=self._checkpointer, refusal=self._refusal,
@@ -131,21 +142,25 @@ class BookieStorage:
                               encode_add(add[0], add[1], add[3]) if len(add[3]) <= inline_max else None))
         with self._lock:
             refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
+            if self._index.failed and refusal is None:
+                valid = _refuse_failed_ledgers(valid, self._index.failed, statuses)
             batch = admit_batch(self._states, valid, statuses, refusal)
             submitted = bool(batch.entries) and self._store_and_submit(
-                batch, completion(future, statuses, batch.accepted))
+                batch, completion(future, statuses, batch.accepted), statuses)
         if not submitted:
             for position in batch.accepted:
                 statuses[position] = pb.IO_ERROR
             future.set_result(statuses)
         return future
 
-    def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None]) -> bool:
+    def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None], statuses: list[int]) -> bool:
         try:
-            locations = self._store(batch.entries)
-        except (OSError, StorageError) as exc:  # the entry log's tail or ledger state is now in doubt
+            locations, failed = self._store(batch.entries)
+        except (OSError, StorageError) as exc:  # the entry log's tail is now in doubt
             self._fail_store(exc)
             return False
+        if failed:  # their ledgers' index failed: they answer IO_ERROR, the rest goes on
+            _drop_unindexed(batch, failed, statuses)  # (new ledgers' key records are journaled all the same)
         referenced = batch.unjournaled
         if referenced:  # bodies only in the entry log: the journal fsyncs it before writing these references
             entries = batch.entries
@@ -156,26 +171,38 @@ class BookieStorage:
         return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback,
                                     sync_first=bool(referenced))
 
-    def _store(self, entries: Sequence[tuple]) -> list[EntryLocation]:
-        """Append entries (StoredEntry-shaped) to the entry log, index them and update ledger state (lock held)."""
+    def _store(self, entries: Sequence[tuple]) -> tuple[list[EntryLocation], set[tuple[int, int]]]:
+        """Append entries (StoredEntry-shaped) to the entry log, index them and update ledger state (lock held);
+        return their locations and the (ledger, entry) ids that could not be indexed (see ``_index_entries``)."""
         locations = self._entry_log.append_batch(map(_IDS_AND_BODY, entries))
-        self._index_entries(entries, locations)
-        return locations
+        return locations, self._index_entries(entries, locations)
 
-    def _index_entries(self, entries: Sequence[tuple], locations: Sequence[EntryLocation]) -> None:
-        """Point the index at stored (StoredEntry-shaped) entries and update ledger state (lock held)."""
+    def _index_entries(self, entries: Sequence[tuple], locations: Sequence[EntryLocation]) -> set[tuple[int, int]]:
+        """Point the index at stored (StoredEntry-shaped) entries and update ledger state (lock held).
+
+        An entry whose ledger's index fails (its page cannot be loaded) is left out, its ledger failed
+        (``LedgerIndex.fail``); the (ledger, entry) ids left out are returned."""
         advanced = set()
         put, record_entry = self._index.put, self._states.record_entry
         now = time.monotonic()
-        for (record, ledger_id, entry_id, _, lac), location in zip(entries, locations):
-            put(ledger_id, entry_id, location)
-            record.written_at = now
-            if record_entry(record, entry_id, lac):
-                advanced.add(ledger_id)
+        failed: set[tuple[int, int]] = set()
+        items = zip(entries, locations)
+        while True:
+            try:
+                for (record, ledger_id, entry_id, _, lac), location in items:
+                    put(ledger_id, entry_id, location)
+                    record.written_at = now
+                    if record_entry(record, entry_id, lac):
+                        advanced.add(ledger_id)
+                break
+            except StorageError as exc:  # this ledger's alone; the loop goes on with the next entry
+                failed.add((ledger_id, entry_id))
+                self._index.fail(ledger_id, f"cannot index entry {entry_id}: {exc}")
         for ledger_id in advanced.intersection(self._lac_waiters):
             self._lac_waiters[ledger_id][0].notify_all()
         if self._index.over_capacity and self._checkpointer is not None:
             self._checkpointer.request()
+        return failed
 
     def fence(self, ledger_id: int, master_key: bytes) -> concurrent.futures.Future[int]:
         """Durably fence the ledger (creating it fenced if unknown); resolves OK once fsync'd."""
@@ -213,7 +240,11 @@ class BookieStorage:
                 raise StorageError("bookie storage is closed")
             if not valid_ledger_id(ledger_id) or self._states.get(ledger_id) is None:
                 raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
-            location = self._index.get(ledger_id, entry_id) if 0 <= entry_id < 2**63 else None
+            try:
+                location = self._index.get(ledger_id, entry_id) if 0 <= entry_id < 2**63 else None
+            except CorruptStorageError as exc:
+                log.error("read of ledger %d entry %d: %s", ledger_id, entry_id, exc)
+                raise
         if location is None:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id} on this bookie")
         return self._entry_log.read(location, ledger_id, entry_id)
@@ -307,6 +338,13 @@ class BookieStorage:
         with self._lock:
             return self._refusal()
 
+    def index_failures(self) -> dict[str, int]:
+        """Counts for the metrics: ledgers whose index failed (``ledgers_failed``; their adds answer IO_ERROR),
+        reads that found index damage (``damaged_reads``), ledgers holding the journal mark back (``pinned``)."""
+        with self._lock:
+            return {"ledgers_failed": self._index.failures, "damaged_reads": self._index.damaged_reads,
+                    "pinned": len(self._checkpointer.pinned) if self._checkpointer is not None else 0}
+
     def _fail_store(self, exc: Exception) -> None:
         self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
                                            "until it is restarted (restart replays the journal)")
@@ -365,6 +403,28 @@ class BookieStorage:
         if self._lock_fd is not None:
             unlock_directory(self._lock_fd)
             self._lock_fd = None
+
+
+def _refuse_failed_ledgers(valid: list[tuple], failed: dict[int, str], statuses: list[int]) -> list[tuple]:
+    """The adds of ``valid`` whose ledger's index has not failed; the others answer IO_ERROR."""
+    kept = []
+    for item in valid:
+        if item[1][0] in failed:
+            statuses[item[0]] = pb.IO_ERROR
+        else:
+            kept.append(item)
+    return kept
+
+
+def _drop_unindexed(batch: AdmittedBatch, failed: set[tuple[int, int]], statuses: list[int]) -> None:
+    """Take the adds that could not be indexed out of the batch's acknowledgements (they answer IO_ERROR) and
+    out of its journal references. (Their ADD records may still be journaled: an add answered IO_ERROR may or
+    may not be stored, as with any failed write.)"""
+    bad = {i for i, entry in enumerate(batch.entries) if (entry[1], entry[2]) in failed}
+    for i in bad:
+        statuses[batch.accepted[i]] = pb.IO_ERROR
+    batch.accepted[:] = [position for i, position in enumerate(batch.accepted) if i not in bad]
+    batch.unjournaled[:] = [i for i in batch.unjournaled if i not in bad]
 
 
 def _lock(config: StorageConfig) -> int:

@@ -151,6 +151,9 @@ class StorageGc:
             raise StorageError(f"the journal did not flush within {FLUSH_TIMEOUT_S:.0f} s or has failed "
                                f"({self._journal.failure}); garbage collection waits for the next pass")
         self._checkpointer.checkpoint()
+        if self._checkpointer.mark_held_back:  # replay may still read what a deletion would remove
+            raise StorageError(f"the journal mark is held back by ledgers whose index pages are not durable "
+                               f"({sorted(self._checkpointer.pinned)}); garbage collection waits")
 
     def _remove_log(self, log_id: int, outcome: GcOutcome) -> None:
         crash_point("gc_before_entry_log_delete")

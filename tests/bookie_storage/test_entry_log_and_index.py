@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from bookie_server.entry_log import EntryLocation
-from bookie_server.index import FILE_HEADER, PAGE_BYTES, PAGE_SLOTS, LedgerIndex
+from bookie_server.index import PAGE_BYTES, PAGE_SLOTS, LedgerIndex
+from bookie_server.index_format import MAGIC
 from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import add_op, body
@@ -90,7 +91,7 @@ def test_index_pages_are_flushed_evicted_and_reloaded(tmp_path):
     index.mark_clean(copies)
     assert not index.over_capacity and index.cached_pages <= 2
     assert index.index_path(ledger_id) == tmp_path / "34" / "12" / "0000000000001234.idx"
-    assert index.index_path(ledger_id).read_bytes().startswith(FILE_HEADER)
+    assert index.index_path(ledger_id).read_bytes().startswith(MAGIC)
     for entry_id in entries:
         assert index.get(ledger_id, entry_id) == EntryLocation(1 + entry_id % 3, entry_id * 100, entry_id + 1)
     assert index.get(ledger_id, 1) == EntryLocation(9, 9, 9)
@@ -106,11 +107,11 @@ def test_damaged_index_file_is_an_error(tmp_path):
     copies = index.dirty_pages()
     index.write_pages(copies)
     index.mark_clean(copies)
-    index.put(6, 0, EntryLocation(1, 0, 10))  # pushes ledger 5's clean page out of the cache
     with open(index.index_path(5), "r+b") as file:
         file.write(b"XXXX")
+    reopened = LedgerIndex(tmp_path, cache_bytes=PAGE_BYTES, durable_pages={5: 1})  # as after a restart
     with pytest.raises(CorruptStorageError, match="index file"):
-        index.get(5, 3)
+        reopened.get(5, 3)
 
 
 def test_index_memory_pressure_triggers_a_checkpoint(open_storage, data_dir):
