@@ -170,7 +170,9 @@ def test_a_ledger_whose_index_file_is_damaged_fails_alone_at_start_and_on_add(op
     second = run_child(data_dir, "--ledgers", "1", "2", "--first-entry", "30", "--entries", "30", "--batch", "10")
     assert len(second.acks) == 60  # acknowledged, in the journal only (the child crashed before a checkpoint)
     path = index_file(data_dir, 2)
-    write(path, page_offset(path, 2, 0), bytes(PAGE_HEAD_BYTES))  # ledger 2's only page can't be located
+    offset = page_offset(path, 2, 0)
+    header = path.read_bytes()[offset:offset + PAGE_HEAD_BYTES]
+    write(path, offset, bytes(PAGE_HEAD_BYTES))  # ledger 2's only page can't be located
 
     for _ in range(2):  # the bookie starts; replay cannot index ledger 2's entries, so the mark stays put
         storage = open_storage()
@@ -184,7 +186,10 @@ def test_a_ledger_whose_index_file_is_damaged_fails_alone_at_start_and_on_add(op
         storage.checkpoint()
         assert storage.failure is None
         storage.close()
-    assert len(list((data_dir / "journal").iterdir())) >= 1
+    write(path, offset, header)  # repaired: the journal still had every acknowledged entry of ledger 2
+    storage = open_storage()
+    assert storage.index_failures()["ledgers_failed"] == 0
+    assert [storage.read_entry(2, e) for e in range(60)] == [body(2, e) for e in range(60)]
 
 
 def test_an_add_that_cannot_load_its_page_fails_that_ledger_only(open_storage, data_dir):
@@ -205,3 +210,29 @@ def test_an_add_that_cannot_load_its_page_fails_that_ledger_only(open_storage, d
     storage.close()
     storage = open_storage()
     assert [storage.read_entry(1, e) for e in range(12)] == [body(1, e) for e in range(12)]
+
+
+def test_damage_past_the_checkpointed_page_count_is_what_a_crash_left(tmp_path):
+    """A record at or past the count the last checkpoint recorded was appended by a checkpoint that did not
+    complete: its content came from journal records after the mark, which replay puts again. A damaged slot
+    there reads as empty (else a torn append would leave never-written entries reading as damaged for good);
+    before the count it is damage."""
+    from bookie_server.entry_log import EntryLocation
+
+    index = LedgerIndex(tmp_path, cache_bytes=1 << 20)
+    for entry_id in (0, 1024):
+        index.put(9, entry_id, EntryLocation(1, entry_id, 10))
+    copies = index.dirty_pages()
+    assert index.mark_clean(copies, index.write_pages(copies)) == {9}
+    path = index.index_path(9)
+    for entry_id in (1, 1025):
+        write(path, slot_offset(path, 9, entry_id), bytes(DISK_SLOT_BYTES))
+    first = decode_page_head(path.read_bytes()[record_offset(0):], 9)
+    second = 1 - first
+    reopened = LedgerIndex(tmp_path, cache_bytes=1 << 20, durable_pages={9: 1})  # the snapshot knew 1 record
+    assert reopened.get(9, (second << 10) + 1) is None
+    with pytest.raises(CorruptStorageError):
+        reopened.get(9, (first << 10) + 1)
+    strict = LedgerIndex(tmp_path, cache_bytes=1 << 20, durable_pages={9: 2})
+    with pytest.raises(CorruptStorageError):
+        strict.get(9, (second << 10) + 1)
