@@ -60,7 +60,12 @@ count is unknown until then (``None``): truncation of such a file cannot be
 told from absence, as before.
 
 One ledger's index failure stays that ledger's: ``fail`` records it (the
-owner refuses its adds), ``failures`` counts them for the metrics.
+owner refuses its adds), ``failures`` counts them for the metrics. A ledger
+failed by damage stays failed until a restart; one failed because its pages
+could not be written takes adds again once a later checkpoint wrote (and
+fsync'd) all its dirty pages. A full or read-only disk (ENOSPC, EDQUOT,
+EROFS) is not one ledger's failure: ``write_pages`` raises and the
+checkpoint fails as a whole.
 
 Garbage collection: ``discard`` drops a deleted ledger's cached pages at
 once and from then on ignores its index file (a zombie writer re-creating
@@ -74,6 +79,7 @@ Not thread-safe except ``write_pages`` and ``remove_files``: the owner serialise
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -96,6 +102,8 @@ _SLOT = MEMORY_SLOT
 INDEX_SUFFIX = ".idx"
 TORN_WRITE_ENV = "BOOKIE_INDEX_TORN_WRITE_BYTES"  # test hook: see ``_pwrite_record``
 _epochs = itertools.count(1)
+_WRITE_FAILURE = "cannot write its index file"
+_WHOLE_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # the disk's condition, not one ledger's
 
 
 class PageCopy(NamedTuple):
@@ -140,6 +148,7 @@ class LedgerIndex:
         self._files: dict[int, LedgerFile] = {}
         self._durable: dict[int, int | None] = dict(durable_pages or {})
         self._failed: dict[int, str] = {}
+        self._write_failed: set[int] = set()  # failed ledgers whose pages could not be written (retried)
         self.failures = 0  # ledgers failed (index damage or write errors), for the metrics
         self.damaged_reads = 0  # reads that found damage, for the metrics
 
@@ -164,15 +173,15 @@ class LedgerIndex:
 
     @property
     def failed(self) -> dict[int, str]:
-        """Ledgers whose index failed (ledger -> why): their adds are refused until a restart."""
+        """Ledgers whose index failed (ledger -> why): their adds are refused (see the module docstring)."""
         return self._failed
 
     def fail(self, ledger_id: int, reason: str) -> None:
         if ledger_id not in self._failed:
             self._failed[ledger_id] = reason
             self.failures += 1
-            log.error("index of ledger %d failed: %s; its adds answer IO_ERROR until the bookie is restarted "
-                      "(other ledgers are not affected)", ledger_id, reason)
+            log.error("index of ledger %d failed: %s; its adds answer IO_ERROR (other ledgers are not affected)",
+                      ledger_id, reason)
 
     # --- entries ----------------------------------------------------------------------
 
@@ -230,12 +239,18 @@ class LedgerIndex:
         for ledger_id, pages in by_ledger.items():
             try:
                 self._write_ledger(ledger_id, pages, new_parents)
-            except (OSError, OverflowError, ValueError) as exc:
+            except OSError as exc:
+                if exc.errno in _WHOLE_DISK_ERRORS:
+                    raise  # not this ledger's: the checkpoint fails (the storage stops taking adds)
+                failed[ledger_id] = exc
+            except (OverflowError, ValueError) as exc:
                 failed[ledger_id] = exc
         for parent, ledger_ids in new_parents.items():
             try:
                 fsync_dir(parent)
             except OSError as exc:
+                if exc.errno in _WHOLE_DISK_ERRORS:
+                    raise
                 failed.update(dict.fromkeys(ledger_ids, exc))
         return failed
 
@@ -244,8 +259,14 @@ class LedgerIndex:
         failed become failed (their pages stay dirty). Returns the ledgers whose durable count changed."""
         failed = failed or {}
         for ledger_id, exc in failed.items():
-            self.fail(ledger_id, f"cannot write its index file {self.index_path(ledger_id)}: {exc}")
+            self.fail(ledger_id, f"{_WRITE_FAILURE} {self.index_path(ledger_id)} {self.index_path(ledger_id)}: {exc}")
+            self._write_failed.add(ledger_id)
         changed: set[int] = set()
+        for ledger_id in self._write_failed.difference(failed).intersection(copy.ledger_id for copy in copies):
+            self._write_failed.discard(ledger_id)  # written at last (every dirty page again, then fsync'd)
+            if self._failed.get(ledger_id, "").startswith(_WRITE_FAILURE):
+                del self._failed[ledger_id]
+                log.warning("index pages of ledger %d were written at last: it takes adds again", ledger_id)
         for copy in copies:
             ledger_id = copy.ledger_id
             ledger_file = self._files.get(ledger_id)
@@ -279,6 +300,7 @@ class LedgerIndex:
             self._files[ledger_id] = LedgerFile(fresh=True)
             self._durable[ledger_id] = 0
             self._failed.pop(ledger_id, None)
+            self._write_failed.discard(ledger_id)
         self._discarded.update(dict.fromkeys(ledger_ids, sequence))
 
     @property

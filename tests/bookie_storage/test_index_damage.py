@@ -165,6 +165,22 @@ def test_a_ledger_whose_index_cannot_be_written_fails_alone_and_loses_nothing(op
     assert [storage.read_entry(2, e) for e in range(51)] == [body(2, e) for e in range(51)]
 
 
+def test_a_ledger_whose_pages_are_written_at_last_takes_adds_again(open_storage, data_dir):
+    storage = open_storage()
+    add_range(storage, 2, range(10))
+    blocked = index_file(data_dir, 2)
+    blocked.mkdir(parents=True)
+    storage.checkpoint()
+    assert storage.add_entries([add_op(2, 10)]).result(30) == [pb.IO_ERROR]
+    blocked.rmdir()
+    storage.checkpoint()  # every dirty page of ledger 2 written again and fsync'd: no longer failed or pinned
+    assert storage.index_failures() == {"ledgers_failed": 1, "damaged_reads": 0, "pinned": 0}
+    assert storage.add_entries([add_op(2, 10)]).result(30) == [pb.OK]
+    storage.close()
+    storage = open_storage()
+    assert [storage.read_entry(2, e) for e in range(11)] == [body(2, e) for e in range(11)]
+
+
 def test_a_ledger_whose_index_file_is_damaged_fails_alone_at_start_and_on_add(open_storage, data_dir):
     run_child(data_dir, "--ledgers", "1", "2", "--entries", "30", "--batch", "10", "--finish", "close")
     second = run_child(data_dir, "--ledgers", "1", "2", "--first-entry", "30", "--entries", "30", "--batch", "10")
