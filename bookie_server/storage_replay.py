@@ -8,6 +8,12 @@ A reference to missing or damaged entry-log data is corruption: replay stops
 with ``JournalCorruptError`` unless ``skip_corruption`` (then the entry is
 left out and logged).
 
+An entry whose ledger's index cannot take it (its index file is damaged
+where the page must be loaded) is left out by ``index``/``store`` and that
+ledger is failed alone; the storage then keeps the journal mark from moving
+past it (``Checkpointer.pin``), so the entry is replayed again at the next
+start rather than lost.
+
 Replay is idempotent: a ledger key for a known ledger changes nothing, a fence
 of a fenced ledger changes nothing, and a re-added entry's index slot points
 to its newest copy (LAC and last entry only grow). Records are applied in
