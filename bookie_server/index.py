@@ -14,7 +14,7 @@ and fsyncs them (``write_pages``, no lock needed), then ``mark_clean``. Only
 clean pages are evicted; when dirty pages fill the cache, ``over_capacity``
 asks the owner for an early checkpoint. The add path (``put``) is what it was:
 one 16-byte pack into a cached page; slot checksums are computed when a page
-is written (about 0.5 us a slot, on the checkpoint thread) and checked when it
+is written (0.5-1 us a slot, on the checkpoint thread) and checked when it
 is loaded. The directories of opened files stay in memory (tens of bytes per
 page record, i.e. per 1024 entries).
 
