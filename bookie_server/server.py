@@ -114,6 +114,7 @@ class BookieServer:
             raise JournalCorruptError(f"{exc} (bookie-server flag: --skip-journal-corruption)") from exc
         except OSError as exc:
             raise StorageError(f"cannot open storage in {self.config.data_dir}: {exc}") from exc
+        self.metrics.damage_found("journal", self._storage.damage_found())
 
     def _build_grpc(self) -> None:
         config = self.config

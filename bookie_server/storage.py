@@ -73,6 +73,7 @@ class BookieStorage:
         self._closed = False
         self._store_failure: StorageError | None = None
         self._read_only_reason: str | None = None
+        self._damage_at_start = 0
         self._lock_fd = self._entry_log = self._journal = self._checkpointer = None
         try:
             self._open(on_journal_sync)
@@ -96,6 +97,7 @@ class BookieStorage:
             result = replay_journal(config.journal_dir, read_mark(config.data_dir / MARK_FILE_NAME),
                                     config.skip_journal_corruption, applier.apply)
             applier.flush()
+            self._damage_at_start = result.skipped_regions + applier.lost_entries
             orphans = self._index.remove_orphan_files(lambda ledger_id: self._states.get(ledger_id) is not None)
         log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
                  "ledgers", config.data_dir, result.records, result.files, orphans)
@@ -217,6 +219,10 @@ class BookieStorage:
         if location is None:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id} on this bookie")
         return self._entry_log.read(location, ledger_id, entry_id)
+
+    def damage_found(self) -> int:
+        """How many damaged journal regions and entries the start skipped (``skip_journal_corruption``)."""
+        return self._damage_at_start
 
     def ledger(self, ledger_id: int) -> LedgerView | None:
         with self._lock:
