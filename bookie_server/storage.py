@@ -47,7 +47,8 @@ from bookie_server.storage_gc import GcOutcome, StorageGc
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
                                             running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
+from pyspark_ledger.errors import (CorruptStorageError, InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError,
+                                   StorageError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 __all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
@@ -88,7 +89,9 @@ class BookieStorage:
         for directory in (config.data_dir, config.journal_dir, config.entry_log_dir, config.index_dir):
             make_dirs(directory)
         self._lock_fd = _lock(config)
-        self._states = LedgerStates.load(config.data_dir / LEDGER_SNAPSHOT_NAME)
+        snapshot_path = config.data_dir / LEDGER_SNAPSHOT_NAME
+        snapshot_missing = not snapshot_path.exists()
+        self._states = LedgerStates.load(snapshot_path)
         self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes)
         with self._lock:
@@ -98,7 +101,8 @@ class BookieStorage:
                                     config.skip_journal_corruption, applier.apply)
             applier.flush()
             self._damage_at_start = result.skipped_regions + applier.lost_entries
-            orphans = self._index.remove_orphan_files(lambda ledger_id: self._states.get(ledger_id) is not None)
+            orphans = self._index.remove_orphan_files(
+                lambda ledger_id: self._known_ledger(ledger_id, snapshot_path if snapshot_missing else None))
         log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
                  "ledgers", config.data_dir, result.records, result.files, orphans)
         # bodies up to this size travel in the journal (all of them with journal_write_data)
@@ -219,6 +223,20 @@ class BookieStorage:
         if location is None:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id} on this bookie")
         return self._entry_log.read(location, ledger_id, entry_id)
+
+    def _known_ledger(self, ledger_id: int, missing_snapshot: Path | None) -> bool:
+        """Whether the ledger of an index file is known (else the file is an orphan to delete). An index file is
+        written only by a checkpoint, which also writes the state snapshot: if the snapshot is missing and the
+        journal did not bring the ledger back, its state was lost, not deleted, and its data must not go."""
+        if self._states.get(ledger_id) is not None:
+            return True
+        if missing_snapshot is not None:
+            raise CorruptStorageError(
+                f"the ledger state snapshot {missing_snapshot} is missing but ledger {ledger_id} has index files: "
+                "the state of stored ledgers is lost. The bookie refuses to start rather than delete their data; "
+                "restore the snapshot or the data directory from a backup, or decommission this bookie and "
+                "re-replicate its ledgers")
+        return False
 
     def damage_found(self) -> int:
         """How many damaged journal regions and entries the start skipped (``skip_journal_corruption``)."""
