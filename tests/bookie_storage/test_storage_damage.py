@@ -2,9 +2,11 @@
 an error or a safe fallback, never absence and never wrong bytes (issue 12 part 5)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from bookie_server.entry_log import HEADER_SIZE
+from bookie_server.entry_log import HEADER_SIZE, EntryLocation, EntryLogger
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, MARK_FILE_NAME
 from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError
 from tests.bookie_storage.entries import body
@@ -90,3 +92,24 @@ def test_a_damaged_usage_map_is_rebuilt_from_its_log(open_storage, data_dir, dam
     storage = open_storage(entry_log_size=4 * 1024)
     usage = storage._entry_log.usage()  # the collector's view: every log still charged to ledger 1
     assert sum(u.ledgers.get(1, 0) for u in usage.values()) == sum(len(body(1, e)) for e in range(30))
+
+
+def test_a_damaged_location_cannot_make_a_read_allocate_its_length(tmp_path, monkeypatch):
+    """A location from a damaged index naming a huge length: the header is checked before the body is read."""
+    logger = EntryLogger(tmp_path, 1024 * 1024)
+    try:
+        (log_id, offset, length), = logger.append_batch([(1, 0, b"x" * 100)])
+        logger.sync()
+        sizes = []
+        real_pread = os.pread
+
+        def recording_pread(fd, size, at):
+            sizes.append(size)
+            return real_pread(fd, size, at)
+        monkeypatch.setattr(os, "pread", recording_pread)
+        with pytest.raises(CorruptStorageError, match="of 100 bytes"):
+            logger.read(EntryLocation(log_id, offset, 2**31), 1, 0)
+        assert max(sizes) == HEADER_SIZE
+        assert logger.read(EntryLocation(log_id, offset, length), 1, 0) == b"x" * 100
+    finally:
+        logger.close()
