@@ -45,7 +45,7 @@ SEED_ENV = "LEDGER_CORRUPTION_SEED"
 TARGET_ENV = "LEDGER_CORRUPTION_TARGET"
 CLOSED_LEDGERS, CLOSED_ENTRIES = 2, 40
 OPEN_ENTRIES, TAIL_ENTRIES = 30, 6
-CONFIG = ClientConfig(add_timeout_s=5.0, read_timeout_s=3.0, recovery_timeout_s=30.0, close_timeout_s=20.0,
+CONFIG = ClientConfig(add_timeout_s=60.0, read_timeout_s=3.0, recovery_timeout_s=30.0, close_timeout_s=20.0,
                       long_poll_timeout_s=1.0)
 BOOKIE_FLAGS = dict(checkpoint_interval=0.5, entry_log_size=32 * 1024, journal_file_size=16 * 1024)
 REFUSAL_WORDS = ("corrupt", "damaged", "missing", "skip-journal-corruption", "checksum", "cut short")
