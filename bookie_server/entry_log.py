@@ -133,7 +133,7 @@ class EntryLogger:
         except OSError as exc:
             raise StorageError(f"reading {what} failed: {exc}") from exc
         try:
-            header, body = _pread_record(fd, offset, length)
+            header, body = _pread_record(fd, offset, length, ledger_id, entry_id, what)
         except OSError as exc:
             raise StorageError(f"reading {what} failed: {exc}") from exc
         finally:
@@ -263,11 +263,16 @@ class EntryLogger:
             os.close(fd)
 
 
-def _pread_record(fd: int, offset: int, length: int) -> tuple[bytes, bytes]:
+def _pread_record(fd: int, offset: int, length: int, ledger_id: int, entry_id: int,
+                  what: str) -> tuple[bytes, bytes]:
     if length <= _SMALL_READ:
         record = os.pread(fd, HEADER_SIZE + length, offset)
         return record[:HEADER_SIZE], record[HEADER_SIZE:]
-    return os.pread(fd, HEADER_SIZE, offset), os.pread(fd, length, offset + HEADER_SIZE)
+    # a large body is read only once the header confirms it: a damaged location (index) must not make the
+    # bookie allocate whatever length it names
+    header = os.pread(fd, HEADER_SIZE, offset)
+    _check_header(header, ledger_id, entry_id, length, what)
+    return header, os.pread(fd, length, offset + HEADER_SIZE)
 
 
 def _load_usage(path: Path) -> LogUsage:
@@ -291,7 +296,16 @@ def _remove_orphan_usage_files(directory: Path, log_ids: set[int]) -> None:
 
 
 def _check_record(header: bytes, body: bytes, ledger_id: int, entry_id: int, length: int, what: str) -> None:
-    if len(header) < HEADER_SIZE or len(body) < length:
+    _check_header(header, ledger_id, entry_id, length, what)
+    if len(body) < length:
+        raise CorruptStorageError(f"{what}: the entry log ends before the record does (truncated file)")
+    (crc,) = _CRC.unpack_from(header, 4)
+    if crc32c.crc32c(body, value=crc32c.crc32c(header[8:])) != crc:
+        raise CorruptStorageError(f"{what}: checksum mismatch (the stored bytes are damaged)")
+
+
+def _check_header(header: bytes, ledger_id: int, entry_id: int, length: int, what: str) -> None:
+    if len(header) < HEADER_SIZE:
         raise CorruptStorageError(f"{what}: the entry log ends before the record does (truncated file)")
     if header[:4] != MAGIC:
         raise CorruptStorageError(f"{what}: no record magic (overwritten or misplaced data)")
@@ -300,6 +314,3 @@ def _check_record(header: bytes, body: bytes, ledger_id: int, entry_id: int, len
         raise CorruptStorageError(
             f"{what}: the record there is ledger {stored_ledger} entry {stored_entry} of {stored_length} bytes"
         )
-    (crc,) = _CRC.unpack_from(header, 4)
-    if crc32c.crc32c(body, value=crc32c.crc32c(header[8:])) != crc:
-        raise CorruptStorageError(f"{what}: checksum mismatch (the stored bytes are damaged)")

@@ -3,13 +3,16 @@
 Callers ``submit`` already-encoded records with a completion callback. The
 journal thread takes every pending submission (up to the batch limits, waiting
 at most ``journal_max_wait_ms`` after the first was queued), writes them with
-one ``writev``, fsyncs once, then calls each callback with ``True``.
+one ``writev`` that ends with a COMMIT record (the group's record count and
+length; see ``journal_format``), fsyncs once, then calls each callback with
+``True``. Each file starts with a FILE_HEADER record (format version 2),
+fsync'd at creation.
 
 Failure policy: if a write or fsync fails, every submission of that batch and
 every queued one completes with ``False``, the journal stops for good
 (``failure`` is set, later ``submit`` calls return ``False``) and the bytes
-already in the file stay as they are: a torn last batch is truncated away by
-replay at the next start. An fsync is never retried, since after a failed
+already in the file stay as they are: a torn last batch (no COMMIT record
+after its damage) is truncated away by replay at the next start. An fsync is never retried, since after a failed
 fsync the kernel may have dropped the dirty pages.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all
+from bookie_server.journal_format import encode_commit, encode_file_header
 from bookie_server.storage_config import StorageConfig
 from pyspark_ledger.errors import StorageError
 
@@ -77,10 +81,9 @@ class Journal:
         self._closing = False
         self._failure: StorageError | None = None
         self._file_id = first_file_id
-        self._fd = self._create_file(first_file_id)
-        self._offset = 0
+        self._fd, self._offset = self._create_file(first_file_id)
         self._dropped = 0  # page cache of the current file dropped below this offset
-        self._synced = JournalMark(first_file_id, 0)
+        self._synced = JournalMark(first_file_id, self._offset)
         self._submitted = 0  # submissions accepted so far; they are written in this order
         self._durable = 0  # of those, how many are fsync'd (all before ``_synced``)
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
@@ -195,6 +198,8 @@ class Journal:
             if self._before_write is not None and any(item.sync_first for item in batch):
                 self._before_write()
             chunks = [chunk for item in batch for chunk in item.chunks]
+            if nbytes:  # an empty group (flushes only) writes nothing
+                chunks.append(encode_commit(sum(item.nrecords for item in batch), nbytes))
             written = write_all(self._fd, chunks)
             started = time.monotonic()
             os.fdatasync(self._fd)
@@ -225,14 +230,22 @@ class Journal:
         self._dropped = upto
 
     def _rotate(self) -> None:
-        fd = self._create_file(self._file_id + 1)
+        fd, offset = self._create_file(self._file_id + 1)
         os.close(self._fd)
-        self._fd, self._file_id, self._offset, self._dropped = fd, self._file_id + 1, 0, 0
+        self._fd, self._file_id, self._offset, self._dropped = fd, self._file_id + 1, offset, 0
 
-    def _create_file(self, file_id: int) -> int:
+    def _create_file(self, file_id: int) -> tuple[int, int]:
+        """A new file holding its FILE_HEADER record, durable with its directory entry: (fd, its size)."""
         fd = os.open(journal_path(self._dir, file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        fsync_dir(self._dir)
-        return fd
+        try:
+            header = encode_file_header()
+            write_all(fd, [header])
+            os.fdatasync(fd)
+            fsync_dir(self._dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, len(header)
 
     def _fail(self, batch: list[_Submission], exc: Exception) -> None:
         path = journal_path(self._dir, self._file_id)

@@ -14,6 +14,17 @@ id u64, entry id i64, LAC i64, entry log id u64, offset u64, body length u32
 written); LEDGER_KEY and FENCE = ledger id u64, master key. A ledger's
 LEDGER_KEY record precedes its first ADD or ADD_REF; a FENCE record also
 creates the ledger if needed, so it carries the key.
+
+Format versions. Version 1 files hold only the records above. Version 2
+files (written since) start with a FILE_HEADER record (payload: version u16)
+and end every group commit with a COMMIT record (payload: the group's record
+count u32 and its byte length u64, the COMMIT record excluded), written in the
+same ``writev`` as the group; the group's adds are acknowledged only after
+that write is fsync'd. A valid COMMIT record after a damaged one therefore
+proves that the damaged record was fsync'd, so acknowledged: replay tells a
+torn last group (no COMMIT after the damage: never acknowledged) from damage to
+acknowledged records (see ``journal_replay``). Version 1 files replay as they
+always did.
 """
 from __future__ import annotations
 
@@ -30,7 +41,11 @@ ADD = 1
 LEDGER_KEY = 2
 FENCE = 3
 ADD_REF = 4
-KINDS = (ADD, LEDGER_KEY, FENCE, ADD_REF)
+COMMIT = 5  # version 2: ends a group commit
+FILE_HEADER = 6  # version 2: the first record of a file
+KINDS = (ADD, LEDGER_KEY, FENCE, ADD_REF, COMMIT, FILE_HEADER)
+FRAMING_KINDS = (COMMIT, FILE_HEADER)  # structure, not data: replay does not apply them
+VERSION = 2
 
 HEADER_SIZE = 13
 MAX_PAYLOAD = 2**31  # bigger lengths are corruption, not data
@@ -42,6 +57,9 @@ _ENTRY_IDS = struct.Struct(">Qq")
 _REF = struct.Struct(">QqqQQI")  # ledger id, entry id, LAC, entry log id, offset, body length
 _REF_COVERED = struct.Struct(">IBQqqQQI")  # length, kind, then the ADD_REF payload
 _MAGIC_CRC = struct.Struct(">4sI")
+_COMMIT = struct.Struct(">IQ")  # records in the group, bytes of the group
+_COMMIT_COVERED = struct.Struct(">IBIQ")  # length, kind, then the COMMIT payload
+_VERSION = struct.Struct(">H")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +70,15 @@ class JournalRecord:
     data: bytes  # the entry body (ADD) or the master key; empty for ADD_REF
     end: int  # file offset just after this record
     reference: "EntryReference | None" = None  # ADD_REF only
+    commit: "GroupCommit | None" = None  # COMMIT only
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommit:
+    """A COMMIT record's payload: the group before it has ``records`` records in ``length`` bytes."""
+
+    records: int
+    length: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +117,26 @@ def encode_add_refs(entries: Iterable[tuple], locations: Iterable[tuple[int, int
     return records
 
 
+def encode_commit(records: int, length: int) -> bytes:
+    """The COMMIT record that ends a group commit of ``records`` records in ``length`` bytes."""
+    covered = _COMMIT_COVERED.pack(_COMMIT.size, COMMIT, records, length)
+    return _MAGIC_CRC.pack(MAGIC, crc32c.crc32c(covered)) + covered
+
+
+def encode_file_header() -> bytes:
+    """The first record of a version 2 journal file."""
+    return _encode_small(FILE_HEADER, _VERSION.pack(VERSION))
+
+
+def file_version(buf: Buffer, size: int) -> int:
+    """The format version of a journal file: 2 if it starts with a valid FILE_HEADER or holds a valid COMMIT
+    record anywhere (its header damaged), else 1."""
+    first = parse_record(buf, 0, size)
+    if isinstance(first, JournalRecord) and first.kind == FILE_HEADER:
+        return first.entry_id
+    return VERSION if find_next_record(buf, 0, size, COMMIT) is not None else 1
+
+
 def encode_ledger_key(ledger_id: int, master_key: bytes) -> bytes:
     return _encode_small(LEDGER_KEY, _LEDGER_ID.pack(ledger_id) + master_key)
 
@@ -123,6 +170,14 @@ def parse_record(buf: Buffer, offset: int, size: int) -> JournalRecord | str:
 
 
 def _decode(kind: int, payload: bytes, end: int) -> JournalRecord | str:
+    if kind == COMMIT:
+        if len(payload) != _COMMIT.size:
+            return "commit record of a wrong size"
+        return JournalRecord(COMMIT, -1, -1, b"", end, commit=GroupCommit(*_COMMIT.unpack(payload)))
+    if kind == FILE_HEADER:  # the version travels in entry_id
+        if len(payload) != _VERSION.size:
+            return "file header record of a wrong size"
+        return JournalRecord(FILE_HEADER, -1, _VERSION.unpack(payload)[0], b"", end)
     if kind == ADD_REF:
         if len(payload) != _REF.size:
             return "add reference record of a wrong size"
@@ -139,13 +194,14 @@ def _decode(kind: int, payload: bytes, end: int) -> JournalRecord | str:
     return JournalRecord(kind, ledger_id, -1, payload[_LEDGER_ID.size:], end)
 
 
-def find_next_record(buf: Buffer, start: int, size: int) -> int | None:
-    """The offset of the first valid record at or after ``start``, or None."""
+def find_next_record(buf: Buffer, start: int, size: int, kind: int | None = None) -> int | None:
+    """The offset of the first valid record (of ``kind``, if given) at or after ``start``, or None."""
     position = start
     while True:
         position = buf.find(MAGIC, position, size)
         if position < 0:
             return None
-        if isinstance(parse_record(buf, position, size), JournalRecord):
+        record = parse_record(buf, position, size)
+        if isinstance(record, JournalRecord) and (kind is None or record.kind == kind):
             return position
         position += 1

@@ -1,14 +1,24 @@
 """Journal replay at start-up: read every record after the checkpoint mark, in order.
 
-Corruption policy:
-  * a torn tail of the newest file (a partial, zero-filled or checksum-bad
-    last record with no valid record after it) is what a crash leaves behind:
-    it is ignored and truncated away, so the file is clean for later starts;
-  * anything else (a bad record followed by valid ones, a bad record in an
-    older file, a file shorter than the mark says, the mark's file missing)
-    raises ``JournalCorruptError`` naming the file and offset, unless
-    ``skip_corruption``: then it is logged and replay resumes at the next
-    valid record (data in the damaged region is lost).
+Corruption policy (``damage_verdict``):
+  * a torn tail of the newest file is what a crash leaves behind: it is
+    ignored and truncated away, so the file is clean for later starts. In a
+    version 2 file (see ``journal_format``) the tail is torn when no valid
+    COMMIT record follows the first bad byte: the last group commit's write
+    did not finish, so none of it was acknowledged. In a version 1 file (no
+    COMMIT records) it is torn when no valid record at all follows;
+  * anything else (a bad record with a valid COMMIT after it, so inside an
+    acknowledged group or before one; in version 1 a bad record followed by
+    valid ones; a bad record in an older file; a file shorter than the mark
+    says; the mark's file missing) raises ``JournalCorruptError`` naming the
+    file and offset, unless ``skip_corruption``: then it is logged, counted in
+    ``ReplayResult.skipped_regions``, and replay resumes at the next valid
+    record (data in the damaged region is lost).
+
+Residual ambiguity: a crash may leave the last group's COMMIT record on disk
+and an earlier page of the same write not (the kernel writes pages back in
+any order). Replay then refuses to start, as for damage: the operator checks
+and starts with the skip flag; an acknowledged record is never dropped silently.
 """
 from __future__ import annotations
 
@@ -20,14 +30,19 @@ from pathlib import Path
 from typing import Callable
 
 from bookie_server.journal import JournalMark, journal_files, journal_path
-from bookie_server.journal_format import JournalRecord, find_next_record, parse_record
-from pyspark_ledger.errors import JournalCorruptError
+from bookie_server.journal_format import (COMMIT, FRAMING_KINDS, VERSION, JournalRecord, file_version,
+                                          find_next_record, parse_record)
+from pyspark_ledger.errors import JournalCorruptError, StorageError
 
 log = logging.getLogger(__name__)
 
 NO_MARK = JournalMark(0, 0)
 HOW_TO_SKIP = ("The bookie refuses to start because entries it acknowledged may be lost. To start anyway, "
-                "skipping what cannot be read, set StorageConfig.skip_journal_corruption=True.")
+                "skipping what cannot be read, start it with --skip-journal-corruption "
+                "(StorageConfig.skip_journal_corruption=True); the skipped entries are then read from other "
+                "replicas")
+TORN = "torn"
+DAMAGE = "damage"
 
 
 @dataclass
@@ -55,6 +70,17 @@ def replay_journal(directory: Path, mark: JournalMark, skip_corruption: bool,
     return result
 
 
+def damage_verdict(version: int, newest: bool, valid_after: bool, commit_after: bool) -> str:
+    """TORN (a crash's unacknowledged tail: truncate it) or DAMAGE (acknowledged records may be lost) for a
+    bad record in a file of format ``version``; ``newest``: the file is the last one; ``valid_after`` /
+    ``commit_after``: a valid record / a valid COMMIT record lies after the bad one in the file."""
+    if not newest:
+        return DAMAGE  # a file is closed only after its last group commit was fsync'd
+    if version >= 2:
+        return DAMAGE if commit_after else TORN
+    return DAMAGE if valid_after else TORN
+
+
 def _replay_file(path: Path, start: int, newest: bool, skip_corruption: bool,
                  apply: Callable[[JournalRecord], None], result: ReplayResult) -> None:
     size = path.stat().st_size
@@ -66,28 +92,44 @@ def _replay_file(path: Path, start: int, newest: bool, skip_corruption: bool,
         return
     torn_at = None
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        version = file_version(buf, size)
+        if version > VERSION:
+            raise StorageError(f"journal file {path} has format version {version}; this bookie reads versions "
+                               f"up to {VERSION}: start it with the newer bookie version that wrote it")
         offset = start
         while offset < size:
             record = parse_record(buf, offset, size)
             if isinstance(record, JournalRecord):
-                apply(record)
-                result.records += 1
+                if record.kind not in FRAMING_KINDS:
+                    apply(record)
+                    result.records += 1
                 offset = record.end
                 continue
             resume = find_next_record(buf, offset + 1, size)
-            if resume is None and newest:
+            commit = find_next_record(buf, offset + 1, size, COMMIT) if version >= 2 and resume is not None \
+                else None
+            if damage_verdict(version, newest, resume is not None, commit is not None) == TORN:
                 torn_at = offset
                 break
-            where = "valid records follow at offset {}".format(resume) if resume is not None else \
-                "it is not the newest journal file"
-            _corrupt(result, skip_corruption,
-                     f"journal file {path} is corrupt at offset {offset} ({record}) and {where}")
+            _corrupt(result, skip_corruption, f"journal file {path} is corrupt at offset {offset} ({record}) and "
+                     f"{_why_acknowledged(buf, size, newest, resume, commit)}")
             if resume is None:
                 break
             offset = resume
     if torn_at is not None:
         _truncate(path, torn_at, size)
         result.truncated_bytes += size - torn_at
+
+
+def _why_acknowledged(buf, size: int, newest: bool, resume: int | None, commit: int | None) -> str:
+    if commit is not None:
+        group = parse_record(buf, commit, size).commit
+        return (f"a valid group commit record at offset {commit} (closing {group.records} records from offset "
+                f"{commit - group.length}) follows, so the damaged record was written before an fsync that "
+                "acknowledged it")
+    if resume is not None:
+        return f"valid records follow at offset {resume}"
+    return "it is not the newest journal file" if not newest else "it is not the journal's tail"
 
 
 def _truncate(path: Path, length: int, size: int) -> None:
@@ -105,4 +147,5 @@ def _corrupt(result: ReplayResult, skip_corruption: bool, message: str) -> None:
     if not skip_corruption:
         raise JournalCorruptError(f"{message}. {HOW_TO_SKIP}")
     result.skipped_regions += 1
-    log.error("%s; skipping it because skip_journal_corruption is set (data there is lost)", message)
+    log.error("JOURNAL DAMAGE: %s; skipping it because skip_journal_corruption is set (data there is lost on "
+              "this bookie)", message)

@@ -7,7 +7,10 @@ Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
 ``bytes_read_total``, ``inflight_adds``, ``add_streams``; garbage collection:
 ``gc_passes_total{outcome}``, ``gc_ledgers_collected_total``,
 ``gc_entry_logs_deleted_total``, ``gc_entry_logs_compacted_total``,
-``gc_entries_copied_total``, ``gc_bytes_reclaimed_total``.
+``gc_entries_copied_total``, ``gc_bytes_reclaimed_total``; damage:
+``storage_damage_found_total{where}`` (``read``: a read found a damaged or
+missing record and answered IO_ERROR; ``journal``: journal regions or
+entries skipped at start under ``--skip-journal-corruption``).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 _RECORD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 10_000)
 _HTTP_POLL_S = 0.05
 _BYTE_BUCKETS = tuple(4**k * 1024 for k in range(9))  # 1 KiB .. 64 MiB
+DAMAGE_PLACES = ("read", "journal")
 STATUS_NAMES = {number: name for name, number in pb.Status.items()}
 
 
@@ -62,6 +66,9 @@ class BookieMetrics:
         self._gc_copied = Counter("bookie_gc_entries_copied", "Live entries copied by compaction", registry=reg)
         self._gc_bytes = Counter("bookie_gc_bytes_reclaimed", "Entry log bytes freed by garbage collection",
                                  registry=reg)
+        damage = Counter("bookie_storage_damage_found", "Damaged stored data found, by where it was found",
+                         ["where"], registry=reg)
+        self._damage = {where: damage.labels(where=where) for where in DAMAGE_PLACES}
         self._http = None
         self._http_thread: threading.Thread | None = None
 
@@ -107,6 +114,11 @@ class BookieMetrics:
         self._gc_compacted.inc(len(result.logs_compacted))
         self._gc_copied.inc(result.entries_copied)
         self._gc_bytes.inc(result.bytes_reclaimed)
+
+    def damage_found(self, where: str, count: int = 1) -> None:
+        """Damaged stored data was found (``where``: one of ``DAMAGE_PLACES``)."""
+        if count:
+            self._damage[where].inc(count)
 
     def stream_opened(self) -> None:
         self._streams.inc()

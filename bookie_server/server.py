@@ -27,7 +27,7 @@ from bookie_server.limits import grpc_max_message_bytes
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import bookie_info, deregister, register
 from bookie_server.service import BookieServicer
-from pyspark_ledger.errors import InvalidConfigurationError, JournalCorruptError, LedgerError, StorageError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, StorageError
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
 _log = logging.getLogger(__name__)
@@ -110,10 +110,9 @@ class BookieServer:
 
         try:
             self._storage = BookieStorage(self.config.storage_config(), on_journal_sync=self.metrics.journal_synced)
-        except JournalCorruptError as exc:
-            raise JournalCorruptError(f"{exc} (bookie-server flag: --skip-journal-corruption)") from exc
         except OSError as exc:
             raise StorageError(f"cannot open storage in {self.config.data_dir}: {exc}") from exc
+        self.metrics.damage_found("journal", self._storage.damage_found())
 
     def _build_grpc(self) -> None:
         config = self.config

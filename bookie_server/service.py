@@ -128,6 +128,7 @@ class BookieServicer(pb_grpc.BookieServicer):
                 status, message = pb.NO_SUCH_ENTRY, f"bookie {self._bookie_id} has no entry {entry_id} of ledger {ledger_id}"
             except CorruptStorageError as exc:
                 _log.error("ledger %d entry %d is unreadable: %s", ledger_id, entry_id, exc)
+                self._metrics.damage_found("read")
                 status, message = pb.IO_ERROR, f"ledger {ledger_id} entry {entry_id} is unreadable on bookie {self._bookie_id}: {exc}"
             else:
                 if response.entries and total + len(body) > budget:

@@ -81,6 +81,7 @@ class BookieStorage:
         self._closed = False
         self._store_failure: StorageError | None = None
         self._read_only_reason: str | None = None
+        self._damage_at_start = 0
         self._lock_fd = self._entry_log = self._journal = self._checkpointer = None
         try:
             self._open(on_journal_sync)
@@ -95,7 +96,9 @@ class BookieStorage:
         for directory in (config.data_dir, config.journal_dir, config.entry_log_dir, config.index_dir):
             make_dirs(directory)
         self._lock_fd = _lock(config)
-        self._states = LedgerStates.load(config.data_dir / LEDGER_SNAPSHOT_NAME)
+        snapshot_path = config.data_dir / LEDGER_SNAPSHOT_NAME
+        snapshot_missing = not snapshot_path.exists()
+        self._states = LedgerStates.load(snapshot_path)
         self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes, self._states.index_pages)
         self._states.index_pages = {}  # the index keeps them from here on
@@ -105,7 +108,9 @@ class BookieStorage:
                                     config.skip_journal_corruption)
             result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply)
             applier.flush()
-            orphans = self._index.remove_orphan_files(lambda ledger_id: self._states.get(ledger_id) is not None)
+            self._damage_at_start = result.skipped_regions + applier.lost_entries
+            orphans = self._index.remove_orphan_files(
+                lambda ledger_id: self._known_ledger(ledger_id, snapshot_path if snapshot_missing else None))
         log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
                  "ledgers", config.data_dir, result.records, result.files, orphans)
         # bodies up to this size travel in the journal (all of them with journal_write_data)
@@ -248,6 +253,24 @@ class BookieStorage:
         if location is None:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id} on this bookie")
         return self._entry_log.read(location, ledger_id, entry_id)
+
+    def _known_ledger(self, ledger_id: int, missing_snapshot: Path | None) -> bool:
+        """Whether the ledger of an index file is known (else the file is an orphan to delete). An index file is
+        written only by a checkpoint, which also writes the state snapshot: if the snapshot is missing and the
+        journal did not bring the ledger back, its state was lost, not deleted, and its data must not go."""
+        if self._states.get(ledger_id) is not None:
+            return True
+        if missing_snapshot is not None:
+            raise CorruptStorageError(
+                f"the ledger state snapshot {missing_snapshot} is missing but ledger {ledger_id} has index files: "
+                "the state of stored ledgers is lost. The bookie refuses to start rather than delete their data; "
+                "restore the snapshot or the data directory from a backup, or decommission this bookie and "
+                "re-replicate its ledgers")
+        return False
+
+    def damage_found(self) -> int:
+        """How many damaged journal regions and entries the start skipped (``skip_journal_corruption``)."""
+        return self._damage_at_start
 
     def ledger(self, ledger_id: int) -> LedgerView | None:
         with self._lock:

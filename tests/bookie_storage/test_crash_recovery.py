@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie_server.journal_format import ADD, ADD_REF
+from bookie_server.journal_format import ADD, ADD_REF, COMMIT
 from bookie_server.storage import LedgerView
 from pyspark_ledger.errors import JournalCorruptError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -30,6 +30,27 @@ def add_records(data_dir: Path):
             if record.kind in (ADD, ADD_REF)]
 
 
+@pytest.mark.parametrize("where", ["body_end", "header_crc"])
+def test_damaged_acknowledged_record_at_the_journal_tail_refuses_the_start(open_storage, data_dir, where):
+    """Issue 12 part 5: the last record, full length, checksum bad, and the group's COMMIT record intact after it:
+    it was acknowledged, so it is damage, not a torn write (it used to be truncated with a warning)."""
+    child = run_child(data_dir, "--entries", "20")
+    assert (1, 19) in child.acks
+    path, last_offset, last = add_records(data_dir)[-1]
+    tail = [record for _, offset, record in journal_records(data_dir) if offset > last_offset]
+    assert [record.kind for record in tail] == [COMMIT]
+    size = path.stat().st_size
+    flip_byte(path, last.end - 10 if where == "body_end" else last_offset + 5)
+    with pytest.raises(JournalCorruptError) as caught:
+        open_storage()
+    message = str(caught.value)
+    assert str(path) in message and f"offset {last_offset}" in message and "--skip-journal-corruption" in message
+    assert path.stat().st_size == size  # nothing truncated
+    storage = open_storage(skip_journal_corruption=True)
+    assert storage.damage_found() == 1
+    assert_all_readable(storage, {(1, entry_id) for entry_id in range(19)})
+
+
 def test_kill_9_during_concurrent_adds_loses_no_acknowledged_entry(open_storage, data_dir):
     child = stream_then_kill(data_dir, 4000, "--threads", "4", "--batch", "20", "--checkpoint-interval", "0.05",
                              "--journal-file-size", str(256 * 1024), "--entry-log-size", str(512 * 1024))
@@ -41,7 +62,7 @@ def test_kill_9_during_concurrent_adds_loses_no_acknowledged_entry(open_storage,
         assert storage.ledger(ledger_id).last_entry_id >= highest
 
 
-@pytest.mark.parametrize("damage", ["truncate_mid_record", "append_zeros", "flip_byte_in_last_record"])
+@pytest.mark.parametrize("damage", ["truncate_mid_record", "append_zeros", "truncate_in_commit_record"])
 def test_torn_journal_tail_is_ignored_and_truncated(open_storage, data_dir, damage):
     child = run_child(data_dir, "--entries", "20")
     assert child.acks == {(1, entry_id) for entry_id in range(20)}
@@ -53,14 +74,17 @@ def test_torn_journal_tail_is_ignored_and_truncated(open_storage, data_dir, dama
     elif damage == "append_zeros":
         with open(path, "ab") as file:
             file.write(bytes(8192))
-    else:
-        flip_byte(path, last.end - 10)
+    else:  # the write stopped inside the group's COMMIT record: the group's records are whole
+        os.truncate(path, size - 5)
 
     storage = open_storage()
     assert_all_readable(storage, {(1, entry_id) for entry_id in range(19)})
     if damage == "append_zeros":
         assert storage.read_entry(1, 19) == body(1, 19)
         assert path.stat().st_size == size
+    elif damage == "truncate_in_commit_record":  # applied, only the torn COMMIT record is cut off
+        assert storage.read_entry(1, 19) == body(1, 19)
+        assert path.stat().st_size == last.end
     else:  # the torn record was never acknowledged by a real bookie: it is gone
         with pytest.raises(NoSuchEntryError):
             storage.read_entry(1, 19)

@@ -6,6 +6,7 @@ import threading
 import time
 
 from bookie_server.journal import journal_files
+from bookie_server.journal_format import encode_commit, encode_file_header
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import KEY, add_op, body
 
@@ -122,7 +123,7 @@ def test_flush_waits_for_everything_submitted_before_it(tmp_path):
         flusher.join(30)
         assert flushed == [True] and done == [True]
         mark, durable = journal.durable_position()
-        assert durable == 2 and mark.offset == len(record)
+        assert durable == 2 and mark.offset == len(encode_file_header()) + len(record) + len(encode_commit(1, 0))
     finally:
         gate.set()
         journal.close()

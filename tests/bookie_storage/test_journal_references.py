@@ -16,7 +16,7 @@ import pytest
 from bookie_server import entry_log, journal
 from bookie_server.entry_log import LOG_SUFFIX
 from bookie_server.files import numbered_files
-from bookie_server.journal_format import ADD, ADD_REF
+from bookie_server.journal_format import ADD, ADD_REF, FRAMING_KINDS, LEDGER_KEY
 from pyspark_ledger.errors import InvalidConfigurationError, JournalCorruptError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import JOURNAL_MODE_ENV, JOURNAL_MODES, KEY, add_op, body
@@ -62,7 +62,8 @@ def test_the_mode_decides_what_the_journal_holds(open_storage, data_dir, mode):
     storage = open_storage(**settings)
     ops = [add_op(1, entry_id) for entry_id in range(40)]
     assert storage.add_entries(ops).result(30) == [pb.OK] * 40
-    kinds = {record.entry_id: record.kind for _, _, record in journal_records(data_dir) if record.kind != 2}
+    kinds = {record.entry_id: record.kind for _, _, record in journal_records(data_dir)
+             if record.kind not in (LEDGER_KEY, *FRAMING_KINDS)}
     body_bytes = sum(len(op.body) for op in ops)
     if mode == "bodies":
         assert set(kinds.values()) == {ADD} and journal_bytes(data_dir) > body_bytes
