@@ -1,9 +1,12 @@
 """Wiring of one bookie process: storage, gRPC server, health, metrics, cookie, registration.
 
-``BookieServer(config).start()`` opens the metadata store, checks the cookie,
-opens storage (replaying the journal), binds the gRPC port, serves /metrics,
+``BookieServer(config).start()`` first checks that the port is free (a
+port clash fails the start before anything is read or written), opens the
+metadata store, checks the cookie (reading only), opens storage (replaying
+the journal), binds the gRPC port, serves /metrics, starts gRPC, and only
+then, the bookie being known to serve, writes the cookie (if it is new),
 registers the bookie, starts the garbage collector (``--gc-interval``) and
-only then reports SERVING on the standard gRPC health service. ``stop()`` is the graceful path taken on SIGTERM/SIGINT:
+reports SERVING on the standard gRPC health service. ``stop()`` is the graceful path taken on SIGTERM/SIGINT:
 NOT_SERVING, stop accepting RPCs, let in-flight adds become durable and be
 answered (bounded by the grace period), stop the garbage collector, close
 storage (drain the journal and checkpoint), deregister, close the metadata
@@ -14,7 +17,9 @@ the CLI prints; whatever was opened is closed again.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -22,7 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import pyspark_ledger
 from bookie_server.config import ServerConfig
-from bookie_server.cookie import verify_cookie
+from bookie_server.cookie import plan_cookie
 from bookie_server.limits import grpc_max_message_bytes
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import bookie_info, deregister, register
@@ -53,6 +58,36 @@ def listen_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail at once, naming the port, if ``host:port`` cannot be bound (in use, or the address is not local).
+
+    A probe: the socket is closed again, and gRPC binds for real later. It runs before anything else so that
+    a port clash is the first and only complaint, not a cookie or data dir one (issue 12, part 6)."""
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise InvalidConfigurationError(f"cannot listen on {listen_address(host, port)}: host {host!r} does not "
+                                        f"resolve ({exc}); pick another --host") from exc
+    failures = []
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no clash
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                failures.append(exc)
+                if exc.errno == errno.EADDRINUSE:
+                    break
+    if failures and (failures[-1].errno == errno.EADDRINUSE or len(failures) == len(addresses)):
+        exc = failures[-1]
+        raise InvalidConfigurationError(
+            f"cannot listen on {listen_address(host, port)}: port {port} is in use or the address is not "
+            f"local ({exc.strerror or exc}); stop what holds port {port} or pick another --port or --host "
+            "(nothing was changed in the data dir or the metadata store)") from exc
+
+
 class BookieServer:
     """One bookie: start() brings it up, stop() takes it down gracefully."""
 
@@ -63,6 +98,7 @@ class BookieServer:
         self.metrics = BookieMetrics()
         self.metrics_port: int | None = None
         self._store = None
+        self._cookie_plan = None
         self._storage = None
         self._executor: ThreadPoolExecutor | None = None
         self._grpc: grpc.Server | None = None
@@ -82,12 +118,14 @@ class BookieServer:
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
         try:
+            check_port_free(self.config.host, self.config.port)
             self._open_metadata()
             self._open_storage()
             self._build_grpc()
             if self.config.metrics_port >= 0:
                 self._serve_metrics()
             self._grpc.start()
+            self._cookie_plan.commit()  # only now: a start that failed before changed no cookie
             self._watch_disks()
             self._register()
             if self._disk_monitor is not None:
@@ -103,7 +141,8 @@ class BookieServer:
         from pyspark_ledger.metadata import open_metadata_store
 
         self._store = open_metadata_store(self.config.metadata_uri)
-        verify_cookie(self._store, self.config.data_dir, self.bookie_id, self.config.allow_new_data_dir)
+        self._cookie_plan = plan_cookie(self._store, self.config.data_dir, self.bookie_id,
+                                        self.config.allow_new_data_dir)
 
     def _open_storage(self) -> None:
         from bookie_server.storage import BookieStorage
