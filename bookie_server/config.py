@@ -53,6 +53,7 @@ class ServerConfig:
     gc_overreplicated_wait_s: float = 86_400.0
     exit_with_parent: bool = False
     allow_new_data_dir: bool = False
+    verify_new_ledgers: bool = True
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     log_level: str = "INFO"
@@ -167,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop gracefully once the process that started this bookie has ended (sandboxes use it)")
     add("--allow-new-data-dir", action="store_true",
         help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
+    add("--no-verify-new-ledgers", dest="verify_new_ledgers", action="store_false",
+        help="create state for a ledger never seen here on any first add or fence, without checking that the "
+             "metadata store has the ledger and its master key matches (lets anyone squat ledger ids)")
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,
         help="seconds to let in-flight requests finish after SIGTERM/SIGINT")
     add("--grpc-workers", type=_positive_int, default=DEFAULT_GRPC_WORKERS,

@@ -122,6 +122,7 @@ class BookieServer:
             self._open_metadata()
             self._open_storage()
             self._build_grpc()
+            self._guard_new_ledgers()
             if self.config.metrics_port >= 0:
                 self._serve_metrics()
             self._grpc.start()
@@ -180,6 +181,17 @@ class BookieServer:
             raise InvalidConfigurationError(
                 f"cannot listen on {self.address}: the port is in use or the address is not local; "
                 "pick another --port or --host") from cause
+
+    def _guard_new_ledgers(self) -> None:
+        """First adds and fences of unknown ledgers are checked against the metadata store (issue 12, part 7)."""
+        from bookie_server.ledger_guard import LedgerGuard, metadata_lookup
+
+        if not self.config.verify_new_ledgers:
+            _log.warning("--no-verify-new-ledgers: any caller may create (or fence) a ledger on this bookie with "
+                         "any key, locking its writer out")
+            return
+        self._servicer.ledger_guard = LedgerGuard(metadata_lookup(self._store), self._storage.has_ledger,
+                                                  self.bookie_id)
 
     def _serve_metrics(self) -> None:
         try:

@@ -228,6 +228,11 @@ class BookieStorage:
             return None
         return LedgerView(ledger_id, record.fenced, record.last_add_confirmed, record.last_entry_id)
 
+    def has_ledger(self, ledger_id: int) -> bool:
+        """Whether the bookie holds state for the ledger: a lock-free hint (one dict lookup) for the ledger guard;
+        storage still decides under its lock."""
+        return self._states.get(ledger_id) is not None
+
     def check_master_key(self, ledger_id: int, master_key: bytes) -> int:
         with self._lock:
             record = self._states.get(ledger_id)
