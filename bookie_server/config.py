@@ -48,6 +48,7 @@ class ServerConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
+    disk_reserve_bytes: int = 16 * MiB
     gc_interval_s: float = 300.0
     gc_compaction_threshold: float = 0.2
     gc_overreplicated_wait_s: float = 86_400.0
@@ -154,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn writable again once the fullest disk is below this fraction")
     add("--disk-check-interval", dest="disk_check_interval_s", type=_non_negative_float, default=10.0,
         help="seconds between disk usage checks; 0 disables them")
+    add("--disk-reserve", dest="disk_reserve_bytes", type=_non_negative_int, default=16 * MiB,
+        help="bytes kept allocated in DATA_DIR/RESERVED_SPACE and released when the disk is too full to replay "
+             "the journal at start: the bookie then starts read-only and serves reads (0: no reserve)")
     add("--gc-interval", dest="gc_interval_s", type=_non_negative_float, default=300.0,
         help="seconds between garbage collection passes (ledgers deleted from the metadata store lose their "
              "data here after two passes); 0 turns garbage collection off")

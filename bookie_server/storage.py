@@ -59,6 +59,8 @@ _IDS_AND_BODY = operator.itemgetter(1, 2, 3)  # of a StoredEntry-shaped tuple
 class BookieStorage:
     """A bookie's durable store of ledger entries in one data directory (see the module docstring)."""
 
+    on_failure: Callable[[], None] | None = None  # called (quick, no lock held) when storing entries fails
+
     def __init__(self, config: StorageConfig,
                  on_journal_sync: Callable[[int, int, float], None] | None = None) -> None:
         """Open (creating directories), replay the journal from the last mark, start the journal and
@@ -315,7 +317,10 @@ class BookieStorage:
     def _fail_store(self, exc: Exception) -> None:
         self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
                                            "until it is restarted (restart replays the journal)")
+        self._store_failure.__cause__ = exc  # the errno tells a full disk from a failing one
         log.error("%s", self._store_failure)
+        if self.on_failure is not None:
+            self.on_failure()
 
     def _refusal(self) -> StorageError | None:
         if self._closed:
