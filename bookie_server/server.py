@@ -178,7 +178,9 @@ class BookieServer:
                             f"{released}-byte disk reserve (--disk-reserve) to start")
             _log.warning("%s", reserve_note)
             storage = self._new_storage()
-        self._storage = StorageHandle(storage)
+        with self._state_lock:
+            storage.set_read_only(self._storage_read_only_reason())
+            self._storage = StorageHandle(storage)
         directories = [config.data_dir] + ([config.journal_dir] if config.journal_dir is not None else [])
         self._storage_watch = StorageWatch(self._storage, directories, config.disk_usage_lwm,
                                            self._storage_changed, self._reopen_storage)
@@ -189,7 +191,7 @@ class BookieServer:
             self._make_reserve()
 
     def _new_storage(self):
-        """Open the storage (replaying the journal), refusing adds for the reasons the bookie has now."""
+        """Open the storage (replaying the journal); a clear StorageError if it cannot be."""
         from bookie_server.storage import BookieStorage
         from bookie_server.storage_watch import DISK_FULL, failure_cause
 
@@ -205,8 +207,6 @@ class BookieServer:
                     "; the disk is too full to replay the journal: free space on it (the disk reserve, "
                     "--disk-reserve, is used up or off)" if full else ""))
             raise error from exc
-        with self._state_lock:
-            storage.set_read_only(self._storage_read_only_reason())
         return storage
 
     def _reopen_storage(self) -> None:
@@ -215,9 +215,10 @@ class BookieServer:
         old.close()
         new = self._new_storage()
         new.on_failure = self._storage_watch.poke
-        self._storage.target = new
+        with self._state_lock:  # a disk monitor verdict meanwhile goes to the new storage too
+            new.set_read_only(self._storage_read_only_reason())
+            self._storage.target = new
         self._make_reserve()
-
     def _make_reserve(self) -> None:
         from bookie_server.disk_monitor import create_reserve
 
