@@ -125,6 +125,8 @@ def test_a_full_disk_turns_the_bookie_read_only_at_once_and_back_and_it_starts_f
             wait_until(lambda: read_only_in(metadata_store, full), 10, "the registration to turn read-only")
             assert health(full) == NOT_SERVING and client.info().read_only
             assert_reads(client, ledger_id, acked)
+            # the client learns registrations through its watch: wait for it, then place
+            wait_until(lambda: full.bookie_id not in ledgers.bookies(writable_only=True), 10, "the client to see it")
             placed = [ledgers.create_ledger(3, password=b"p") for _ in range(20)]
             assert all(full.bookie_id not in w.metadata.current_fragment.bookies for w in placed), "placed on it"
             for writer in placed:
