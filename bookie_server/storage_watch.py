@@ -109,6 +109,7 @@ class StorageWatch:
         self._reopen = reopen
         self._measure = measure
         self._cause: str | None = None
+        self._unreported: tuple[str | None] | None = None  # a verdict on_change failed to apply, retried
         self._interval_s = interval_s
         self._wake = threading.Event()
         self._stopping = False
@@ -144,6 +145,10 @@ class StorageWatch:
 
     def check(self) -> None:
         """One round: notice a failure, or try the way back from one."""
+        if self._unreported is not None:
+            self._report(self._unreported[0])
+            if self._unreported is not None:
+                return
         if self._cause is None:
             failure = self._storage.failure
             if failure is None:
@@ -178,7 +183,9 @@ class StorageWatch:
             self._on_change(reason)
         except Exception:  # noqa: BLE001 - e.g. the metadata store is down: the next round tries again
             log.exception("could not switch the bookie to %s; retrying", "writable" if reason is None else "read-only")
-            self._cause = None if reason is not None else self._cause  # a failure is noticed again next round
+            self._unreported = (reason,)
+        else:
+            self._unreported = None
 
     def _used(self) -> float | None:
         try:

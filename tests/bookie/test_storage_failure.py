@@ -209,3 +209,28 @@ def test_the_watch_reports_a_failure_once_reopens_when_space_is_back_and_never_a
     for _ in range(3):
         watch.check()
     assert len(changes) == 3 and "restart" in changes[-1] and reopened == [True]
+
+
+def test_a_verdict_the_server_could_not_apply_is_retried():
+    storage, applied, broken = FakeStorage(), [], [True]
+
+    def on_change(reason):
+        if broken[0]:
+            raise RuntimeError("metadata store unreachable")
+        applied.append(reason)
+
+    watch = StorageWatch(storage, [Path("/")], 0.5, on_change, lambda: setattr(storage, "failure", None),
+                         measure=lambda _: 0.9)
+    storage.failure = storage_error(errno.ENOSPC)
+    watch.check()
+    assert applied == []
+    broken[0] = False
+    watch.check()
+    assert len(applied) == 1 and applied[0] is not None
+    broken[0] = True
+    watch._measure = lambda _: 0.1
+    watch.check()  # reopened, but telling the server failed
+    assert len(applied) == 1 and not watch.failed
+    broken[0] = False
+    watch.check()
+    assert applied[-1] is None
