@@ -173,7 +173,7 @@ class AddStreamSession:
             else:
                 refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
                                 check_add(ledger_id, entry_id, master_key, body, max_size)))
-        if ops and self._guard is not None:  # adds of ledgers this bookie has no state for: metadata says
+        if ops and self._guard is not None:  # adds of ledgers with no state here: checked against metadata
             ops = self._guard.filter_adds(ops, refused)
         ops = self._admit(ops, refused)
         if refused:

@@ -59,7 +59,7 @@ _IDS_AND_BODY = operator.itemgetter(1, 2, 3)  # of a StoredEntry-shaped tuple
 class BookieStorage:
     """A bookie's durable store of ledger entries in one data directory (see the module docstring)."""
 
-    on_failure: Callable[[], None] | None = None  # called (quick, no lock held) when storing entries fails
+    on_failure: Callable[[], None] | None = None  # called when storing entries fails (storage lock held: be quick)
 
     def __init__(self, config: StorageConfig,
                  on_journal_sync: Callable[[int, int, float], None] | None = None) -> None:
