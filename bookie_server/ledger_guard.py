@@ -18,7 +18,10 @@ The decision is the pure ``decide``. Lookups run on the caller's thread, off
 the storage lock, and only for ledgers the bookie has no state for (a ledger
 it stores never costs a lookup); the metadata of admitted ledgers is cached
 (bounded, least recently used first out). Absence is never cached: a ledger
-created a moment later must work at once.
+created a moment later must work at once. At most ``max_lookups`` lookups
+run at once (a flood of made-up ids must not become a flood on the metadata
+store); past that, and after waiting ``LOOKUP_WAIT_S``, the answer is
+TOO_MANY_REQUESTS.
 """
 from __future__ import annotations
 
@@ -34,7 +37,10 @@ from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)
 DEFAULT_CACHE_SIZE = 4096
+DEFAULT_MAX_LOOKUPS = 8
+LOOKUP_WAIT_S = 1.0
 UNREACHABLE = object()  # what a lookup returns when the metadata store could not answer
+BUSY = object()  # no lookup was made: too many in flight
 _LEDGER = operator.itemgetter(0)  # of an add tuple
 
 
@@ -45,6 +51,8 @@ def decide(found: object, master_key: bytes) -> int:
     metadata has none)."""
     if found is UNREACHABLE:
         return pb.IO_ERROR
+    if found is BUSY:
+        return pb.TOO_MANY_REQUESTS
     if found is None:
         return pb.NO_SUCH_LEDGER
     if found == "":
@@ -58,6 +66,9 @@ def explain(status: int, ledger_id: int, bookie_id: str) -> str:
                 "state for it (create the ledger first)")
     if status == pb.UNAUTHORIZED:
         return f"master key does not match the metadata of ledger {ledger_id}: nothing stored"
+    if status == pb.TOO_MANY_REQUESTS:
+        return (f"bookie {bookie_id} is checking too many unknown ledgers against the metadata store; "
+                f"ledger {ledger_id} was not checked: retry")
     if status == pb.IO_ERROR:
         return (f"bookie {bookie_id} cannot read the metadata of ledger {ledger_id} to check a first add or "
                 "fence: outcome unknown, retry")
@@ -81,13 +92,14 @@ class LedgerGuard:
     """Checks first adds and fences of ledgers the bookie has no state for (see the module docstring)."""
 
     def __init__(self, lookup: Callable[[int], object], has_ledger: Callable[[int], bool], bookie_id: str,
-                 cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+                 cache_size: int = DEFAULT_CACHE_SIZE, max_lookups: int = DEFAULT_MAX_LOOKUPS) -> None:
         self._lookup = lookup
         self._has_ledger = has_ledger
         self._bookie_id = bookie_id
         self._cache: OrderedDict[int, str] = OrderedDict()
         self._cache_size = max(1, cache_size)
         self._lock = threading.Lock()
+        self._lookups = threading.BoundedSemaphore(max(1, max_lookups))
 
     def check(self, ledger_id: int, master_key: bytes) -> tuple[int, str]:
         """(status, message) for creating ``ledger_id`` here with ``master_key``; OK with "" when allowed."""
@@ -101,7 +113,12 @@ class LedgerGuard:
             if found is not None:
                 self._cache.move_to_end(ledger_id)
                 return found
-        found = self._lookup(ledger_id)  # off every lock: the store may be slow
+        if not self._lookups.acquire(timeout=LOOKUP_WAIT_S):
+            return BUSY
+        try:
+            found = self._lookup(ledger_id)  # off every lock: the store may be slow
+        finally:
+            self._lookups.release()
         if isinstance(found, str):
             with self._lock:
                 self._cache[ledger_id] = found

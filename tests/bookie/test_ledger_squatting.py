@@ -6,11 +6,12 @@ caller with the generated stubs; the rule itself exhaustively against a scripted
 from __future__ import annotations
 
 import itertools
+import threading
 
 import grpc
 import pytest
 
-from bookie_server.ledger_guard import UNREACHABLE, LedgerGuard, decide
+from bookie_server.ledger_guard import BUSY, UNREACHABLE, LedgerGuard, decide
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.entry import EntryCodec, master_key
 from pyspark_ledger.metadata.model import Fragment, LedgerMetadata, master_key_check, master_key_matches
@@ -114,6 +115,7 @@ CHECK = master_key_check(KEY)
 
 @pytest.mark.parametrize("found, key, expected", [
     (UNREACHABLE, KEY, pb.IO_ERROR), (UNREACHABLE, WRONG, pb.IO_ERROR),
+    (BUSY, KEY, pb.TOO_MANY_REQUESTS), (BUSY, WRONG, pb.TOO_MANY_REQUESTS),
     (None, KEY, pb.NO_SUCH_LEDGER), (None, WRONG, pb.NO_SUCH_LEDGER),
     ("", KEY, pb.OK), ("", WRONG, pb.OK),
     (CHECK, KEY, pb.OK), (CHECK, WRONG, pb.UNAUTHORIZED),
@@ -151,3 +153,25 @@ def test_the_guard_asks_only_for_unknown_ledgers_caches_admitted_ones_and_never_
     assert guard.check(1, KEY)[0] == pb.OK and asked.count(1) == 2  # cache of size 1: 1 was evicted by 2
     assert guard.check_fence(9, WRONG) == (pb.OK, "")  # known here: storage checks the key itself
     assert guard.filter_adds([(9, 0, WRONG, b"", False)], refused) == [(9, 0, WRONG, b"", False)]
+
+
+def test_lookups_in_flight_are_bounded():
+    release, started = threading.Event(), threading.Semaphore(0)
+
+    def slow_lookup(ledger_id):
+        started.release()
+        release.wait(30)
+        return CHECK
+
+    guard = LedgerGuard(slow_lookup, lambda ledger_id: False, "b", max_lookups=2)
+    answers = []
+    threads = [threading.Thread(target=lambda n=n: answers.append(guard.check(n, KEY)[0])) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    assert started.acquire(timeout=10) and started.acquire(timeout=10)
+    status, message = guard.check(3, KEY)  # waits LOOKUP_WAIT_S, then gives up
+    assert status == pb.TOO_MANY_REQUESTS and "too many" in message
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert answers == [pb.OK, pb.OK] and guard.check(3, KEY)[0] == pb.OK
