@@ -144,6 +144,17 @@ def run_workload(bookie: BookieProcess, name: str, duration: float, first_ledger
     }
 
 
+def register_ledgers(bookie: BookieProcess, ledger_ids: list[int]) -> None:
+    """Give the benchmark's ledgers metadata: a bookie creates no ledger its metadata store lacks."""
+    from pyspark_ledger.metadata import open_metadata_store
+    from pyspark_ledger.metadata.model import Fragment, LedgerMetadata, master_key_check
+
+    with open_metadata_store(bookie.metadata_uri) as store:
+        for ledger_id in ledger_ids:
+            store.create_ledger(LedgerMetadata(ledger_id, 1, 1, 1, (Fragment(0, (bookie.bookie_id,)),),
+                                               master_key_check=master_key_check(KEY)))
+
+
 def run(duration: float, base: Path) -> dict:
     raw_seconds = max(1.0, duration / 3)
     raw = {"fsync_4k": raw_fsync_rate(base, raw_seconds),
@@ -151,6 +162,8 @@ def run(duration: float, base: Path) -> dict:
     bookie = BookieProcess(base / "bookie", f"sqlite:///{base}/metadata.db")
     bookie.start()
     try:
+        register_ledgers(bookie, [1 + n for n in range(WORKLOADS["1KiB"][1])]
+                         + [1000 + n for n in range(WORKLOADS["1MiB"][1])])
         small = run_workload(bookie, "1KiB", duration, 1)
         large = run_workload(bookie, "1MiB", duration, 1000)
     finally:

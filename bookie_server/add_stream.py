@@ -41,13 +41,14 @@ class AddStreamSession:
     """State of one AddStream RPC (see the module docstring)."""
 
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str,
-                 max_entry_size: int, max_inflight_adds: int, peer: str = "") -> None:
+                 max_entry_size: int, max_inflight_adds: int, peer: str = "", ledger_guard=None) -> None:
         self._storage = storage
         self._metrics = metrics
         self._bookie_id = bookie_id
         self._max_entry_size = max_entry_size
         self._limiter = InflightLimiter(max_inflight_adds)
         self._peer = peer
+        self._guard = ledger_guard  # bookie_server.ledger_guard.LedgerGuard or None
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._reader_done = False
         self._rpc_done = False
@@ -172,6 +173,8 @@ class AddStreamSession:
             else:
                 refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
                                 check_add(ledger_id, entry_id, master_key, body, max_size)))
+        if ops and self._guard is not None:  # adds of ledgers with no state here: checked against metadata
+            ops = self._guard.filter_adds(ops, refused)
         ops = self._admit(ops, refused)
         if refused:
             self._refuse(refused)

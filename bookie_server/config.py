@@ -48,11 +48,13 @@ class ServerConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
+    disk_reserve_bytes: int = 16 * MiB
     gc_interval_s: float = 300.0
     gc_compaction_threshold: float = 0.2
     gc_overreplicated_wait_s: float = 86_400.0
     exit_with_parent: bool = False
     allow_new_data_dir: bool = False
+    verify_new_ledgers: bool = True
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     log_level: str = "INFO"
@@ -153,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn writable again once the fullest disk is below this fraction")
     add("--disk-check-interval", dest="disk_check_interval_s", type=_non_negative_float, default=10.0,
         help="seconds between disk usage checks; 0 disables them")
+    add("--disk-reserve", dest="disk_reserve_bytes", type=_non_negative_int, default=16 * MiB,
+        help="bytes kept allocated in DATA_DIR/RESERVED_SPACE and released when the disk is too full to replay "
+             "the journal at start: the bookie then starts read-only and serves reads (0: no reserve)")
     add("--gc-interval", dest="gc_interval_s", type=_non_negative_float, default=300.0,
         help="seconds between garbage collection passes (ledgers deleted from the metadata store lose their "
              "data here after two passes); 0 turns garbage collection off")
@@ -167,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop gracefully once the process that started this bookie has ended (sandboxes use it)")
     add("--allow-new-data-dir", action="store_true",
         help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
+    add("--no-verify-new-ledgers", dest="verify_new_ledgers", action="store_false",
+        help="create state for a ledger never seen here on any first add or fence, without checking that the "
+             "metadata store has the ledger and its master key matches (lets anyone squat ledger ids)")
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,
         help="seconds to let in-flight requests finish after SIGTERM/SIGINT")
     add("--grpc-workers", type=_positive_int, default=DEFAULT_GRPC_WORKERS,

@@ -10,6 +10,12 @@ The local cookie is first written as ``COOKIE.json.pending``, then published
 to the metadata store, then renamed to ``COOKIE.json``; a start that finds
 a pending cookie equal to the published one finishes the rename, so a crash
 between the two writes never locks the bookie out.
+
+Checking and writing are two steps: ``plan_cookie`` only reads (and refuses
+with DataDirectoryError), ``CookiePlan.commit`` writes. The server commits
+only once the bookie is known to serve (port bound, storage open, gRPC
+started): a start that fails before, e.g. on a port in use, changes no
+cookie, so it cannot lock the real bookie out of its own data dir.
 """
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_ledger.errors import DataDirectoryError, MetadataExistsError, NoSuchKeyError
+from pyspark_ledger.errors import (DataDirectoryError, MetadataExistsError, MetadataVersionConflictError,
+                                   NoSuchKeyError)
 from pyspark_ledger.metadata.store import MetadataStore
 
 COOKIE_FILE = "COOKIE.json"
@@ -56,8 +63,51 @@ def metadata_key(bookie_id: str) -> str:
     return f"cookies/{bookie_id}"
 
 
+# What CookiePlan.commit does: nothing; rename the pending cookie; publish the local cookie; write a new one.
+KEEP, FINISH_PENDING, PUBLISH_LOCAL, CREATE_NEW = "keep", "finish-pending", "publish-local", "create-new"
+
+
+@dataclass(frozen=True)
+class CookiePlan:
+    """The outcome of checking a bookie's cookie: the cookie it runs with and what is left to write."""
+
+    store: MetadataStore
+    data_dir: Path
+    cookie: Cookie
+    action: str
+    stored_version: int | None = None  # of the registered cookie that CREATE_NEW replaces
+
+    def commit(self) -> Cookie:
+        """Write what the plan needs (nothing for KEEP). DataDirectoryError if someone raced us."""
+        bookie_id, data_dir = self.cookie.bookie_id, self.data_dir
+        if self.action == FINISH_PENDING:
+            _log.info("finishing the cookie of bookie %s left pending by an interrupted first start", bookie_id)
+            _finish_pending(data_dir)
+        elif self.action == PUBLISH_LOCAL:
+            _log.warning("publishing the cookie of data dir %s for bookie %s to the metadata store", data_dir,
+                         bookie_id)
+            _publish(self.store, bookie_id, self.cookie, None)
+        elif self.action == CREATE_NEW:
+            if self.stored_version is not None:
+                _log.warning("bookie %s starts with a new, empty data dir %s (--allow-new-data-dir): entries it "
+                             "stored before are lost", bookie_id, data_dir)
+            data_dir.mkdir(parents=True, exist_ok=True)
+            _write_atomic(data_dir / PENDING_FILE, self.cookie.to_bytes())
+            _publish(self.store, bookie_id, self.cookie, self.stored_version)
+            _finish_pending(data_dir)
+            _log.info("bookie %s wrote a new cookie (instance %s) in %s", bookie_id, self.cookie.instance_id,
+                      data_dir)
+        return self.cookie
+
+
 def verify_cookie(store: MetadataStore, data_dir: Path, bookie_id: str, allow_new_data_dir: bool = False) -> Cookie:
     """Check (or on first start create) the cookie; DataDirectoryError when they disagree."""
+    return plan_cookie(store, data_dir, bookie_id, allow_new_data_dir).commit()
+
+
+def plan_cookie(store: MetadataStore, data_dir: Path, bookie_id: str,
+                allow_new_data_dir: bool = False) -> CookiePlan:
+    """Check the cookie without writing anything; DataDirectoryError when data dir and store disagree."""
     data_dir = Path(data_dir)
     if data_dir.exists() and not data_dir.is_dir():
         raise DataDirectoryError(f"data dir {data_dir} exists but is not a directory")
@@ -75,39 +125,26 @@ def verify_cookie(store: MetadataStore, data_dir: Path, bookie_id: str, allow_ne
                 f"the metadata store has no cookie for bookie {bookie_id} but data dir {data_dir} has one: "
                 "is --metadata the store this bookie was created in? (--allow-new-data-dir publishes the "
                 "local cookie)")
-        _log.warning("publishing the cookie of data dir %s for bookie %s to the metadata store", data_dir, bookie_id)
-        _publish(store, bookie_id, local, None)
-        return local
+        return CookiePlan(store, data_dir, local, PUBLISH_LOCAL)
     if stored[0] != local:
         raise DataDirectoryError(
             f"cookie of data dir {data_dir} (instance {local.instance_id}) differs from the one registered for "
             f"bookie {bookie_id} (instance {stored[0].instance_id}): the data dir was swapped or re-created; "
             "start the bookie with its original data dir")
-    return local
+    return CookiePlan(store, data_dir, local, KEEP)
 
 
 def _without_local_cookie(store: MetadataStore, data_dir: Path, bookie_id: str,
-                          stored: tuple[Cookie, int] | None, allow_new_data_dir: bool) -> Cookie:
+                          stored: tuple[Cookie, int] | None, allow_new_data_dir: bool) -> CookiePlan:
     pending = _read_file(data_dir / PENDING_FILE)
     if stored is not None and pending == stored[0]:
-        _log.info("finishing the cookie of bookie %s left pending by an interrupted first start", bookie_id)
-        _finish_pending(data_dir)
-        return pending
+        return CookiePlan(store, data_dir, pending, FINISH_PENDING)
     if stored is not None and not allow_new_data_dir:
         raise DataDirectoryError(
             f"data dir {data_dir} has no cookie but bookie {bookie_id} ran before (instance "
             f"{stored[0].instance_id}): the data dir is missing or was wiped, so entries it acknowledged "
             "are gone. Start it with its original data dir, or pass --allow-new-data-dir to rejoin empty")
-    if stored is not None:
-        _log.warning("bookie %s starts with a new, empty data dir %s (--allow-new-data-dir): entries it "
-                     "stored before are lost", bookie_id, data_dir)
-    cookie = Cookie.new(bookie_id)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(data_dir / PENDING_FILE, cookie.to_bytes())
-    _publish(store, bookie_id, cookie, stored[1] if stored is not None else None)
-    _finish_pending(data_dir)
-    _log.info("bookie %s wrote a new cookie (instance %s) in %s", bookie_id, cookie.instance_id, data_dir)
-    return cookie
+    return CookiePlan(store, data_dir, Cookie.new(bookie_id), CREATE_NEW, stored[1] if stored is not None else None)
 
 
 def _read_file(path: Path) -> Cookie | None:
@@ -134,9 +171,9 @@ def _publish(store: MetadataStore, bookie_id: str, cookie: Cookie, version: int 
             store.create(metadata_key(bookie_id), cookie.to_bytes())
         else:
             store.set(metadata_key(bookie_id), cookie.to_bytes(), version)
-    except MetadataExistsError as exc:
-        raise DataDirectoryError(f"another process registered a cookie for bookie {bookie_id} "
-                                 "at the same time: is the bookie already starting elsewhere?") from exc
+    except (MetadataExistsError, MetadataVersionConflictError, NoSuchKeyError) as exc:
+        raise DataDirectoryError(f"another process changed the cookie of bookie {bookie_id} "
+                                 "while this one started: is the bookie already starting elsewhere?") from exc
 
 
 def _finish_pending(data_dir: Path) -> None:

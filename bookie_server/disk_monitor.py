@@ -8,6 +8,12 @@ when the answer changes. The owner makes storage refuse adds (READ_ONLY),
 re-registers the bookie as read-only (clients pick ensembles among writable
 bookies only) and, below the low-water mark, undoes both.
 
+``create_reserve`` / ``release_reserve`` keep a reserve file in the data
+dir (``--disk-reserve``): a bookie whose disk filled up before it could
+checkpoint must replay its journal into the entry logs to start, which needs
+space; the server releases the reserve for that, starts read-only, and makes
+the reserve again once the disk is below the low-water mark.
+
 The environment variable ``BOOKIE_DISK_USAGE_OVERRIDE`` may name a file
 holding a used fraction (e.g. ``0.97``) read instead of the real usage: the
 seam the tests use to fill a disk without filling it.
@@ -29,6 +35,9 @@ OVERRIDE_ENV = "BOOKIE_DISK_USAGE_OVERRIDE"
 DEFAULT_THRESHOLD = 0.95
 DEFAULT_LOW_WATER_MARK = 0.90
 DEFAULT_INTERVAL_S = 10.0
+RESERVE_FILE = "RESERVED_SPACE"
+DEFAULT_RESERVE_BYTES = 16 * 1024 * 1024
+RESERVE_HEADROOM = 4  # make the reserve only when the disk has this many times its size free
 
 
 @dataclass(frozen=True)
@@ -112,3 +121,42 @@ class DiskMonitor:
             log.exception("switching the bookie to %s failed; retrying at the next check",
                           "read-only" if read_only else "writable")
 
+
+
+def create_reserve(directory: Path, size: int) -> bool:
+    """Make ``directory/RESERVED_SPACE`` hold ``size`` allocated bytes (kept if it is there); False if the disk
+    has not ``RESERVE_HEADROOM`` times that free, or allocating fails (nothing is left behind then)."""
+    path = Path(directory) / RESERVE_FILE
+    if size <= 0:
+        return False
+    try:
+        if path.stat().st_size >= size:
+            return True
+    except FileNotFoundError:
+        pass
+    if shutil.disk_usage(directory).free < RESERVE_HEADROOM * size:
+        log.warning("not enough free space for the %d-byte disk reserve in %s (--disk-reserve)", size, directory)
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("cannot make the disk reserve %s: %s", path, exc)
+        path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def release_reserve(directory: Path) -> int:
+    """Delete the reserve file; the bytes it held (0 if there was none)."""
+    path = Path(directory) / RESERVE_FILE
+    try:
+        size = path.stat().st_blocks * 512
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size

@@ -1,9 +1,20 @@
 """Wiring of one bookie process: storage, gRPC server, health, metrics, cookie, registration.
 
-``BookieServer(config).start()`` opens the metadata store, checks the cookie,
-opens storage (replaying the journal), binds the gRPC port, serves /metrics,
+``BookieServer(config).start()`` first checks that the port is free (a
+port clash fails the start before anything is read or written), opens the
+metadata store, checks the cookie (reading only), opens storage (replaying
+the journal), binds the gRPC port, serves /metrics, starts gRPC, and only
+then, the bookie being known to serve, writes the cookie (if it is new),
 registers the bookie, starts the garbage collector (``--gc-interval``) and
-only then reports SERVING on the standard gRPC health service. ``stop()`` is the graceful path taken on SIGTERM/SIGINT:
+reports SERVING on the standard gRPC health service.
+
+Health and registration say whether the bookie takes adds: a full disk (the
+disk monitor) or a storage failure (``storage_watch``) registers it
+read-only and turns its health NOT_SERVING at once; reads are served
+throughout. After a full disk the storage is reopened (journal replayed)
+once space is back, and both turn back. A disk too full to replay the
+journal at start: the server releases its disk reserve (``--disk-reserve``)
+and starts read-only. ``stop()`` is the graceful path taken on SIGTERM/SIGINT:
 NOT_SERVING, stop accepting RPCs, let in-flight adds become durable and be
 answered (bounded by the grace period), stop the garbage collector, close
 storage (drain the journal and checkpoint), deregister, close the metadata
@@ -14,7 +25,10 @@ the CLI prints; whatever was opened is closed again.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -22,12 +36,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import pyspark_ledger
 from bookie_server.config import ServerConfig
-from bookie_server.cookie import verify_cookie
+from bookie_server.cookie import plan_cookie
 from bookie_server.limits import grpc_max_message_bytes
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import bookie_info, deregister, register
 from bookie_server.service import BookieServicer
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, StorageError
+from pyspark_ledger.errors import InvalidConfigurationError, JournalCorruptError, LedgerError, StorageError
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
 _log = logging.getLogger(__name__)
@@ -53,6 +67,36 @@ def listen_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail at once, naming the port, if ``host:port`` cannot be bound (in use, or the address is not local).
+
+    A probe: the socket is closed again, and gRPC binds for real later. It runs before anything else so that
+    a port clash is the first and only complaint, not a cookie or data dir one (issue 12, part 6)."""
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise InvalidConfigurationError(f"cannot listen on {listen_address(host, port)}: host {host!r} does not "
+                                        f"resolve ({exc}); pick another --host") from exc
+    failures = []
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no clash
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                failures.append(exc)
+                if exc.errno == errno.EADDRINUSE:
+                    break
+    if failures and (failures[-1].errno == errno.EADDRINUSE or len(failures) == len(addresses)):
+        exc = failures[-1]
+        raise InvalidConfigurationError(
+            f"cannot listen on {listen_address(host, port)}: port {port} is in use or the address is not "
+            f"local ({exc.strerror or exc}); stop what holds port {port} or pick another --port or --host "
+            "(nothing was changed in the data dir or the metadata store)") from exc
+
+
 class BookieServer:
     """One bookie: start() brings it up, stop() takes it down gracefully."""
 
@@ -63,6 +107,7 @@ class BookieServer:
         self.metrics = BookieMetrics()
         self.metrics_port: int | None = None
         self._store = None
+        self._cookie_plan = None
         self._storage = None
         self._executor: ThreadPoolExecutor | None = None
         self._grpc: grpc.Server | None = None
@@ -70,6 +115,10 @@ class BookieServer:
         self._health: health.HealthServicer | None = None
         self._registration = None
         self._disk_monitor = None
+        self._storage_watch = None
+        self._read_only_reasons: dict[str, str] = {}  # "disk" / "storage" -> why the bookie takes no adds
+        self._state_lock = threading.Lock()
+        self._serving = False
         self._gc = None
         self._stopped = False
 
@@ -82,37 +131,102 @@ class BookieServer:
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
         try:
+            check_port_free(self.config.host, self.config.port)
             self._open_metadata()
             self._open_storage()
             self._build_grpc()
+            self._guard_new_ledgers()
             if self.config.metrics_port >= 0:
                 self._serve_metrics()
             self._grpc.start()
+            self._cookie_plan.commit()  # only now: a start that failed before changed no cookie
             self._watch_disks()
             self._register()
             if self._disk_monitor is not None:
                 self._disk_monitor.start()
+            self._storage_watch.start()
             self._start_gc()
         except BaseException:
             self._close_resources()
             raise
-        self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        with self._state_lock:
+            self._serving = True
+            self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING if self._read_only_reasons
+                             else health_pb2.HealthCheckResponse.SERVING)
         _log.info("bookie %s serving on %s (metrics %s)", self.bookie_id, self.address, self.metrics_url or "off")
 
     def _open_metadata(self) -> None:
         from pyspark_ledger.metadata import open_metadata_store
 
         self._store = open_metadata_store(self.config.metadata_uri)
-        verify_cookie(self._store, self.config.data_dir, self.bookie_id, self.config.allow_new_data_dir)
+        self._cookie_plan = plan_cookie(self._store, self.config.data_dir, self.bookie_id,
+                                        self.config.allow_new_data_dir)
 
     def _open_storage(self) -> None:
-        from bookie_server.storage import BookieStorage
+        from bookie_server.disk_monitor import release_reserve
+        from bookie_server.storage_watch import DISK_FULL, StorageHandle, StorageWatch, failure_cause
 
+        config = self.config
+        reserve_note = None
         try:
-            self._storage = BookieStorage(self.config.storage_config(), on_journal_sync=self.metrics.journal_synced)
-        except OSError as exc:
-            raise StorageError(f"cannot open storage in {self.config.data_dir}: {exc}") from exc
-        self.metrics.damage_found("journal", self._storage.damage_found())
+            storage = self._new_storage()
+        except StorageError as exc:
+            released = release_reserve(config.data_dir) if failure_cause(exc) == DISK_FULL else 0
+            if not released:
+                raise
+            reserve_note = (f"the disk of {config.data_dir} was too full to replay the journal; released the "
+                            f"{released}-byte disk reserve (--disk-reserve) to start")
+            _log.warning("%s", reserve_note)
+            storage = self._new_storage()
+        with self._state_lock:
+            storage.set_read_only(self._storage_read_only_reason())
+            self._storage = StorageHandle(storage)
+        directories = [config.data_dir] + ([config.journal_dir] if config.journal_dir is not None else [])
+        self._storage_watch = StorageWatch(self._storage, directories, config.disk_usage_lwm,
+                                           self._storage_changed, self._reopen_storage)
+        storage.on_failure = self._storage_watch.poke
+        if reserve_note is not None:
+            self._storage_watch.mark_failed(DISK_FULL, reserve_note)
+        else:
+            self._make_reserve()
+
+    def _new_storage(self):
+        """Open the storage (replaying the journal); a clear StorageError if it cannot be."""
+        from bookie_server.storage import BookieStorage
+        from bookie_server.storage_watch import DISK_FULL, failure_cause
+
+        config = self.config
+        try:
+            storage = BookieStorage(config.storage_config(), on_journal_sync=self.metrics.journal_synced)
+        except JournalCorruptError:
+            raise  # its message names the file, the offset and --skip-journal-corruption
+        except (OSError, StorageError) as exc:
+            full = failure_cause(exc) == DISK_FULL
+            error = StorageError(
+                f"cannot open storage in {config.data_dir}: {exc}" + (
+                    "; the disk is too full to replay the journal: free space on it (the disk reserve, "
+                    "--disk-reserve, is used up or off)" if full else ""))
+            raise error from exc
+        self.metrics.damage_found("journal", storage.damage_found())
+        return storage
+
+    def _reopen_storage(self) -> None:
+        """The storage watch's way back after a full disk: close the failed storage and open it again."""
+        old = self._storage.target
+        old.close()
+        new = self._new_storage()
+        new.on_failure = self._storage_watch.poke
+        with self._state_lock:  # a disk monitor verdict meanwhile goes to the new storage too
+            new.set_read_only(self._storage_read_only_reason())
+            self._storage.target = new
+        self._make_reserve()
+
+    def _make_reserve(self) -> None:
+        from bookie_server.disk_monitor import create_reserve
+
+        if self.config.disk_reserve_bytes > 0:
+            create_reserve(self.config.data_dir, self.config.disk_reserve_bytes)
+
 
     def _build_grpc(self) -> None:
         config = self.config
@@ -141,6 +255,18 @@ class BookieServer:
                 f"cannot listen on {self.address}: the port is in use or the address is not local; "
                 "pick another --port or --host") from cause
 
+    def _guard_new_ledgers(self) -> None:
+        """First adds and fences of unknown ledgers are checked against the metadata store (issue 12, part 7)."""
+        from bookie_server.ledger_guard import LedgerGuard, metadata_lookup
+
+        if not self.config.verify_new_ledgers:
+            _log.warning("--no-verify-new-ledgers: any caller may create (or fence) a ledger on this bookie with "
+                         "any key, locking its writer out")
+            return
+        storage = self._storage  # a StorageHandle: the storage behind it may be reopened
+        self._servicer.ledger_guard = LedgerGuard(metadata_lookup(self._store),
+                                                  lambda ledger_id: storage.has_ledger(ledger_id), self.bookie_id)
+
     def _serve_metrics(self) -> None:
         try:
             self.metrics_port = self.metrics.serve_http(self.config.host, self.config.metrics_port)
@@ -152,8 +278,9 @@ class BookieServer:
     def _register(self) -> None:
         info = bookie_info(self.config.host, self.config.port, self.metrics_port, self.metrics_url,
                            str(self.config.data_dir))
-        read_only = self._storage is not None and self._storage.read_only is not None
-        self._registration = register(self._store, self.bookie_id, info, read_only=read_only)
+        with self._state_lock:
+            read_only = bool(self._read_only_reasons)
+            self._registration = register(self._store, self.bookie_id, info, read_only=read_only)
 
     def _watch_disks(self) -> None:
         from bookie_server.disk_monitor import DiskMonitor, DiskPolicy
@@ -183,11 +310,37 @@ class BookieServer:
 
     def _disk_changed(self, read_only: bool, reason: str) -> None:
         """The disk monitor's verdict: refuse or take adds, and register as read-only or writable."""
-        storage, registration = self._storage, self._registration
-        if storage is not None:
-            storage.set_read_only(reason if read_only else None)
-        if registration is not None:
-            registration.set_read_only(read_only)
+        self._set_reason("disk", reason if read_only else None)
+
+    def _storage_changed(self, reason: str | None) -> None:
+        """The storage watch's verdict: failed (reason) or working again (None)."""
+        self._set_reason("storage", reason)
+
+    def _set_reason(self, source: str, reason: str | None) -> None:
+        with self._state_lock:
+            if reason is None:
+                self._read_only_reasons.pop(source, None)
+            else:
+                self._read_only_reasons[source] = reason
+        self._update_write_state()
+
+    def _update_write_state(self) -> None:
+        """Make storage, registration and health agree with the read-only reasons (raises if the metadata
+        store cannot be written: the caller retries)."""
+        with self._state_lock:
+            read_only = bool(self._read_only_reasons)
+            storage, registration = self._storage, self._registration
+            if storage is not None:
+                storage.set_read_only(self._storage_read_only_reason())
+            if self._health is not None and self._serving:
+                self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING if read_only
+                                 else health_pb2.HealthCheckResponse.SERVING)
+            if registration is not None:
+                registration.set_read_only(read_only)
+
+    def _storage_read_only_reason(self) -> str | None:
+        """Why the storage refuses adds READ_ONLY (a failed storage answers IO_ERROR before that); lock held."""
+        return "; ".join(self._read_only_reasons.values()) or None
 
     def _is_read_only(self) -> bool:
         storage = self._storage
@@ -219,6 +372,9 @@ class BookieServer:
     def _close_resources(self) -> None:
         """Close whatever start() opened, in shutdown order; every step runs even if one fails."""
         self._stopped = True
+        self._serving = False
+        if self._storage_watch is not None:
+            self._storage_watch.stop()
         if self._disk_monitor is not None:
             self._disk_monitor.stop()
         if self._gc is not None:

@@ -27,6 +27,8 @@ LONG_POLL_SLICE_S = 0.5  # a long poll re-checks cancellation and draining this 
 
 
 class BookieServicer(pb_grpc.BookieServicer):
+    ledger_guard = None  # a LedgerGuard: checks first adds/fences of unknown ledgers (set by the server)
+
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str, version: str,
                  max_entry_size: int, max_inflight_adds: int,
                  is_read_only: Callable[[], bool] = lambda: False) -> None:
@@ -46,7 +48,8 @@ class BookieServicer(pb_grpc.BookieServicer):
     def AddStream(self, request_iterator, context):
         session = AddStreamSession(self._storage, self._metrics, bookie_id=self._bookie_id,
                                    max_entry_size=self._max_entry_size,
-                                   max_inflight_adds=self._max_inflight_adds, peer=context.peer())
+                                   max_inflight_adds=self._max_inflight_adds, peer=context.peer(),
+                                   ledger_guard=self.ledger_guard)
         with self._sessions_lock:
             self._sessions.add(session)
             if self._draining.is_set():
@@ -101,6 +104,10 @@ class BookieServicer(pb_grpc.BookieServicer):
     def _fence(self, ledger_id: int, master_key: bytes) -> tuple[int, str]:
         if not master_key:
             return pb.BAD_REQUEST, f"fencing ledger {ledger_id} needs its master key: set master_key"
+        if self.ledger_guard is not None:  # an unknown ledger is created fenced only if its metadata allows
+            status, message = self.ledger_guard.check_fence(ledger_id, master_key)
+            if status != pb.OK:
+                return status, message
         try:
             status = self._storage.fence(ledger_id, master_key).result(timeout=MAX_FENCE_WAIT_S)
         except TimeoutError:

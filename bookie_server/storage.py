@@ -39,6 +39,7 @@ import operator
 import shutil
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 from bookie_server.checkpoint import Checkpointer, read_mark
@@ -66,6 +67,8 @@ _IDS_AND_BODY = operator.itemgetter(1, 2, 3)  # of a StoredEntry-shaped tuple
 
 class BookieStorage:
     """A bookie's durable store of ledger entries in one data directory (see the module docstring)."""
+
+    on_failure: Callable[[], None] | None = None  # called when storing entries fails (storage lock held: be quick)
 
     def __init__(self, config: StorageConfig,
                  on_journal_sync: Callable[[int, int, float], None] | None = None) -> None:
@@ -282,6 +285,11 @@ class BookieStorage:
             return None
         return LedgerView(ledger_id, record.fenced, record.last_add_confirmed, record.last_entry_id)
 
+    def has_ledger(self, ledger_id: int) -> bool:
+        """Whether the bookie holds state for the ledger: a lock-free hint (one dict lookup) for the ledger guard;
+        storage still decides under its lock."""
+        return self._states.get(ledger_id) is not None
+
     def check_master_key(self, ledger_id: int, master_key: bytes) -> int:
         with self._lock:
             record = self._states.get(ledger_id)
@@ -371,7 +379,10 @@ class BookieStorage:
     def _fail_store(self, exc: Exception) -> None:
         self._store_failure = StorageError(f"storing entries failed ({exc}); the bookie takes no more adds "
                                            "until it is restarted (restart replays the journal)")
+        self._store_failure.__cause__ = exc  # the errno tells a full disk from a failing one
         log.error("%s", self._store_failure)
+        if self.on_failure is not None:
+            self.on_failure()
 
     def _refusal(self) -> StorageError | None:
         if self._closed:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Mapping
 
-from pyspark_ledger.entry import password_check
+from pyspark_ledger.entry import master_key, password_check
 from pyspark_ledger.errors import (LedgerClosedError, LedgerFencedError, MetadataError, MetadataExistsError,
                                    MetadataVersionConflictError)
-from pyspark_ledger.metadata.model import IN_RECOVERY, OPEN, LedgerMetadata
+from pyspark_ledger.metadata.model import IN_RECOVERY, OPEN, LedgerMetadata, master_key_check
 from pyspark_ledger.metadata.store import MetadataStore, Versioned
 from pyspark_ledger.protocol.ledger_rules import (Decision, Resolution, check_transition, close_metadata,
                                                   mark_in_recovery, new_ledger_metadata, resolve_close_conflict,
@@ -23,11 +23,15 @@ from pyspark_ledger.protocol.ledger_rules import (Decision, Resolution, check_tr
 def create_ledger(store: MetadataStore, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int,
                   digest: str, password: bytes, custom: Mapping[str, bytes] | None,
                   retries: int) -> Versioned[LedgerMetadata]:
-    """Store OPEN metadata for a new ledger id (a taken id is skipped)."""
+    """Store OPEN metadata for a new ledger id (a taken id is skipped).
+
+    The metadata carries a check of the master key: bookies verify a first add or fence against it."""
+    key_check = master_key_check(master_key(password))
     for _ in range(retries):
         ledger_id = store.new_ledger_id()
         metadata = new_ledger_metadata(ledger_id, ensemble, len(ensemble), write_quorum, ack_quorum, digest,
                                        password_check(password), custom, int(time.time() * 1000))
+        metadata = metadata.with_changes(master_key_check=key_check)
         try:
             return Versioned(metadata, store.create_ledger(metadata))
         except MetadataExistsError:

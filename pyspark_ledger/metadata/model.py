@@ -6,7 +6,10 @@ recovery, close) live in ``pyspark_ledger.protocol``.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -43,6 +46,28 @@ def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> Non
         )
 
 
+MASTER_KEY_CHECK_PREFIX = "sha256"
+
+
+def master_key_check(master_key: bytes, salt: bytes | None = None) -> str:
+    """A salted hash of a ledger's master key, kept in its metadata: a bookie that has no state for the
+    ledger yet checks a first add or fence against it (a caller who knows the id but not the password
+    cannot create the ledger there first). The key cannot be recovered from it."""
+    salt = os.urandom(8) if salt is None else salt
+    digest = hashlib.sha256(b"pyspark-ledger/master-key-check\0" + salt + bytes(master_key)).hexdigest()
+    return f"{MASTER_KEY_CHECK_PREFIX}${salt.hex()}${digest}"
+
+
+def master_key_matches(master_key: bytes, check: str) -> bool:
+    """Whether ``master_key`` is the one ``check`` (from ``master_key_check``) was made of; False if malformed."""
+    try:
+        prefix, salt_hex, _ = check.split("$")
+        salt = bytes.fromhex(salt_hex)
+    except ValueError:
+        return False
+    return prefix == MASTER_KEY_CHECK_PREFIX and hmac.compare_digest(master_key_check(master_key, salt), check)
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerMetadata:
     ledger_id: int
@@ -55,6 +80,7 @@ class LedgerMetadata:
     length: int = 0
     digest_type: str = "crc32c"
     password_check: str = ""
+    master_key_check: str = ""  # see master_key_check(); "" for ledgers created before it existed
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
     ctime_ms: int = 0
 
@@ -110,6 +136,7 @@ class LedgerMetadata:
             "fragments": [[f.first_entry_id, list(f.bookies)] for f in self.fragments],
             "digest_type": self.digest_type,
             "password_check": self.password_check,
+            **({"master_key_check": self.master_key_check} if self.master_key_check else {}),
             "custom_metadata": {k: base64.b64encode(v).decode() for k, v in self.custom_metadata.items()},
             "ctime_ms": self.ctime_ms,
         }
@@ -132,6 +159,7 @@ class LedgerMetadata:
                 fragments=tuple(Fragment(int(first), tuple(bookies)) for first, bookies in doc["fragments"]),
                 digest_type=doc["digest_type"],
                 password_check=doc["password_check"],
+                master_key_check=str(doc.get("master_key_check", "")),
                 custom_metadata={k: base64.b64decode(v) for k, v in doc["custom_metadata"].items()},
                 ctime_ms=int(doc["ctime_ms"]),
             )

@@ -16,6 +16,9 @@ import pytest
 
 from pyspark_ledger.client import BookieClient
 from pyspark_ledger.entry import EntryCodec, master_key
+from pyspark_ledger.errors import MetadataExistsError
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.model import Fragment, LedgerMetadata, master_key_check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY = master_key(b"sandbox")
@@ -163,8 +166,15 @@ def payload(bookie_id: str, entry_id: int) -> bytes:
     return f"entry {entry_id} kept by {bookie_id}".encode()
 
 
-def write_entries(bookie_id: str, ledger_id: int, count: int) -> None:
-    """Add entries 0..count-1 of ``ledger_id`` to one bookie and check each was acknowledged."""
+def write_entries(bookie_id: str, ledger_id: int, count: int, metadata_uri: str) -> None:
+    """Add entries 0..count-1 of ``ledger_id`` to one bookie and check each was acknowledged (the ledger gets
+    metadata first: a bookie creates no ledger its metadata store lacks)."""
+    with open_metadata_store(metadata_uri) as store:
+        try:
+            store.create_ledger(LedgerMetadata(ledger_id, 1, 1, 1, (Fragment(0, (bookie_id,)),),
+                                               master_key_check=master_key_check(KEY)))
+        except MetadataExistsError:
+            pass
     with BookieClient(bookie_id, timeout=30.0) as client, client.add_stream() as stream:
         futures = [stream.add(ledger_id, entry_id, KEY, _encoded(bookie_id, ledger_id, entry_id))
                    for entry_id in range(count)]

@@ -30,7 +30,7 @@ def test_context_manager_kills_restarts_adds_and_cleans_up():
     with Sandbox(bookies=2, lease_seconds=1) as sb:
         data_dir, ids = sb.data_dir, sb.bookie_ids
         assert sb.temporary and data_dir.is_dir() and registered(sb.metadata_uri) == set(ids)
-        write_entries(ids[0], LEDGER_ID, ENTRIES)
+        write_entries(ids[0], LEDGER_ID, ENTRIES, sb.metadata_uri)
 
         assert sb.kill_bookie(0) == -signal.SIGKILL
         assert sb.poll_exits() == []  # a deliberate kill is not an unexpected death

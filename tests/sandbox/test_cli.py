@@ -28,7 +28,7 @@ def test_sandbox_keeps_its_bookies_and_their_data_across_restarts(tmp_path, sand
     ids = [bookie_id for bookie_id, _pid in first.bookies]
     assert len(ids) == 3 and sorted(listed_bookies(uri)) == sorted(ids)
     for bookie_id in ids:
-        write_entries(bookie_id, LEDGER_ID, ENTRIES)
+        write_entries(bookie_id, LEDGER_ID, ENTRIES, uri)
 
     second = run_ledger("sandbox", "--data-dir", data_dir)
     assert second.returncode == 1
@@ -107,7 +107,7 @@ def test_zookeeper_sandbox_restarts_on_the_same_port_and_data(tmp_path, sandbox_
     assert uri.startswith("zk://127.0.0.1:") and uri.endswith("/ledger") and "ZooKeeper metadata" in first.output
     [(bookie_id, pid)] = first.bookies
     assert listed_bookies(uri) == [bookie_id]
-    write_entries(bookie_id, LEDGER_ID, ENTRIES)
+    write_entries(bookie_id, LEDGER_ID, ENTRIES, uri)
     assert first.send(signal.SIGINT) == 0
     zookeeper_port = int(uri.split(":")[2].split("/")[0])
     assert not bookie_alive(pid) and port_is_free(zookeeper_port)
