@@ -7,7 +7,9 @@ Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
 ``bytes_read_total``, ``inflight_adds``, ``add_streams``; garbage collection:
 ``gc_passes_total{outcome}``, ``gc_ledgers_collected_total``,
 ``gc_entry_logs_deleted_total``, ``gc_entry_logs_compacted_total``,
-``gc_entries_copied_total``, ``gc_bytes_reclaimed_total``.
+``gc_entries_copied_total``, ``gc_bytes_reclaimed_total``; load shedding: ``calls_refused_total{kind}``
+(calls refused at once past a cap: add streams, long polls, reads), ``memory_trims_total``
+(heap memory handed back after a burst of adds).
 """
 from __future__ import annotations
 
@@ -62,6 +64,10 @@ class BookieMetrics:
         self._gc_copied = Counter("bookie_gc_entries_copied", "Live entries copied by compaction", registry=reg)
         self._gc_bytes = Counter("bookie_gc_bytes_reclaimed", "Entry log bytes freed by garbage collection",
                                  registry=reg)
+        self._refused = Counter("bookie_calls_refused", "Calls refused at once past a cap, by kind", ["kind"],
+                                registry=reg)
+        self._trims = Counter("bookie_memory_trims", "Heap memory handed back to the system after a burst",
+                              registry=reg)
         self._http = None
         self._http_thread: threading.Thread | None = None
 
@@ -107,6 +113,12 @@ class BookieMetrics:
         self._gc_compacted.inc(len(result.logs_compacted))
         self._gc_copied.inc(result.entries_copied)
         self._gc_bytes.inc(result.bytes_reclaimed)
+
+    def call_refused(self, kind: str) -> None:
+        self._refused.labels(kind=kind).inc()
+
+    def memory_trimmed(self) -> None:
+        self._trims.inc()
 
     def stream_opened(self) -> None:
         self._streams.inc()
