@@ -210,6 +210,8 @@ class AddStreamSession:
                 if problem is not None:
                     self._metrics.adds_refused(pb.BAD_REQUEST, len(batch.adds))
                     self._abort = problem
+                    if self._on_bytes_freed is not None:
+                        self._on_bytes_freed(add_cost(batch.ByteSize(), len(batch.adds)))
                     return
                 self._take_batch(batch)
                 del batch

@@ -82,7 +82,7 @@ class BurstTrimmer:
     still holds less than ``after_bytes``, trims (at most once per ``min_interval_s``).
     """
 
-    def __init__(self, budget, *, after_bytes: int = 16 * 1024 * 1024,
+    def __init__(self, budget, *, after_bytes: int = 4 * 1024 * 1024,
                  quiet_s: float = 1.0, min_interval_s: float = 10.0,
                  on_trim: Callable[[], None] = lambda: None) -> None:
         self._budget = budget  # a limits.Budget: .used, .peak, .take_peak()
@@ -95,9 +95,10 @@ class BurstTrimmer:
         self._thread = threading.Thread(target=self._run, name="bookie-memory-trim", daemon=True)
         self._thread.start()
 
-    def bytes_freed(self, _amount: int = 0) -> None:
-        """Cheap: called by add streams whenever the bookie's in-flight bytes fall to zero."""
-        if not self._wake.is_set() and self._budget.peak >= self._after:
+    def bytes_freed(self, amount: int = 0) -> None:
+        """Cheap: called by add streams whenever the bookie's in-flight bytes fall to zero, and with the size
+        of a batch refused as a whole (it was held without being charged)."""
+        if not self._wake.is_set() and (self._budget.peak >= self._after or amount >= self._after):
             self._wake.set()
 
     def stop(self) -> None:
