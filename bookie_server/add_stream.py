@@ -69,6 +69,7 @@ class AddStreamSession:
         self._reader_done = False
         self._rpc_done = False
         self._abort: str | None = None
+        self.ended_idle = False  # the bookie ended the stream after the idle timeout
         self._last_batch = time.monotonic()
         self.reader: threading.Thread | None = None
 
@@ -84,8 +85,11 @@ class AddStreamSession:
         try:
             while not self._finished():
                 items = self._take_queued()
-                if items is None:
-                    break  # idle for the idle timeout: end the stream (the client opens a new one)
+                if items is None:  # idle for the idle timeout: end the stream (the client opens a new one)
+                    _log.info("ending add stream from %s: idle for %.0f s (--add-stream-idle-timeout)", self._peer,
+                              self._limits.idle_timeout_s)
+                    self.ended_idle = True
+                    break
                 response = self._build_response(items)
                 if response.results:
                     yield response

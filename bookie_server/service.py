@@ -85,8 +85,14 @@ class BookieServicer(pb_grpc.BookieServicer):
             self._metrics.stream_closed()
 
     def _end_session(self, session: AddStreamSession) -> None:
-        """Join the reader, or (while draining) keep it for ``join_stream_threads``."""
-        joined = session.join_reader(0.0) if self._draining.is_set() else session.join_reader()
+        """Join the reader, or (while draining) keep it for ``join_stream_threads``.
+
+        A stream the bookie ended itself while the client still sends (idle timeout) is not waited for:
+        its reader is blocked on the call until gRPC ends it, which happens once this handler returns."""
+        if session.ended_idle:
+            joined = True
+        else:
+            joined = session.join_reader(0.0) if self._draining.is_set() else session.join_reader()
         with self._sessions_lock:
             self._sessions.discard(session)
             if not joined:
