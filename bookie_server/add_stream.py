@@ -63,6 +63,7 @@ class AddStreamSession:
         self._bookie_bytes = bookie_bytes if bookie_bytes is not None else Budget(2**62)
         self._on_bytes_freed = on_bytes_freed
         self._held = 0  # bytes charged for this stream's adds in flight (bookie-wide budget and back-pressure)
+        self._held_closed = False  # the call ended: what is admitted later is given back at once
         self._room = threading.Condition()
         self._peer = peer
         self._results: queue.SimpleQueue = queue.SimpleQueue()
@@ -179,6 +180,7 @@ class AddStreamSession:
         """At the end of the call: give back what the unanswered adds still hold (they finish regardless)."""
         with self._room:
             held, self._held = self._held, 0
+            self._held_closed = True
             self._room.notify_all()
         if held:
             self._bookie_bytes.give_back(held)
@@ -288,7 +290,10 @@ class AddStreamSession:
             refused.extend((op[0], op[1], pb.TOO_MANY_REQUESTS, message) for op in ops)
             return [], 0
         with self._room:
-            self._held += cost
+            if self._held_closed:  # the call ended while this batch was checked: nobody frees it later
+                self._bookie_bytes.give_back(cost)
+            else:
+                self._held += cost
         return ops, cost
 
     def _refuse(self, refused: list[tuple[int, int, int, str]]) -> None:

@@ -120,7 +120,7 @@ class BookieServicer(pb_grpc.BookieServicer):
 
     def _refused_read(self, response_type, kind: str = "reads", limit_of=None, flag: str = "--max-concurrent-reads"):
         budget = limit_of if limit_of is not None else self._budgets.reads
-        self._metrics.call_refused(kind)
+        self._metrics.call_refused(kind.replace(" ", "_"))
         message = refusal_over_budget(f"{kind} served at once", budget.limit, flag)
         return response_type(status=pb.TOO_MANY_REQUESTS, message=message, last_add_confirmed=-1,
                              **({} if response_type is pb.WriteLacResponse else {"last_entry_id": -1}))
