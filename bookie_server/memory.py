@@ -77,12 +77,13 @@ class BurstTrimmer:
     """Gives memory back after a burst of adds, off the add path.
 
     The thresholds above keep freed memory for speed; after a burst (the bookie-wide bytes in flight
-    peaked at ``after_bytes`` or more) that memory would stay with the process. ``bytes_freed`` is called
+    peaked at ``after_bytes`` or more; by default the trim threshold itself, so steady writing, which
+    holds less, never pays for pages faulted in again) that memory would stay with the process. ``bytes_freed`` is called
     when the in-flight bytes fall to zero; a background thread then waits ``quiet_s`` and, if the bookie
     still holds less than ``after_bytes``, trims (at most once per ``min_interval_s``).
     """
 
-    def __init__(self, budget, *, after_bytes: int = 4 * 1024 * 1024,
+    def __init__(self, budget, *, after_bytes: int = TRIM_THRESHOLD,
                  quiet_s: float = 1.0, min_interval_s: float = 10.0,
                  on_trim: Callable[[], None] = lambda: None) -> None:
         self._budget = budget  # a limits.Budget: .used, .peak, .take_peak()

@@ -56,11 +56,12 @@ class Hostile:
             entry_id += 1
             self._stop.wait(1.0)
 
-    def open_streams(self, count: int, drip: bool = False, first_ledger: int = 10_000) -> list:
+    def open_streams(self, count: int, drip: bool = False, first_ledger: int = 10_000,
+                     timeout: float | None = None) -> list:
         calls = []
         for index in range(count):
             requests = self._drip(first_ledger + index) if drip else self._idle()
-            calls.append(self.stub().AddStream(requests))
+            calls.append(self.stub().AddStream(requests, timeout=timeout))
         self._calls += calls
         return calls
 
@@ -186,8 +187,8 @@ def test_an_idle_add_stream_is_ended_after_the_idle_timeout(make_bookie):
     bookie = make_bookie(checkpoint_interval=0, add_stream_idle_timeout=3).start()
     with hostile(bookie.address) as attacker:
         drip, = attacker.open_streams(1, drip=True)
-        call, = attacker.open_streams(1)
-        assert list(call) == []  # ends (status OK) after three seconds of idleness
+        call, = attacker.open_streams(1, timeout=30)
+        assert list(call) == []  # ends (status OK) after three seconds of idleness, long before the deadline
         assert call.code() == grpc.StatusCode.OK
         time.sleep(2)  # the drip sends a batch every second: not idle
         assert drip.running() and open_streams(bookie) == 1
