@@ -230,6 +230,9 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
                      f"{args.disk_usage_threshold}")
     if args.journal_dir is not None and args.journal_dir.resolve() == args.data_dir.resolve():
         parser.error("argument --journal-dir: must differ from --data-dir (omit it to use DATA_DIR/journal)")
+    if args.max_inflight_bytes < args.max_entry_size + 1024:
+        parser.error(f"argument --max-inflight-bytes: {args.max_inflight_bytes} leaves no room for one entry of "
+                     f"--max-entry-size {args.max_entry_size} (and its bookkeeping)")
     if args.max_inflight_bytes < args.max_stream_inflight_bytes:
         parser.error(f"argument --max-inflight-bytes: {args.max_inflight_bytes} must not be below "
                      f"--max-stream-inflight-bytes {args.max_stream_inflight_bytes}")

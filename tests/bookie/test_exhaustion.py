@@ -195,7 +195,7 @@ def test_an_idle_add_stream_is_ended_after_the_idle_timeout(make_bookie):
 
 
 def test_past_the_bookie_wide_byte_budget_adds_are_refused_at_once(make_bookie):
-    bookie = make_bookie(checkpoint_interval=0, max_inflight_bytes=256 * 1024,
+    bookie = make_bookie(checkpoint_interval=0, max_inflight_bytes=256 * 1024, max_entry_size=64 * 1024,
                          max_stream_inflight_bytes=128 * 1024).start()
     with grpc.insecure_channel(bookie.address) as channel:
         stub = pb_grpc.BookieStub(channel)
@@ -224,3 +224,19 @@ def test_hostile_batches_of_tiny_adds_leave_the_bookie_small(make_bookie):
     answers_health_and_info(bookie.address)
     rss_mb = proc_status(bookie.pid, "VmRSS") // 1024
     assert rss_mb < 200, rss_mb  # before the limits: 400+ MB left behind by the 20 MB batch alone
+
+
+def test_a_client_whose_stream_was_ended_for_idleness_writes_on(make_bookie, metadata_uri):
+    from pyspark_ledger.client import ClientConfig, LedgerClient
+
+    bookie = make_bookie(checkpoint_interval=0, add_stream_idle_timeout=1).start()
+    with LedgerClient(metadata_uri, ClientConfig(add_timeout_s=30.0, explicit_lac_interval_s=0)) as client:
+        writer = client.create_ledger(1, 1, 1, password=b"pw")  # one bookie: a failed add could not move on
+        writer.append(b"before")
+        wait_until(lambda: open_streams(bookie) == 0, timeout=30, what="the idle stream to be ended")
+        writer.append(b"after")
+        writer.close()
+        assert writer.metadata.current_fragment.bookies == (bookie.bookie_id,)
+        reader = client.open_ledger(writer.ledger_id, password=b"pw")
+        assert [item.data for item in reader.read()] == [b"before", b"after"]
+        reader.close()
