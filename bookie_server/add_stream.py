@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 import grpc
 
-from bookie_server.limits import (MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
+from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
                                    InflightLimiter, StreamLimits, add_cost, check_add, check_batch,
                                    explain_bad_add, refusal_over_budget)
 from bookie_server.metrics import STATUS_NAMES, BookieMetrics
@@ -64,6 +64,7 @@ class AddStreamSession:
         self._on_bytes_freed = on_bytes_freed
         self._held = 0  # bytes charged for this stream's adds in flight (bookie-wide budget and back-pressure)
         self._held_closed = False  # the call ended: what is admitted later is given back at once
+        self._refusals_held = 0  # refusal answers queued and not yet sent (stream back-pressure only)
         self._room = threading.Condition()
         self._peer = peer
         self._results: queue.SimpleQueue = queue.SimpleQueue()
@@ -150,6 +151,9 @@ class AddStreamSession:
             if item[0] == _REFUSED:
                 for ledger_id, entry_id, status, message in item[1]:
                     add_result(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+                with self._room:
+                    self._refusals_held -= len(item[1]) * ADD_OVERHEAD_BYTES
+                    self._room.notify()
                 continue
             _, ops, statuses, error, cost = item
             self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
@@ -233,42 +237,56 @@ class AddStreamSession:
     def _wait_for_room(self) -> None:
         """Back-pressure: take no next batch while this stream's adds in flight hold its byte limit."""
         limit = self._limits.max_stream_inflight_bytes
-        if self._held < limit:
+        if self._held + self._refusals_held < limit:
             return
         with self._room:
-            while self._held >= limit and not self._rpc_done and not self._limiter.drained():
+            while (self._held + self._refusals_held >= limit and not self._rpc_done
+                   and not self._limiter.drained()):
                 self._room.wait(BACKPRESSURE_POLL_S)
 
     def _take_batch(self, batch: pb.AddBatch) -> None:
         """Check each add, admit the well-formed ones and submit them as one storage batch.
 
+        The whole decoded batch is charged to the bookie-wide byte budget while it is checked (all its adds
+        are answered TOO_MANY_REQUESTS when it does not fit); the admitted adds keep their part until answered.
         Adds become plain (ledger id, entry id, master key, body, recovery) tuples: this loop runs once
         per entry, and the cheap checks of ``check_add`` are inlined (it only runs to explain a refusal)."""
         started = time.monotonic()
-        ops: list[tuple] = []
-        refused: list[tuple[int, int, int, str]] = []
-        max_size = self._max_entry_size
-        take = ops.append
-        size = 0
-        for add in batch.adds:  # the comparisons of limits.add_is_plain, inlined: this loop runs per entry
-            ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
-            length = len(body)
-            if (MIN_BODY_BYTES <= length <= max_size and 0 <= entry_id <= MAX_ENTRY_ID
-                    and ledger_id <= MAX_LEDGER_ID and 0 < len(master_key) <= MAX_MASTER_KEY_BYTES):
-                take((ledger_id, entry_id, master_key, body, add.recovery))
-                size += length
-            else:
-                refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
-                                check_add(ledger_id, entry_id, master_key, body, max_size)))
-        ops, cost = self._admit(ops, refused, size)
+        adds = batch.adds
+        whole = add_cost(batch.ByteSize(), len(adds))
+        if not self._bookie_bytes.try_take(whole):
+            message = refusal_over_budget("bytes of adds not yet durable", self._bookie_bytes.limit,
+                                          "--max-inflight-bytes")
+            self._refuse([(add.ledger_id, add.entry_id, pb.TOO_MANY_REQUESTS, message) for add in adds])
+            return
+        cost = 0
+        try:
+            ops: list[tuple] = []
+            refused: list[tuple[int, int, int, str]] = []
+            max_size = self._max_entry_size
+            take = ops.append
+            size = 0
+            for add in adds:  # the comparisons of limits.add_is_plain, inlined: this loop runs per entry
+                ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
+                length = len(body)
+                if (MIN_BODY_BYTES <= length <= max_size and 0 <= entry_id <= MAX_ENTRY_ID
+                        and ledger_id <= MAX_LEDGER_ID and 0 < len(master_key) <= MAX_MASTER_KEY_BYTES):
+                    take((ledger_id, entry_id, master_key, body, add.recovery))
+                    size += length
+                else:
+                    refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
+                                    check_add(ledger_id, entry_id, master_key, body, max_size)))
+            ops, cost = self._admit(ops, refused, size)
+        finally:
+            self._bookie_bytes.give_back(whole - cost)  # the admitted adds keep ``cost`` until answered
         if refused:
             self._refuse(refused)
         if ops:
             self._submit(ops, started, cost)
 
     def _admit(self, ops: list[tuple], refused: list, size: int) -> tuple[list[tuple], int]:
-        """Take in-flight slots and bytes for ``ops``: the admitted ones and their cost; the rest are refused
-        (TOO_MANY_REQUESTS past the stream's count or the bookie's bytes, READ_ONLY when draining)."""
+        """Take in-flight slots for ``ops``: the admitted ones and their cost (already charged with the whole
+        batch); the rest are refused (TOO_MANY_REQUESTS past the stream's count, READ_ONLY when draining)."""
         if not ops:
             return ops, 0
         granted = self._limiter.try_acquire(len(ops))
@@ -283,17 +301,10 @@ class AddStreamSession:
             size = sum(len(op[3]) for op in ops[:granted])
             ops = ops[:granted]
         cost = add_cost(size, len(ops))
-        if not self._bookie_bytes.try_take(cost):
-            self._limiter.release(len(ops))
-            message = refusal_over_budget("bytes of adds not yet durable", self._bookie_bytes.limit,
-                                          "--max-inflight-bytes", unit="")
-            refused.extend((op[0], op[1], pb.TOO_MANY_REQUESTS, message) for op in ops)
-            return [], 0
         with self._room:
             if self._held_closed:  # the call ended while this batch was checked: nobody frees it later
-                self._bookie_bytes.give_back(cost)
-            else:
-                self._held += cost
+                return ops, 0
+            self._held += cost
         return ops, cost
 
     def _refuse(self, refused: list[tuple[int, int, int, str]]) -> None:
@@ -302,6 +313,8 @@ class AddStreamSession:
                   first[0], first[1], STATUS_NAMES.get(first[2]), first[3])
         for _, _, status, _ in refused:
             self._metrics.adds_refused(status, 1)
+        with self._room:  # unsent answers count against the stream's bytes: a client that reads no answers
+            self._refusals_held += len(refused) * ADD_OVERHEAD_BYTES  # is not read from either
         self._results.put((_REFUSED, refused))
 
     def _submit(self, ops: list[tuple], started: float, cost: int) -> None:
