@@ -241,3 +241,30 @@ def test_a_client_whose_stream_was_ended_for_idleness_writes_on(make_bookie, met
         reader = client.open_ledger(writer.ledger_id, password=b"pw")
         assert [item.data for item in reader.read()] == [b"before", b"after"]
         reader.close()
+
+
+def test_a_stream_that_reads_no_answers_is_read_no_further(make_bookie):
+    """Back-pressure: unsent answers count against --max-stream-inflight-bytes, so a client that sends batch
+    after batch of bad adds and never reads the answers is held back by gRPC flow control, not buffered."""
+    bookie = make_bookie(checkpoint_interval=0, max_stream_inflight_bytes=2**20).start()
+    one = pb.AddRequest(ledger_id=3, entry_id=1, master_key=b"k", body=b"x").SerializeToString()
+    batch = pb.AddBatch.FromString((bytes([0x0A, len(one)]) + one) * 50_000)  # 50,000 BAD_REQUEST adds
+    sent = []
+    stop = threading.Event()
+
+    def batches():
+        while not stop.is_set() and len(sent) < 200:
+            sent.append(1)
+            yield batch
+
+    with grpc.insecure_channel(bookie.address) as channel:
+        call = pb_grpc.BookieStub(channel).AddStream(batches(), timeout=60)  # answers never read
+        try:
+            time.sleep(5)
+            answers_health_and_info(bookie.address)
+            rss_mb = proc_status(bookie.pid, "VmRSS") // 1024
+            assert len(sent) < 200, "the bookie kept reading a stream whose answers were not read"
+            assert rss_mb < 300, rss_mb  # 200 batches answered in memory would take over 1 GB
+        finally:
+            stop.set()
+            call.cancel()
