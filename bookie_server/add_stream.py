@@ -1,16 +1,24 @@
 """One AddStream call: adds read on a dedicated thread, answered as they become durable.
 
 The gRPC handler thread runs ``AddStreamSession.responses``: it starts a
-reader thread that takes each AddBatch, checks it (size, ids, master key),
-admits up to ``max_inflight_adds`` adds and hands them to
-``storage.add_entries`` as one batch. When a batch's future completes (on the
+reader thread that takes each AddBatch, checks it (adds per batch, then each
+add's ids, master key and size: ``limits``), admits up to
+``max_inflight_adds`` adds whose bytes fit the bookie-wide in-flight byte
+budget (``--max-inflight-bytes``; past it they are answered
+TOO_MANY_REQUESTS at once) and hands them to ``storage.add_entries`` as one
+batch. While the stream's own adds in flight hold ``--max-stream-inflight-bytes``
+or more, the reader takes no next batch (gRPC flow control then holds the
+sender back). A batch with more than ``--max-batch-adds`` adds ends the
+stream with INVALID_ARGUMENT (answering each add would cost more than the
+batch). When a batch's future completes (on the
 journal thread) its statuses are queued; the handler thread merges whatever
 is queued into one AddResultBatch (and frees their in-flight slots). Answers
 therefore come in durability order, not request order, and never block the
 journal thread.
 
 The stream ends when the client half-closes (after the last answer), when the
-client cancels, or when the bookie drains (after the in-flight adds are
+client cancels, when it stayed idle (nothing sent, nothing in flight) for
+``--add-stream-idle-timeout``, or when the bookie drains (after the in-flight adds are
 answered; later adds get READ_ONLY "shutting down").
 """
 from __future__ import annotations
@@ -20,11 +28,13 @@ import operator
 import queue
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 
-from bookie_server.limits import InflightLimiter, check_add, explain_bad_add
+from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
+                                   InflightLimiter, StreamLimits, add_cost, check_add, check_batch,
+                                   explain_bad_add, refusal_over_budget)
 from bookie_server.metrics import STATUS_NAMES, BookieMetrics
 from bookie_server.storage import BookieStorage
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -34,6 +44,7 @@ _WAKE = object()
 _REFUSED = "refused"
 _STORED = "stored"
 READER_JOIN_TIMEOUT_S = 5.0
+BACKPRESSURE_POLL_S = 0.5  # a reader held back re-checks the end of the call this often
 _BODY = operator.itemgetter(3)  # of an add tuple
 
 
@@ -41,17 +52,28 @@ class AddStreamSession:
     """State of one AddStream RPC (see the module docstring)."""
 
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str,
-                 max_entry_size: int, max_inflight_adds: int, peer: str = "", ledger_guard=None) -> None:
+                 limits: StreamLimits, bookie_bytes: Budget | None = None, peer: str = "",
+                 on_bytes_freed: Callable[[int], None] | None = None, ledger_guard=None) -> None:
         self._storage = storage
         self._metrics = metrics
         self._bookie_id = bookie_id
-        self._max_entry_size = max_entry_size
-        self._limiter = InflightLimiter(max_inflight_adds)
+        self._limits = limits
+        self._max_entry_size = limits.max_entry_size
+        self._limiter = InflightLimiter(limits.max_inflight_adds)
+        self._bookie_bytes = bookie_bytes if bookie_bytes is not None else Budget(2**62)
+        self._on_bytes_freed = on_bytes_freed
+        self._held = 0  # bytes charged for this stream's adds in flight (bookie-wide budget and back-pressure)
+        self._held_closed = False  # the call ended: what is admitted later is given back at once
+        self._refusals_held = 0  # refusal answers queued and not yet sent (stream back-pressure only)
+        self._room = threading.Condition()
         self._peer = peer
         self._guard = ledger_guard  # bookie_server.ledger_guard.LedgerGuard or None
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._reader_done = False
         self._rpc_done = False
+        self._abort: str | None = None
+        self.ended_idle = False  # the bookie ended the stream after the idle timeout
+        self._last_batch = time.monotonic()
         self.reader: threading.Thread | None = None
 
     # --- the handler thread --------------------------------------------------------
@@ -63,10 +85,22 @@ class AddStreamSession:
         self.reader = threading.Thread(target=self._read_requests, args=(request_iterator,),
                                        name=f"add-stream-reader {self._peer}", daemon=True)
         self.reader.start()
-        while not self._finished():
-            response = self._build_response(self._take_queued())
-            if response.results:
-                yield response
+        try:
+            while not self._finished():
+                items = self._take_queued()
+                if items is None:  # idle for the idle timeout: end the stream (the client opens a new one)
+                    _log.info("ending add stream from %s: idle for %.0f s (--add-stream-idle-timeout)", self._peer,
+                              self._limits.idle_timeout_s)
+                    self.ended_idle = True
+                    break
+                response = self._build_response(items)
+                if response.results:
+                    yield response
+            if self._abort is not None and not self._rpc_done:
+                _log.info("ending add stream from %s: %s", self._peer, self._abort)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"BAD_REQUEST: {self._abort}")
+        finally:
+            self._free_held()
         if not context.is_active():
             # gRPC already ended the call (e.g. it aborted it on an undecodable AddBatch). Returning now
             # would make gRPC send a second status, which never completes and hangs server shutdown;
@@ -91,8 +125,19 @@ class AddStreamSession:
         idle = self._limiter.count == 0 and self._results.empty()
         return idle and (self._reader_done or self._limiter.drained())
 
-    def _take_queued(self) -> list:
-        items = [self._results.get()]
+    def _take_queued(self) -> list | None:
+        """What the queue holds (waiting for one item); None once the stream was idle for the idle timeout."""
+        timeout = self._limits.idle_timeout_s
+        if timeout <= 0:
+            items = [self._results.get()]
+        else:
+            while True:
+                try:
+                    items = [self._results.get(timeout=timeout)]
+                    break
+                except queue.Empty:
+                    if self._limiter.count == 0 and time.monotonic() - self._last_batch >= timeout:
+                        return None
         while not self._results.empty():
             items.append(self._results.get_nowait())
         return items
@@ -107,9 +152,13 @@ class AddStreamSession:
             if item[0] == _REFUSED:
                 for ledger_id, entry_id, status, message in item[1]:
                     add_result(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
+                with self._room:
+                    self._refusals_held -= len(item[1]) * ADD_OVERHEAD_BYTES
+                    self._room.notify()
                 continue
-            _, ops, statuses, error = item
+            _, ops, statuses, error, cost = item
             self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
+            self._free(cost)
             if statuses.count(ok) == len(statuses):
                 for op in ops:  # setting fields one by one is twice as fast as keyword arguments
                     result = add_result()
@@ -122,6 +171,24 @@ class AddStreamSession:
                     add_result(ledger_id=op[0], entry_id=op[1], status=status,
                                message=error or self._describe(op, status))
         return response
+
+    def _free(self, cost: int) -> None:
+        """Give back the bytes of answered adds; wake a reader held back by the stream's byte limit."""
+        with self._room:
+            self._held -= cost
+            self._room.notify()
+        left = self._bookie_bytes.give_back(cost)
+        if left == 0 and self._on_bytes_freed is not None:
+            self._on_bytes_freed(cost)
+
+    def _free_held(self) -> None:
+        """At the end of the call: give back what the unanswered adds still hold (they finish regardless)."""
+        with self._room:
+            held, self._held = self._held, 0
+            self._held_closed = True
+            self._room.notify_all()
+        if held:
+            self._bookie_bytes.give_back(held)
 
     def _describe(self, op: tuple, status: int) -> str:
         ledger_id, entry_id, master_key, body, _ = op
@@ -142,12 +209,24 @@ class AddStreamSession:
     def _on_rpc_done(self) -> None:
         self._rpc_done = True
         self._results.put(_WAKE)
+        with self._room:
+            self._room.notify_all()
 
     # --- the reader thread ---------------------------------------------------------
     def _read_requests(self, request_iterator: Iterator[pb.AddBatch]) -> None:
         try:
             for batch in request_iterator:
+                self._last_batch = time.monotonic()
+                problem = check_batch(len(batch.adds), self._limits.max_batch_adds)
+                if problem is not None:
+                    self._metrics.adds_refused(pb.BAD_REQUEST, len(batch.adds))
+                    self._abort = problem
+                    if self._on_bytes_freed is not None:
+                        self._on_bytes_freed(add_cost(batch.ByteSize(), len(batch.adds)))
+                    return
                 self._take_batch(batch)
+                del batch
+                self._wait_for_room()
         except grpc.RpcError:
             _log.debug("add stream from %s cancelled by the client", self._peer)
         except Exception:  # noqa: BLE001 - a bad stream must never take the bookie down
@@ -156,45 +235,82 @@ class AddStreamSession:
             self._reader_done = True
             self._results.put(_WAKE)
 
+    def _wait_for_room(self) -> None:
+        """Back-pressure: take no next batch while this stream's adds in flight hold its byte limit."""
+        limit = self._limits.max_stream_inflight_bytes
+        if self._held + self._refusals_held < limit:
+            return
+        with self._room:
+            while (self._held + self._refusals_held >= limit and not self._rpc_done
+                   and not self._limiter.drained()):
+                self._room.wait(BACKPRESSURE_POLL_S)
+
     def _take_batch(self, batch: pb.AddBatch) -> None:
         """Check each add, admit the well-formed ones and submit them as one storage batch.
 
+        The whole decoded batch is charged to the bookie-wide byte budget while it is checked (all its adds
+        are answered TOO_MANY_REQUESTS when it does not fit); the admitted adds keep their part until answered.
         Adds become plain (ledger id, entry id, master key, body, recovery) tuples: this loop runs once
         per entry, and the cheap checks of ``check_add`` are inlined (it only runs to explain a refusal)."""
         started = time.monotonic()
-        ops: list[tuple] = []
-        refused: list[tuple[int, int, int, str]] = []
-        max_size = self._max_entry_size
-        take = ops.append
-        for add in batch.adds:
-            ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
-            if len(body) <= max_size and entry_id >= 0 and master_key:
-                take((ledger_id, entry_id, master_key, body, add.recovery))
-            else:
-                refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
-                                check_add(ledger_id, entry_id, master_key, body, max_size)))
-        if ops and self._guard is not None:  # adds of ledgers with no state here: checked against metadata
-            ops = self._guard.filter_adds(ops, refused)
-        ops = self._admit(ops, refused)
+        adds = batch.adds
+        whole = add_cost(batch.ByteSize(), len(adds))
+        if not self._bookie_bytes.try_take(whole):
+            message = refusal_over_budget("bytes of adds not yet durable", self._bookie_bytes.limit,
+                                          "--max-inflight-bytes")
+            self._refuse([(add.ledger_id, add.entry_id, pb.TOO_MANY_REQUESTS, message) for add in adds])
+            return
+        cost = 0
+        try:
+            ops: list[tuple] = []
+            refused: list[tuple[int, int, int, str]] = []
+            max_size = self._max_entry_size
+            take = ops.append
+            size = 0
+            for add in adds:  # the comparisons of limits.add_is_plain, inlined: this loop runs per entry
+                ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
+                length = len(body)
+                if (MIN_BODY_BYTES <= length <= max_size and 0 <= entry_id <= MAX_ENTRY_ID
+                        and ledger_id <= MAX_LEDGER_ID and 0 < len(master_key) <= MAX_MASTER_KEY_BYTES):
+                    take((ledger_id, entry_id, master_key, body, add.recovery))
+                    size += length
+                else:
+                    refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
+                                    check_add(ledger_id, entry_id, master_key, body, max_size)))
+            if ops and self._guard is not None:  # adds of ledgers with no state here: checked against metadata
+                kept = self._guard.filter_adds(ops, refused)
+                if len(kept) < len(ops):
+                    ops, size = kept, sum(len(op[3]) for op in kept)
+            ops, cost = self._admit(ops, refused, size)
+        finally:
+            self._bookie_bytes.give_back(whole - cost)  # the admitted adds keep ``cost`` until answered
         if refused:
             self._refuse(refused)
         if ops:
-            self._submit(ops, started)
+            self._submit(ops, started, cost)
 
-    def _admit(self, ops: list[tuple], refused: list) -> list[tuple]:
-        """Take in-flight slots for ``ops``; the rest are refused (TOO_MANY_REQUESTS / READ_ONLY)."""
+    def _admit(self, ops: list[tuple], refused: list, size: int) -> tuple[list[tuple], int]:
+        """Take in-flight slots for ``ops``: the admitted ones and their cost (already charged with the whole
+        batch); the rest are refused (TOO_MANY_REQUESTS past the stream's count, READ_ONLY when draining)."""
         if not ops:
-            return ops
+            return ops, 0
         granted = self._limiter.try_acquire(len(ops))
         if granted is None:
             message = f"bookie {self._bookie_id} is shutting down and takes no more adds"
             refused.extend((op[0], op[1], pb.READ_ONLY, message) for op in ops)
-            return []
+            return [], 0
         if granted < len(ops):
             message = (f"more than {self._limiter.limit} adds in flight on this stream "
                        f"(--max-inflight-adds): wait for answers and retry")
             refused.extend((op[0], op[1], pb.TOO_MANY_REQUESTS, message) for op in ops[granted:])
-        return ops[:granted]
+            size = sum(len(op[3]) for op in ops[:granted])
+            ops = ops[:granted]
+        cost = add_cost(size, len(ops))
+        with self._room:
+            if self._held_closed:  # the call ended while this batch was checked: nobody frees it later
+                return ops, 0
+            self._held += cost
+        return ops, cost
 
     def _refuse(self, refused: list[tuple[int, int, int, str]]) -> None:
         first = refused[0]
@@ -202,18 +318,20 @@ class AddStreamSession:
                   first[0], first[1], STATUS_NAMES.get(first[2]), first[3])
         for _, _, status, _ in refused:
             self._metrics.adds_refused(status, 1)
+        with self._room:  # unsent answers count against the stream's bytes: a client that reads no answers
+            self._refusals_held += len(refused) * ADD_OVERHEAD_BYTES  # is not read from either
         self._results.put((_REFUSED, refused))
 
-    def _submit(self, ops: list[tuple], started: float) -> None:
+    def _submit(self, ops: list[tuple], started: float, cost: int) -> None:
         self._metrics.adds_submitted(len(ops))
         try:
             future = self._storage.add_entries(ops)
         except Exception as exc:  # noqa: BLE001 - storage closed or broken: answer, never crash
             _log.error("storage refused a batch of %d adds (ledger %d entry %d first): %s",
                        len(ops), ops[0][0], ops[0][1], exc)
-            self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}")
+            self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}", cost)
             return
-        future.add_done_callback(lambda done: self._on_stored(ops, started, done))
+        future.add_done_callback(lambda done: self._on_stored(ops, started, done, cost))
 
     def _log_refusals(self, ops: list[tuple], statuses: list[int]) -> None:
         refused = [(op, status) for op, status in zip(ops, statuses) if status != pb.OK]
@@ -222,7 +340,7 @@ class AddStreamSession:
             _log.info("storage refused %d add(s) from %s, first: ledger %d entry %d %s", len(refused), self._peer,
                       op[0], op[1], STATUS_NAMES.get(status, status))
 
-    def _on_stored(self, ops: list[tuple], started: float, future) -> None:
+    def _on_stored(self, ops: list[tuple], started: float, future, cost: int) -> None:
         try:
             statuses = future.result()
             error = ""
@@ -230,13 +348,13 @@ class AddStreamSession:
             _log.error("storing %d adds (ledger %d entry %d first) failed: %s",
                        len(ops), ops[0][0], ops[0][1], exc)
             statuses, error = [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}"
-        self._stored(ops, started, statuses, error)
+        self._stored(ops, started, statuses, error, cost)
 
-    def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str) -> None:
+    def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str, cost: int) -> None:
         if statuses.count(pb.OK) == len(statuses):
             stored_bytes = sum(map(len, map(_BODY, ops)))
         else:
             stored_bytes = sum(len(op[3]) for op, status in zip(ops, statuses) if status == pb.OK)
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
-        self._results.put((_STORED, ops, statuses, error))  # one put: one wake-up of the handler thread
+        self._results.put((_STORED, ops, statuses, error, cost))  # one put: one wake-up of the handler thread

@@ -21,7 +21,15 @@ DEFAULT_MAX_ENTRY_SIZE = 5 * MiB
 DEFAULT_MAX_INFLIGHT_ADDS = 10_000
 DEFAULT_METRICS_PORT = 0
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
-DEFAULT_GRPC_WORKERS = 64
+DEFAULT_GRPC_WORKERS = 16          # threads beyond the per-kind caps: health, Info
+DEFAULT_MAX_BATCH_BYTES = 8 * MiB  # the client's batches are 4 MiB (ClientConfig.max_batch_bytes)
+DEFAULT_MAX_BATCH_ADDS = 65_536    # a 4 MiB batch of the smallest entries holds about 50,000 adds
+DEFAULT_MAX_STREAM_INFLIGHT_BYTES = 64 * MiB
+DEFAULT_MAX_INFLIGHT_BYTES = 512 * MiB
+DEFAULT_MAX_ADD_STREAMS = 256
+DEFAULT_MAX_LONG_POLLS = 128
+DEFAULT_MAX_CONCURRENT_READS = 64
+DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S = 300.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -57,7 +65,21 @@ class ServerConfig:
     verify_new_ledgers: bool = True
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    max_batch_adds: int = DEFAULT_MAX_BATCH_ADDS
+    max_stream_inflight_bytes: int = DEFAULT_MAX_STREAM_INFLIGHT_BYTES
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_add_streams: int = DEFAULT_MAX_ADD_STREAMS
+    max_long_polls: int = DEFAULT_MAX_LONG_POLLS
+    max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS
+    add_stream_idle_timeout_s: float = DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S
     log_level: str = "INFO"
+
+    @property
+    def grpc_threads(self) -> int:
+        """gRPC handler threads (grown on demand) and the most calls served at once: every capped kind
+        at its cap plus ``grpc_workers`` for health and Info, so those always find a thread."""
+        return self.max_add_streams + self.max_long_polls + self.max_concurrent_reads + self.grpc_workers
 
     @property
     def effective_bookie_id(self) -> str:
@@ -178,7 +200,29 @@ def build_parser() -> argparse.ArgumentParser:
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,
         help="seconds to let in-flight requests finish after SIGTERM/SIGINT")
     add("--grpc-workers", type=_positive_int, default=DEFAULT_GRPC_WORKERS,
-        help="gRPC handler threads (each open add stream and long poll holds one)")
+        help="gRPC handler threads beyond the caps below, kept for health checks and Info (the pool grows "
+             "on demand up to the sum; past it, calls are refused at once with RESOURCE_EXHAUSTED)")
+    add("--max-add-streams", type=_positive_int, default=DEFAULT_MAX_ADD_STREAMS,
+        help="open add streams (each holds two threads); more are refused at once with RESOURCE_EXHAUSTED")
+    add("--max-long-polls", type=_positive_int, default=DEFAULT_MAX_LONG_POLLS,
+        help="ReadLac long polls waiting at once; more are answered TOO_MANY_REQUESTS at once")
+    add("--max-concurrent-reads", type=_positive_int, default=DEFAULT_MAX_CONCURRENT_READS,
+        help="Read, ReadLac and WriteLac calls served at once; more are answered TOO_MANY_REQUESTS at once")
+    add("--add-stream-idle-timeout", dest="add_stream_idle_timeout_s", type=_non_negative_float,
+        default=DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S,
+        help="end an add stream that sent nothing and has nothing in flight for this many seconds (the "
+             "client opens a new one on its next add); 0 = never")
+    add("--max-batch-bytes", type=_positive_int, default=DEFAULT_MAX_BATCH_BYTES,
+        help="largest AddBatch message (with --max-entry-size: the gRPC receive limit is the larger plus "
+             "1 MiB); keep it at or above the clients' max_batch_bytes")
+    add("--max-batch-adds", type=_positive_int, default=DEFAULT_MAX_BATCH_ADDS,
+        help="adds in one AddBatch; a larger batch ends the stream with INVALID_ARGUMENT")
+    add("--max-stream-inflight-bytes", type=_positive_int, default=DEFAULT_MAX_STREAM_INFLIGHT_BYTES,
+        help="bytes of adds not yet durable per add stream (bodies plus ~640 bytes per add); past it the "
+             "bookie reads no more of that stream until answers free room (back-pressure)")
+    add("--max-inflight-bytes", type=_positive_int, default=DEFAULT_MAX_INFLIGHT_BYTES,
+        help="bytes of adds not yet durable in the whole bookie (as above); past it, adds are answered "
+             "TOO_MANY_REQUESTS at once")
     add("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level")
     return parser
 
@@ -194,6 +238,12 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
                      f"{args.disk_usage_threshold}")
     if args.journal_dir is not None and args.journal_dir.resolve() == args.data_dir.resolve():
         parser.error("argument --journal-dir: must differ from --data-dir (omit it to use DATA_DIR/journal)")
+    if args.max_inflight_bytes < args.max_entry_size + 1024:
+        parser.error(f"argument --max-inflight-bytes: {args.max_inflight_bytes} leaves no room for one entry of "
+                     f"--max-entry-size {args.max_entry_size} (and its bookkeeping)")
+    if args.max_inflight_bytes < args.max_stream_inflight_bytes:
+        parser.error(f"argument --max-inflight-bytes: {args.max_inflight_bytes} must not be below "
+                     f"--max-stream-inflight-bytes {args.max_stream_inflight_bytes}")
     fields = vars(args)
     fields["bookie_id"] = fields["bookie_id"] or ""
     return ServerConfig(**fields)

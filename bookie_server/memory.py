@@ -12,6 +12,10 @@ by about a quarter with the thresholds below. The price is that up to
 
 ``keep_freed_memory()`` applies it once per process (glibc only; anything else,
 or thresholds already chosen through the environment, is left as it is).
+
+After a burst of adds (a hostile batch of many tiny adds, a flood of large
+entries) the kept memory would stay with the bookie; ``BurstTrimmer`` hands
+it back with ``malloc_trim`` once the bookie is quiet again, off the add path.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import ctypes
 import logging
 import os
 import threading
+import time
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +60,67 @@ def _apply() -> bool:
     if not applied:
         log.warning("could not raise the malloc thresholds; large entries will cost more CPU")
     return applied
+
+
+def give_back_memory() -> bool:
+    """glibc's ``malloc_trim(0)``: hand free heap memory of every arena back to the system; False if not glibc."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    trim(0)
+    return True
+
+
+class BurstTrimmer:
+    """Gives memory back after a burst of adds, off the add path.
+
+    The thresholds above keep freed memory for speed; after a burst (the bookie-wide bytes in flight
+    peaked at ``after_bytes`` or more; by default the trim threshold itself, so steady writing, which
+    holds less, never pays for pages faulted in again) that memory would stay with the process. ``bytes_freed`` is called
+    when the in-flight bytes fall to zero; a background thread then waits ``quiet_s`` and, if the bookie
+    still holds less than ``after_bytes``, trims (at most once per ``min_interval_s``).
+    """
+
+    def __init__(self, budget, *, after_bytes: int = TRIM_THRESHOLD,
+                 quiet_s: float = 1.0, min_interval_s: float = 10.0,
+                 on_trim: Callable[[], None] = lambda: None) -> None:
+        self._budget = budget  # a limits.Budget: .used, .peak, .take_peak()
+        self._after = after_bytes
+        self._quiet_s, self._min_interval_s = quiet_s, min_interval_s
+        self._on_trim = on_trim
+        self._wake = threading.Event()
+        self._stopped = False
+        self._last_trim = 0.0
+        self._thread = threading.Thread(target=self._run, name="bookie-memory-trim", daemon=True)
+        self._thread.start()
+
+    def bytes_freed(self, amount: int = 0) -> None:
+        """Cheap: called by add streams whenever the bookie's in-flight bytes fall to zero, and with the size
+        of a batch refused as a whole (it was held without being charged)."""
+        if not self._wake.is_set() and (self._budget.peak >= self._after or amount >= self._after):
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            if self._stopped:
+                return
+            wait = max(self._quiet_s, self._last_trim + self._min_interval_s - time.monotonic())
+            time.sleep(wait)
+            self._wake.clear()
+            if self._stopped:
+                return
+            if self._budget.used < self._after:
+                self._budget.take_peak()
+                started = time.monotonic()
+                if give_back_memory():
+                    self._on_trim()
+                self._last_trim = time.monotonic()
+                log.debug("memory handed back after a burst of adds (%.1f ms)", (self._last_trim - started) * 1e3)

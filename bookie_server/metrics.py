@@ -10,7 +10,9 @@ Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
 ``gc_entries_copied_total``, ``gc_bytes_reclaimed_total``; damage:
 ``storage_damage_found_total{where}`` (``read``: a read found a damaged or
 missing record and answered IO_ERROR; ``journal``: journal regions or
-entries skipped at start under ``--skip-journal-corruption``).
+entries skipped at start under ``--skip-journal-corruption``); load shedding: ``calls_refused_total{kind}``
+(calls refused at once past a cap: add streams, long polls, reads), ``memory_trims_total``
+(heap memory handed back after a burst of adds).
 """
 from __future__ import annotations
 
@@ -69,6 +71,10 @@ class BookieMetrics:
         damage = Counter("bookie_storage_damage_found", "Damaged stored data found, by where it was found",
                          ["where"], registry=reg)
         self._damage = {where: damage.labels(where=where) for where in DAMAGE_PLACES}
+        self._refused = Counter("bookie_calls_refused", "Calls refused at once past a cap, by kind", ["kind"],
+                                registry=reg)
+        self._trims = Counter("bookie_memory_trims", "Heap memory handed back to the system after a burst",
+                              registry=reg)
         self._http = None
         self._http_thread: threading.Thread | None = None
 
@@ -119,6 +125,12 @@ class BookieMetrics:
         """Damaged stored data was found (``where``: one of ``DAMAGE_PLACES``)."""
         if count:
             self._damage[where].inc(count)
+
+    def call_refused(self, kind: str) -> None:
+        self._refused.labels(kind=kind).inc()
+
+    def memory_trimmed(self) -> None:
+        self._trims.inc()
 
     def stream_opened(self) -> None:
         self._streams.inc()

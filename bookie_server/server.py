@@ -37,7 +37,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 import pyspark_ledger
 from bookie_server.config import ServerConfig
 from bookie_server.cookie import plan_cookie
-from bookie_server.limits import grpc_max_message_bytes
+from bookie_server.limits import (GRPC_MESSAGE_MARGIN, MAX_READ_BYTES, BookieBudgets, StreamLimits,
+                                   grpc_max_message_bytes)
+from bookie_server.memory import BurstTrimmer
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import bookie_info, deregister, register
 from bookie_server.service import BookieServicer
@@ -49,11 +51,14 @@ BOOKIE_SERVICE_NAME = "pyspark_ledger.wire.v1.Bookie"
 EXTRA_STOP_WAIT_S = 5.0
 
 
-def grpc_server_options(max_entry_size: int) -> list[tuple[str, int]]:
-    limit = grpc_max_message_bytes(max_entry_size)
+def grpc_server_options(max_entry_size: int, max_batch_bytes: int) -> list[tuple[str, int]]:
+    """The gRPC server's options: a receive limit near one legitimate batch (``limits.grpc_max_message_bytes``);
+    answers (range reads stop near 16 MiB, one entry at least) may be as large as the largest entry."""
+    receive = grpc_max_message_bytes(max_entry_size, max_batch_bytes)
+    send = max(receive, MAX_READ_BYTES + max_entry_size + GRPC_MESSAGE_MARGIN)
     return [
-        ("grpc.max_receive_message_length", limit),
-        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", receive),
+        ("grpc.max_send_message_length", send),
         ("grpc.so_reuseport", 0),  # a port in use must fail the start, not be shared
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
@@ -113,6 +118,7 @@ class BookieServer:
         self._grpc: grpc.Server | None = None
         self._servicer: BookieServicer | None = None
         self._health: health.HealthServicer | None = None
+        self._trimmer: BurstTrimmer | None = None
         self._registration = None
         self._disk_monitor = None
         self._storage_watch = None
@@ -229,13 +235,25 @@ class BookieServer:
 
 
     def _build_grpc(self) -> None:
+        """The gRPC server: a pool grown on demand up to every cap plus ``--grpc-workers`` threads, and the
+        same number of calls at once (gRPC refuses more with RESOURCE_EXHAUSTED), so the capped kinds
+        (add streams, long polls, reads) can never take the threads health checks and Info need."""
         config = self.config
-        self._executor = ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="bookie-grpc")
-        self._grpc = grpc.server(self._executor, options=grpc_server_options(config.max_entry_size))
+        threads = config.grpc_threads
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bookie-grpc")
+        self._grpc = grpc.server(self._executor, options=grpc_server_options(config.max_entry_size,
+                                                                             config.max_batch_bytes),
+                                 maximum_concurrent_rpcs=threads)
+        budgets = BookieBudgets(inflight_bytes=config.max_inflight_bytes, add_streams=config.max_add_streams,
+                                long_polls=config.max_long_polls, reads=config.max_concurrent_reads)
+        limits = StreamLimits(max_entry_size=config.max_entry_size, max_inflight_adds=config.max_inflight_adds,
+                              max_batch_adds=config.max_batch_adds,
+                              max_stream_inflight_bytes=config.max_stream_inflight_bytes,
+                              idle_timeout_s=config.add_stream_idle_timeout_s)
+        self._trimmer = BurstTrimmer(budgets.inflight_bytes, on_trim=self.metrics.memory_trimmed)
         self._servicer = BookieServicer(self._storage, self.metrics, bookie_id=self.bookie_id,
-                                        version=pyspark_ledger.__version__, max_entry_size=config.max_entry_size,
-                                        max_inflight_adds=config.max_inflight_adds,
-                                        is_read_only=self._is_read_only)
+                                        version=pyspark_ledger.__version__, limits=limits, budgets=budgets,
+                                        is_read_only=self._is_read_only, on_bytes_freed=self._trimmer.bytes_freed)
         pb_grpc.add_BookieServicer_to_server(self._servicer, self._grpc)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -383,6 +401,8 @@ class BookieServer:
             _log.warning("the gRPC server did not finish its shutdown within %.0f s", EXTRA_STOP_WAIT_S)
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+        if self._trimmer is not None:
+            self._trimmer.stop()
         for step in (self._close_storage, self._deregister, self.metrics.stop_http, self._close_store):
             try:
                 step()

@@ -6,6 +6,15 @@ error, so the replication client can tell it from a timeout. Add streams are
 handled by ``add_stream.AddStreamSession``; this module answers Read,
 ReadLac, WriteLac (explicit LAC) and Info and keeps track of open streams
 for a graceful drain.
+
+Every request is checked at the edge (``limits``: ids, key, ranges) and
+answered BAD_REQUEST with a message naming the limit. What the bookie serves
+at once is capped per kind (``BookieBudgets``): open add streams
+(``--max-add-streams``, refused with RESOURCE_EXHAUSTED), waiting long polls
+(``--max-long-polls``) and running Read/ReadLac/WriteLac calls
+(``--max-concurrent-reads``, both answered TOO_MANY_REQUESTS), each at once.
+The caps sum below the gRPC thread pool, so Info and health checks always
+find a thread.
 """
 from __future__ import annotations
 
@@ -15,7 +24,10 @@ import time
 from typing import Callable
 
 from bookie_server.add_stream import AddStreamSession
-from bookie_server.limits import MAX_FENCE_WAIT_S, check_read, lac_wait_seconds, read_byte_budget
+import grpc
+
+from bookie_server.limits import (MAX_FENCE_WAIT_S, BookieBudgets, StreamLimits, check_read, check_read_lac,
+                                   check_write_lac, lac_wait_seconds, read_byte_budget, refusal_over_budget)
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage, LedgerView
 from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError, NoSuchLedgerError
@@ -30,14 +42,17 @@ class BookieServicer(pb_grpc.BookieServicer):
     ledger_guard = None  # a LedgerGuard: checks first adds/fences of unknown ledgers (set by the server)
 
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str, version: str,
-                 max_entry_size: int, max_inflight_adds: int,
-                 is_read_only: Callable[[], bool] = lambda: False) -> None:
+                 limits: StreamLimits, budgets: BookieBudgets,
+                 is_read_only: Callable[[], bool] = lambda: False,
+                 on_bytes_freed: Callable[[int], None] | None = None) -> None:
         self._storage = storage
         self._metrics = metrics
         self._bookie_id = bookie_id
         self._version = version
-        self._max_entry_size = max_entry_size
-        self._max_inflight_adds = max_inflight_adds
+        self._limits = limits
+        self._max_entry_size = limits.max_entry_size
+        self._budgets = budgets
+        self._on_bytes_freed = on_bytes_freed
         self._is_read_only = is_read_only
         self._draining = threading.Event()
         self._sessions: set[AddStreamSession] = set()
@@ -46,9 +61,20 @@ class BookieServicer(pb_grpc.BookieServicer):
 
     # --- adds --------------------------------------------------------------------
     def AddStream(self, request_iterator, context):
-        session = AddStreamSession(self._storage, self._metrics, bookie_id=self._bookie_id,
-                                   max_entry_size=self._max_entry_size,
-                                   max_inflight_adds=self._max_inflight_adds, peer=context.peer(),
+        streams = self._budgets.add_streams
+        if not streams.try_take(1):
+            self._metrics.call_refused("add_stream")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          refusal_over_budget("open add streams", streams.limit, "--max-add-streams"))
+        try:
+            yield from self._add_stream(request_iterator, context)
+        finally:
+            streams.give_back(1)
+
+    def _add_stream(self, request_iterator, context):
+        session = AddStreamSession(self._storage, self._metrics, bookie_id=self._bookie_id, limits=self._limits,
+                                   bookie_bytes=self._budgets.inflight_bytes, peer=context.peer(),
+                                   on_bytes_freed=self._on_bytes_freed,
                                    ledger_guard=self.ledger_guard)
         with self._sessions_lock:
             self._sessions.add(session)
@@ -62,8 +88,14 @@ class BookieServicer(pb_grpc.BookieServicer):
             self._metrics.stream_closed()
 
     def _end_session(self, session: AddStreamSession) -> None:
-        """Join the reader, or (while draining) keep it for ``join_stream_threads``."""
-        joined = session.join_reader(0.0) if self._draining.is_set() else session.join_reader()
+        """Join the reader, or (while draining) keep it for ``join_stream_threads``.
+
+        A stream the bookie ended itself while the client still sends (idle timeout) is not waited for:
+        its reader is blocked on the call until gRPC ends it, which happens once this handler returns."""
+        if session.ended_idle:
+            joined = True
+        else:
+            joined = session.join_reader(0.0) if self._draining.is_set() else session.join_reader()
         with self._sessions_lock:
             self._sessions.discard(session)
             if not joined:
@@ -73,6 +105,9 @@ class BookieServicer(pb_grpc.BookieServicer):
     # --- reads -------------------------------------------------------------------
     def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
         started = time.monotonic()
+        reads = self._budgets.reads
+        if not reads.try_take(1):
+            return self._refused_read(pb.ReadResponse)
         try:
             response = self._read(request)
         except Exception as exc:  # noqa: BLE001 - answer, never crash
@@ -80,15 +115,24 @@ class BookieServicer(pb_grpc.BookieServicer):
                            request.first_entry_id, request.last_entry_id)
             response = pb.ReadResponse(status=pb.IO_ERROR, message=f"bookie {self._bookie_id} failed: {exc}",
                                        last_add_confirmed=-1, last_entry_id=-1)
+        finally:
+            reads.give_back(1)
         returned = sum(len(entry.body) for entry in response.entries)
         self._metrics.read_done(response.status, time.monotonic() - started, returned)
         return response
 
+    def _refused_read(self, response_type, kind: str = "reads", limit_of=None, flag: str = "--max-concurrent-reads"):
+        budget = limit_of if limit_of is not None else self._budgets.reads
+        self._metrics.call_refused(kind.replace(" ", "_"))
+        message = refusal_over_budget(f"{kind} served at once", budget.limit, flag)
+        return response_type(status=pb.TOO_MANY_REQUESTS, message=message, last_add_confirmed=-1,
+                             **({} if response_type is pb.WriteLacResponse else {"last_entry_id": -1}))
+
     def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         ledger_id = request.ledger_id
-        problem = check_read(request.first_entry_id, request.last_entry_id)
+        problem = check_read(request.first_entry_id, request.last_entry_id, ledger_id, request.master_key)
         if problem is not None:
-            return self._with_view(pb.ReadResponse(status=pb.BAD_REQUEST, message=problem), ledger_id)
+            return _no_view(pb.ReadResponse(status=pb.BAD_REQUEST, message=problem))
         if request.fence:
             status, message = self._fence(ledger_id, request.master_key)
             if status != pb.OK:
@@ -165,6 +209,15 @@ class BookieServicer(pb_grpc.BookieServicer):
     # --- LAC ---------------------------------------------------------------------
     def ReadLac(self, request: pb.ReadLacRequest, context) -> pb.ReadLacResponse:
         ledger_id = request.ledger_id
+        problem = check_read_lac(ledger_id, request.has_previous, request.previous_lac)
+        if problem is not None:
+            return pb.ReadLacResponse(status=pb.BAD_REQUEST, message=problem, last_add_confirmed=-1,
+                                      last_entry_id=-1)
+        polls = self._budgets.long_polls if request.has_previous else self._budgets.reads
+        if not polls.try_take(1):
+            if request.has_previous:
+                return self._refused_read(pb.ReadLacResponse, "long polls", polls, "--max-long-polls")
+            return self._refused_read(pb.ReadLacResponse)
         try:
             if request.has_previous:
                 view = self._long_poll(ledger_id, request.previous_lac, lac_wait_seconds(request.timeout_ms),
@@ -175,6 +228,8 @@ class BookieServicer(pb_grpc.BookieServicer):
             _log.exception("read_lac of ledger %d failed", ledger_id)
             return pb.ReadLacResponse(status=pb.IO_ERROR, message=f"bookie {self._bookie_id} failed: {exc}",
                                       last_add_confirmed=-1, last_entry_id=-1)
+        finally:
+            polls.give_back(1)
         if view is None:
             return pb.ReadLacResponse(status=pb.NO_SUCH_LEDGER, last_add_confirmed=-1, last_entry_id=-1,
                                       message=f"bookie {self._bookie_id} has no ledger {ledger_id}")
@@ -192,15 +247,19 @@ class BookieServicer(pb_grpc.BookieServicer):
 
     def WriteLac(self, request: pb.WriteLacRequest, context) -> pb.WriteLacResponse:
         ledger_id, lac = request.ledger_id, request.last_add_confirmed
-        if not request.master_key:
-            return _write_lac_answer(pb.BAD_REQUEST, f"write_lac of ledger {ledger_id} needs its master key")
-        if lac < -1:
-            return _write_lac_answer(pb.BAD_REQUEST, f"last_add_confirmed {lac} of ledger {ledger_id} is below -1")
+        problem = check_write_lac(ledger_id, request.master_key, lac)
+        if problem is not None:
+            return _write_lac_answer(pb.BAD_REQUEST, problem)
+        reads = self._budgets.reads
+        if not reads.try_take(1):
+            return self._refused_read(pb.WriteLacResponse)
         try:
             status, view = self._storage.write_lac(ledger_id, request.master_key, lac)
         except Exception as exc:  # noqa: BLE001 - answer, never crash
             _log.exception("write_lac of ledger %d failed", ledger_id)
             return _write_lac_answer(pb.IO_ERROR, f"bookie {self._bookie_id} failed: {exc}")
+        finally:
+            reads.give_back(1)
         messages = {pb.NO_SUCH_LEDGER: f"bookie {self._bookie_id} has no ledger {ledger_id}",
                     pb.UNAUTHORIZED: f"master key does not match the one stored for ledger {ledger_id}",
                     pb.BAD_REQUEST: f"ledger id {ledger_id} or its master key is malformed"}
@@ -234,6 +293,13 @@ class BookieServicer(pb_grpc.BookieServicer):
         for session in sessions:
             if not session.join_reader(max(0.0, deadline - time.monotonic())):
                 _log.warning("an add stream reader thread is still blocked at shutdown")
+
+
+def _no_view(response):
+    """A refused request's answer: no ledger state (the ids may not even be valid)."""
+    response.last_add_confirmed = response.last_entry_id = -1
+    response.fenced = False
+    return response
 
 
 def _write_lac_answer(status: int, message: str, view: LedgerView | None = None) -> pb.WriteLacResponse:

@@ -1,8 +1,10 @@
-"""Issue 12 parts 1 and 5 with a real bookie process: an entry id of 2**62 and a damaged index file do not stop
+"""Issue 12 parts 1 and 5 with a real bookie process: the largest entry id the edge accepts (2**39-1; the index
+itself takes any int64, see test_index_layout) and a damaged index file do not stop
 the bookie; a damaged slot is answered IO_ERROR (an unknown to the client), never NO_SUCH_ENTRY."""
 from __future__ import annotations
 
 from bookie_server.index import LedgerIndex
+from bookie_server.limits import MAX_ENTRY_ID
 from bookie_server.index_format import DISK_SLOT_BYTES, PAGE_HEAD_BYTES, record_offset
 from pyspark_ledger.client import BookieClient, BookieStatus
 from pyspark_ledger.entry import EntryCodec, master_key
@@ -10,7 +12,7 @@ from pyspark_ledger.testing.bookies import BookieProcess
 
 KEY = master_key(b"index-process-test")
 CODEC = EntryCodec()
-HUGE = 2**62
+HUGE = MAX_ENTRY_ID
 
 
 def entry(ledger_id: int, entry_id: int) -> bytes:
@@ -31,7 +33,7 @@ def test_bookie_survives_huge_entry_ids_and_answers_index_damage_as_an_error(tmp
         client = BookieClient(bookie.bookie_id, timeout=30.0)
         stream = client.add_stream(max_inflight=64)
         adds = [(ledger_id, entry_id) for ledger_id in (1, 2) for entry_id in range(10)]
-        adds += [(3, HUGE), (3, 2**63 - 1)]  # the old layout: the next checkpoint failed, then every add
+        adds += [(3, HUGE - 1), (3, HUGE)]  # the largest ids the edge accepts: an 8 TiB sparse file in the v1 layout
         futures = [stream.add(ledger_id, entry_id, KEY, entry(ledger_id, entry_id)) for ledger_id, entry_id in adds]
         assert all(future.result(30).ok for future in futures)
         assert stream.add(1, 10, KEY, entry(1, 10)).result(30).ok  # after background checkpoints, still OK
