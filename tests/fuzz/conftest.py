@@ -5,8 +5,8 @@ Each test gets a fresh bookie (SQLite metadata, checkpoints every second) holdin
 with ``LedgerClient`` (E = Qw = Qa = 1). ``FuzzTarget.probe()`` is the cheap check run after every input:
 the process is alive, its gRPC health is SERVING, Info answers OK, and its RSS stays under the bound.
 ``FuzzTarget.full_check()`` runs at the end of a test (and every ``FULL_CHECK_EVERY`` inputs): the probe, the
-seed ledgers read back byte for byte, and a new ledger written, made durable by a checkpoint (the test waits
-for the checkpoint mark file to change) and written again after it, all read back. ``restart_check()`` stops
+seed ledgers read back byte for byte, and new ledgers written before, between and after two checkpoints (the
+test waits for the checkpoint mark file to change), all read back. ``restart_check()`` stops
 the bookie, starts it again on the same data dir, and checks the same.
 
 Budget: ``LEDGER_FUZZ_EXAMPLES=N`` runs N inputs of each kind (default: the CI budget of each test, about two
@@ -38,7 +38,7 @@ from pyspark_ledger.testing.wire_fuzz import RawBookie, rss_bytes
 
 MiB = 1024 * 1024
 CHECKPOINT_INTERVAL_S = 1.0
-CHECKPOINT_WAIT_S = 10.0
+CHECKPOINT_WAIT_S = 20.0
 PROBE_TIMEOUT_S = 5.0
 RSS_MARGIN = int(float(os.environ.get("LEDGER_FUZZ_RSS_MARGIN_MIB", "256")) * MiB)
 FULL_CHECK_EVERY = 200
@@ -261,40 +261,41 @@ class FuzzTarget:
         except FileNotFoundError:
             return 0
 
-    def check_writes(self, client: LedgerClient) -> bool:
-        """A new ledger is written, a checkpoint covers it, and a second new ledger is written after it."""
-        written: dict[int, list[bytes]] = {}
-        try:
-            self._fresh += 1
-            before = self._mark_mtime()
-            first = client.create_ledger(1, 1, 1, password=b"fresh")
-            payloads = [f"fresh {self._fresh} before checkpoint {n}".encode() * (n + 1) for n in range(5)]
-            for payload in payloads:
-                first.append(payload)
-            first.close()
-            written[first.ledger_id] = payloads
-        except Exception as exc:  # noqa: BLE001
-            self.fail("new write failed", f"a new ledger could not be written: {type(exc).__name__}: {exc}")
-            return False
-        deadline = time.monotonic() + CHECKPOINT_WAIT_S
+    def _write_ledger(self, client: LedgerClient, label: str) -> tuple[int, list[bytes]]:
+        writer = client.create_ledger(1, 1, 1, password=b"fresh")
+        payloads = [f"fresh {self._fresh} {label} {n} ".encode() * (n + 1) for n in range(5)]
+        for payload in payloads:
+            writer.append(payload)
+        writer.close()
+        return writer.ledger_id, payloads
+
+    def _wait_for_checkpoint(self, before: int, deadline: float) -> bool:
         while self._mark_mtime() == before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._mark_mtime() == before:
-            self.fail("checkpoint stuck", f"no checkpoint completed within {CHECKPOINT_WAIT_S:.0f} s of a write "
-                      f"(interval {CHECKPOINT_INTERVAL_S} s): {self.bookie.stderr_tail(5)}")
-            return False
-        time.sleep(CHECKPOINT_INTERVAL_S * 1.5)  # and one more checkpoint period for any poison to act
-        try:
-            second = client.create_ledger(1, 1, 1, password=b"fresh")
-            payloads = [f"fresh {self._fresh} after checkpoint {n}".encode() for n in range(5)]
-            for payload in payloads:
-                second.append(payload)
-            second.close()
-            written[second.ledger_id] = payloads
-        except Exception as exc:  # noqa: BLE001
-            self.fail("new write failed", f"a new ledger could not be written after a checkpoint: "
-                      f"{type(exc).__name__}: {exc}")
-            return False
+            time.sleep(0.05)
+        return self._mark_mtime() != before
+
+    def check_writes(self, client: LedgerClient) -> bool:
+        """New ledgers are written before, between and after two checkpoints, and read back.
+
+        A checkpoint that was running during the first write may not cover it, but the one that moves the mark
+        after the second write started after the first checkpoint ended, so it covers both (a checkpoint with
+        nothing new does not move the mark, hence a write between the two)."""
+        self._fresh += 1
+        written: dict[int, list[bytes]] = {}
+        deadline = time.monotonic() + CHECKPOINT_WAIT_S
+        for phase in ("before a checkpoint", "between checkpoints", "after a checkpoint"):
+            before = self._mark_mtime()
+            try:
+                ledger_id, payloads = self._write_ledger(client, phase)
+            except Exception as exc:  # noqa: BLE001 - any failure to write is the finding
+                self.fail("new write failed", f"a new ledger could not be written {phase}: "
+                          f"{type(exc).__name__}: {exc}")
+                return False
+            written[ledger_id] = payloads
+            if phase != "after a checkpoint" and not self._wait_for_checkpoint(before, deadline):
+                self.fail("checkpoint stuck", f"no checkpoint covered a write within {CHECKPOINT_WAIT_S:.0f} s "
+                          f"(interval {CHECKPOINT_INTERVAL_S} s): {self.bookie.stderr_tail(5)}")
+                return False
         for ledger_id, payloads in written.items():
             try:
                 with client.open_ledger(ledger_id, b"fresh") as reader:
