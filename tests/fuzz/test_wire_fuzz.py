@@ -206,6 +206,28 @@ def test_many_tiny_adds_in_one_batch(target):
     assert not target.finish(), report(target.failures)
 
 
+LONG_KEY_LEDGERS = 2000
+LONG_KEY_BATCH = 50
+
+
+def test_many_ledgers_with_long_master_keys(target):
+    """One add to each of LONG_KEY_LEDGERS new ledgers, each with a master key of 65,535 bytes (the longest
+    the bookie accepts), LONG_KEY_BATCH adds per AddBatch (3.3 MB): what the bookie keeps per ledger must not
+    take its RSS over the bound (keys are part of a ledger's state: kept in memory and across restarts)."""
+    key = b"K" * 65535
+    first = 3_000_000_000
+    for start in range(0, LONG_KEY_LEDGERS, LONG_KEY_BATCH):
+        if target.broken:
+            break
+        adds = [pb.AddRequest(ledger_id=ledger_id, entry_id=0, master_key=key,
+                              body=CODEC.encode(ledger_id, 0, -1, 0, b""))
+                for ledger_id in range(first + start, first + start + LONG_KEY_BATCH)]
+        send_adds(target, adds, kind=f"ledgers {start}..{start + LONG_KEY_BATCH - 1} of {LONG_KEY_LEDGERS} "
+                                     f"with 64 KiB keys: ")
+        target.probe()
+    assert not target.finish(), report(target.failures)
+
+
 # --- mutated messages and garbage -----------------------------------------------------------
 def valid_messages(target: FuzzTarget) -> st.SearchStrategy[tuple[str, pb.AddBatch]]:
     """(method, message) of every request type, with hostile values."""
