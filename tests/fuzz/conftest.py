@@ -35,6 +35,7 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.entry import master_key
 from pyspark_ledger.testing.bookies import BookieProcess
 from pyspark_ledger.testing.wire_fuzz import RawBookie, rss_bytes
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 MiB = 1024 * 1024
 CHECKPOINT_INTERVAL_S = 1.0
@@ -228,15 +229,15 @@ class FuzzTarget:
             self.broken = True
             self.fail("not serving", f"health is {health}")
             return False
-        from pyspark_ledger.wire.v1 import bookie_pb2 as pb
         if info.status != pb.OK:
             self.broken = True
             self.fail("not serving", f"Info answered {pb.Status.Name(info.status)}")
             return False
         if self.peak_rss > self.rss_bound:
             self.broken = True
-            self.fail("rss over bound", f"peak RSS {self.peak_rss / MiB:.0f} MiB > bound {self.rss_bound / MiB:.0f} MiB "
-                      f"(baseline {self.baseline_rss / MiB:.0f} MiB + {RSS_MARGIN / MiB:.0f} MiB); "
+            self.fail("rss over bound", f"peak RSS {self.peak_rss / MiB:.0f} MiB > bound "
+                      f"{self.rss_bound / MiB:.0f} MiB (baseline {self.baseline_rss / MiB:.0f} MiB + "
+                      f"{RSS_MARGIN / MiB:.0f} MiB); "
                       f"{rss_bytes(self.bookie.pid) / MiB:.0f} MiB now")
             return False
         return True

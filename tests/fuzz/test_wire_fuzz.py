@@ -19,11 +19,12 @@ import time
 import grpc
 from hypothesis import strategies as st
 
+from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.entry import EntryCodec, peek_header
 from pyspark_ledger.errors import CorruptEntryError
 from pyspark_ledger.testing import wire_fuzz as wf
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
-from tests.fuzz.conftest import SEED_KEY, FuzzTarget, examples, report
+from tests.fuzz.conftest import CLIENT_CONFIG, SEED_KEY, FuzzTarget, examples, report
 from tests.fuzz.runner import run_inputs
 
 MAX_ENTRY_SIZE = 5 * 1024 * 1024  # the bookie's default --max-entry-size
@@ -337,9 +338,6 @@ def test_idle_streams_and_long_polls_leave_health_and_writers_answered(target):
 def test_fenced_or_added_future_ledger_ids_do_not_stop_writers(target):
     """A raw caller fences the next ledger ids (any key), and adds entry 0 to the ones after: the legitimate
     create_ledger + append of those ids must still work (issue 12 part 7)."""
-    from pyspark_ledger.client import LedgerClient
-    from tests.fuzz.conftest import CLIENT_CONFIG
-
     squatted = 4
     first = max(target.seed) + 1
     for ledger_id in range(first, first + squatted):
