@@ -43,9 +43,16 @@ CHANNEL_OPTIONS = (
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
     ("grpc.enable_retries", 0),
+    # Each channel owns its connections: a new client never inherits the reconnect back-off another
+    # client of this process is serving for the same address (issue 12, part 8).
+    ("grpc.use_local_subchannel_pool", 1),
 )
+#: Longest wait for a channel in reconnect back-off to try again before a call is made (see
+#: ``BookieClient._reconnected``): the largest back-off (1 s, + 20 % jitter) and a connect.
+RECONNECT_WINDOW_S = 1.5
+_IN_BACKOFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +142,11 @@ class BookieClient:
             self._streams.add(stream)
             return stream
 
-    def _open_add_call(self) -> grpc.aio.StreamStreamCall:
-        """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``)."""
+    async def _open_add_call(self) -> grpc.aio.StreamStreamCall:
+        """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``).
+
+        Waits (``_reconnected``) for a channel in reconnect back-off to try the bookie again first."""
+        await self._reconnected(RECONNECT_WINDOW_S)
         method = self._ensure_channel().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
                                                       request_serializer=None,
                                                       response_deserializer=pb.AddResultBatch.FromString)
@@ -151,6 +161,35 @@ class BookieClient:
             self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
             self._stub = pb_grpc.BookieStub(self._channel)
         return self._channel
+
+    async def _reconnected(self, window: float) -> float:
+        """Let a channel in reconnect back-off try the bookie once more; returns the seconds waited.
+
+        gRPC fails a call at once, with the error of the last attempt, while the channel waits out its
+        back-off after a refused connection: right after a bookie restarted, a call would be told
+        "connection refused" although the bookie is up. So, only when the channel is in that state
+        (TRANSIENT_FAILURE), wait up to ``window`` s until it is READY or a *new* attempt failed (the
+        refusal is then current). Costs one state query when the channel is healthy."""
+        channel = self._ensure_channel()
+        state = channel.get_state(try_to_connect=True)
+        if state is not _IN_BACKOFF:
+            return 0.0
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        tried_again = False
+        while True:
+            remaining = start + window - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
+            except asyncio.TimeoutError:
+                break
+            state = channel.get_state(try_to_connect=True)
+            if state is grpc.ChannelConnectivity.READY or (state is _IN_BACKOFF and tried_again):
+                break
+            tried_again = tried_again or state is not _IN_BACKOFF
+        return loop.time() - start
 
     def _loop_locked(self) -> IoLoop:
         if self._closed:
@@ -238,10 +277,10 @@ class BookieClient:
         return io_loop.submit(self._invoke(method, request, timeout, what, convert))
 
     async def _invoke(self, method: str, request, timeout: float | None, what: str, convert: Callable):
+        timeout = self.timeout if timeout is None else timeout
         try:
-            self._ensure_channel()
-            response = await getattr(self._stub, method)(request, timeout=self.timeout if timeout is None
-                                                         else timeout)
+            timeout -= await self._reconnected(min(timeout, RECONNECT_WINDOW_S))
+            response = await getattr(self._stub, method)(request, timeout=max(0.001, timeout))
         except grpc.RpcError as exc:
             raise translate_rpc_error(exc, self.bookie_id, what) from exc
         except asyncio.CancelledError:
