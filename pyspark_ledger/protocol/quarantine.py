@@ -135,7 +135,7 @@ def max_changes(seconds: float, rule: ChangeBackoff) -> int:
     changes, at = 1, 0.0
     while True:
         at += min(rule.max_s, rule.base_s * 2.0 ** min(changes - 1, 64))
-        if at > seconds:
+        if at > seconds + 1e-9:  # sums of binary fractions: 0.1 + 0.2 > 0.3
             return changes
         changes += 1
 
