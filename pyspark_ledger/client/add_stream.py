@@ -19,11 +19,10 @@ cancels the call.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 from concurrent.futures import Future
-from typing import Awaitable, Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import grpc
 import grpc.aio
@@ -62,7 +61,7 @@ class AddCallbacks:
 class AddStream:
     """One AddStream RPC on an IoLoop; thread-safe ``send``/``add``; see the module docstring."""
 
-    def __init__(self, open_call: Callable[[], "grpc.aio.StreamStreamCall | Awaitable"], bookie_id: str, io_loop: IoLoop, *,
+    def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall], bookie_id: str, io_loop: IoLoop, *,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT) -> None:
         if max_batch_bytes < 1 or max_inflight < 1:
             raise InvalidConfigurationError("max_batch_bytes and max_inflight must be positive")
@@ -162,15 +161,12 @@ class AddStream:
         self.close()
 
     # --- on the loop thread ----------------------------------------------------------
-    async def _run(self, open_call: Callable[[], "grpc.aio.StreamStreamCall | Awaitable"]) -> None:
+    async def _run(self, open_call: Callable[[], grpc.aio.StreamStreamCall]) -> None:
         failure: BookieError | None = None
         try:
             self._wakeup = asyncio.Event()
             self._wakeup.set()  # send whatever was queued before the loop got here
-            call = open_call()
-            if inspect.isawaitable(call):  # BookieClient's opener first waits out a reconnect back-off
-                call = await call
-            self._call = call
+            self._call = call = open_call()
             reader = asyncio.ensure_future(self._read_answers(call))
             write_failed = await self._write_batches(call)
             failure = await reader

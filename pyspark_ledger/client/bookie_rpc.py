@@ -49,9 +49,6 @@ CHANNEL_OPTIONS = (
     # client of this process is serving for the same address (issue 12, part 8).
     ("grpc.use_local_subchannel_pool", 1),
 )
-#: Longest wait for a channel in reconnect back-off to try again before a call is made (see
-#: ``BookieClient._reconnected``): the largest back-off (1 s, + 20 % jitter) and a connect.
-RECONNECT_WINDOW_S = 1.5
 _IN_BACKOFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 
@@ -126,6 +123,7 @@ class BookieClient:
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
         self._stub: pb_grpc.BookieStub | None = None
+        self._closing: set[asyncio.Future] = set()  # channels replaced by ``_reconnected``, closing
         self._streams: set[AddStream] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -142,12 +140,9 @@ class BookieClient:
             self._streams.add(stream)
             return stream
 
-    async def _open_add_call(self) -> grpc.aio.StreamStreamCall:
-        """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``).
-
-        Waits (``_reconnected``) for a channel in reconnect back-off to try the bookie again first."""
-        await self._reconnected(RECONNECT_WINDOW_S)
-        method = self._ensure_channel().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
+    def _open_add_call(self) -> grpc.aio.StreamStreamCall:
+        """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``)."""
+        method = self._reconnected().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
                                                       request_serializer=None,
                                                       response_deserializer=pb.AddResultBatch.FromString)
         return method()
@@ -162,34 +157,23 @@ class BookieClient:
             self._stub = pb_grpc.BookieStub(self._channel)
         return self._channel
 
-    async def _reconnected(self, window: float) -> float:
-        """Let a channel in reconnect back-off try the bookie once more; returns the seconds waited.
+    def _reconnected(self) -> grpc.aio.Channel:
+        """The channel, replaced by a new one if the old one is waiting out a reconnect back-off.
 
-        gRPC fails a call at once, with the error of the last attempt, while the channel waits out its
-        back-off after a refused connection: right after a bookie restarted, a call would be told
-        "connection refused" although the bookie is up. So, only when the channel is in that state
-        (TRANSIENT_FAILURE), wait up to ``window`` s until it is READY or a *new* attempt failed (the
-        refusal is then current). Costs one state query when the channel is healthy."""
+        gRPC fails a call at once, with the error of the last connection attempt, while the channel
+        waits out its back-off after a refused connection (up to 1 s): right after a bookie restarted, a
+        call would be told "connection refused" although the bookie is up. A new channel tries at once,
+        so the answer is always about the bookie as it is now: connected if it is back, refused (within
+        a millisecond on a local network) if it is still down. Costs one state query when the channel is
+        healthy; runs on the loop thread. The old channel has nothing in flight (it has no connection)."""
         channel = self._ensure_channel()
-        state = channel.get_state(try_to_connect=True)
-        if state is not _IN_BACKOFF:
-            return 0.0
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        tried_again = False
-        while True:
-            remaining = start + window - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                await asyncio.wait_for(channel.wait_for_state_change(state), remaining)
-            except asyncio.TimeoutError:
-                break
-            state = channel.get_state(try_to_connect=True)
-            if state is grpc.ChannelConnectivity.READY or (state is _IN_BACKOFF and tried_again):
-                break
-            tried_again = tried_again or state is not _IN_BACKOFF
-        return loop.time() - start
+        if channel.get_state(try_to_connect=False) is not _IN_BACKOFF:
+            return channel
+        self._channel = self._stub = None
+        closing = asyncio.ensure_future(channel.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return self._ensure_channel()
 
     def _loop_locked(self) -> IoLoop:
         if self._closed:
@@ -277,10 +261,10 @@ class BookieClient:
         return io_loop.submit(self._invoke(method, request, timeout, what, convert))
 
     async def _invoke(self, method: str, request, timeout: float | None, what: str, convert: Callable):
-        timeout = self.timeout if timeout is None else timeout
         try:
-            timeout -= await self._reconnected(min(timeout, RECONNECT_WINDOW_S))
-            response = await getattr(self._stub, method)(request, timeout=max(0.001, timeout))
+            self._reconnected()
+            response = await getattr(self._stub, method)(request, timeout=self.timeout if timeout is None
+                                                         else timeout)
         except grpc.RpcError as exc:
             raise translate_rpc_error(exc, self.bookie_id, what) from exc
         except asyncio.CancelledError:
