@@ -23,9 +23,13 @@ bookie failure and leads to an ensemble change -- or, with
 Flapping bookies (issue 12, part 9): every bookie failure is reported to the
 client's quarantine, which placement avoids while other bookies are left, and
 the changes of a streak are spaced by ``protocol.quarantine.change_delay``
-(``ClientConfig.ensemble_change_backoff``): a change that must wait is
-started by the scheduler when its time comes. ``ensemble_changes`` counts the
-changes this writer made.
+(``ClientConfig.ensemble_change_backoff``). A bookie that fails while the
+last change is too recent is reported to the tracker only when the back-off
+has passed: until then it counts as a silent bookie does before
+``add_timeout_s``, so entries whose write set still has Qa other bookies are
+confirmed without it (no change is in progress, so W2 does not hold them).
+Failures that join a change in progress start the next change after the
+back-off. ``ensemble_changes`` counts the changes this writer made.
 """
 from __future__ import annotations
 
@@ -284,11 +288,25 @@ class LedgerWriter:
         self._failed_bookies.add(bookie)
         self._ctx.quarantine.failed(bookie, reason)
         self._outstanding.forget(bookie)
+        wait = self._change_wait()
+        if wait > 0:  # a streak of changes: the tracker hears of it after the back-off (see the docstring)
+            log.info("ledger %d: bookie %s is replaced after a %.2f s back-off (change %d of a streak)",
+                     self.ledger_id, bookie, wait, self._change_streak + 1)
+            self._ctx.scheduler.call_later(wait, lambda: self._events.post(
+                lambda: self._report_failure(bookie, replace_now)))
+            return
+        self._report_failure(bookie, replace_now)
+
+    def _report_failure(self, bookie: str, replace_now: bool) -> None:
         request = self._tracker.failed(bookie, replace_now=replace_now)
         if request is not None:
             self._start_change(request)
         elif bookie in self._tracker.degraded_bookies:
             self._log_degraded((bookie,))
+
+    def _change_wait(self) -> float:
+        since_last = None if self._last_change is None else self._ctx.clock() - self._last_change
+        return change_delay(self._change_streak, since_last, self._ctx.config.ensemble_change_backoff)
 
     def _log_degraded(self, bookies) -> None:
         """Once per bookie: it failed at most once for this writer, or during a change (logged after it)."""
@@ -326,9 +344,8 @@ class LedgerWriter:
     # --- ensemble changes ---------------------------------------------------------
     def _start_change(self, request: EnsembleChangeRequest) -> None:
         exclude = set(self._failed_bookies)
-        since_last = None if self._last_change is None else self._ctx.clock() - self._last_change
-        delay = change_delay(self._change_streak, since_last, self._ctx.config.ensemble_change_backoff)
-        if delay > 0:
+        delay = self._change_wait()
+        if delay > 0:  # failures that joined a change in progress: its confirmations wait (W2)
             log.info("ledger %d: ensemble change waits %.2f s (change %d of a streak of failures)", self.ledger_id,
                      delay, self._change_streak + 1)
             self._ctx.scheduler.call_later(delay, lambda: self._events.post(lambda: self._run_change(request,
