@@ -74,7 +74,7 @@ def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int
             log.info("ensemble change: no fresh bookie left, taking back %s, which failed before",
                      sorted(set(replacements.values()) & rounds[0]))
         return replacements
-    raise AssertionError("replacement_exclusions returned no round")  # pragma: no cover
+    raise AssertionError("exclusion_rounds returned no round")  # pragma: no cover
 
 
 def _stop_error(stored: LedgerMetadata, reason: str) -> Exception:

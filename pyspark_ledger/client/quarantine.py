@@ -47,5 +47,6 @@ class BookieQuarantine:
         """Bookie -> why it is in quarantine and for how much longer (only those in quarantine now)."""
         now = self.clock()
         with self._lock:
-            return {bookie: f"{self._reasons.get(bookie, 'failed')} (quarantined {self._sentences[bookie].until - now:.1f}"
-                            " s more)" for bookie in quarantined(self._sentences, now)}
+            return {bookie: f"{self._reasons.get(bookie, 'failed')} (quarantined "
+                            f"{self._sentences[bookie].until - now:.1f} s more)"
+                    for bookie in quarantined(self._sentences, now)}
