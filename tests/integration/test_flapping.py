@@ -49,7 +49,8 @@ def count_writes(client, ledger_id: int) -> list[int]:
 @pytest.mark.parametrize("how", ["kill"] + (["sigstop"] if os.environ.get("PYSPARK_LEDGER_FLAP_SIGSTOP") else []))
 def test_two_failed_bookies_of_five_leave_a_bounded_number_of_fragments(bookies, make_client, how):
     """kill -9: refused at once, the storm's cause. SIGSTOP (behind an environment variable: each failure
-    then takes ``add_timeout_s`` to notice, so there is no storm, and the test takes long)."""
+    then takes ``add_timeout_s`` to notice, so the writer appends for 12 s; measured before the fix: 595
+    fragments and 876 metadata writes in 12 s, after: 11 and 11)."""
     client = make_client()
     writer = client.create_ledger(4, 3, 2, password=PASSWORD)
     writes = count_writes(client, writer.ledger_id)
@@ -66,7 +67,7 @@ def test_two_failed_bookies_of_five_leave_a_bounded_number_of_fragments(bookies,
                 victim.process.send_signal(signal.SIGSTOP)
                 stopped.append(victim)
         started = time.monotonic()
-        end = started + SECONDS
+        end = started + (SECONDS if how == "kill" else max(SECONDS, 12.0))  # SIGSTOP: add_timeout_s is 5 s
         futures = [writer.append_async(payload(1))]
         while time.monotonic() < end:
             time.sleep(PACE_S)  # a few thousand entries: quick to read back, and the failures go on
