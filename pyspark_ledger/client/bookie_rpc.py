@@ -43,9 +43,13 @@ CHANNEL_OPTIONS = (
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
     ("grpc.enable_retries", 0),
+    # Each channel owns its connections: a new client never inherits the reconnect back-off another
+    # client of this process is serving for the same address (issue 12, part 8).
+    ("grpc.use_local_subchannel_pool", 1),
 )
+_IN_BACKOFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,7 @@ class BookieClient:
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
         self._stub: pb_grpc.BookieStub | None = None
+        self._closing: set[asyncio.Future] = set()  # channels replaced by ``_reconnected``, closing
         self._streams: set[AddStream] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -137,7 +142,7 @@ class BookieClient:
 
     def _open_add_call(self) -> grpc.aio.StreamStreamCall:
         """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``)."""
-        method = self._ensure_channel().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
+        method = self._reconnected().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
                                                       request_serializer=None,
                                                       response_deserializer=pb.AddResultBatch.FromString)
         return method()
@@ -151,6 +156,24 @@ class BookieClient:
             self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
             self._stub = pb_grpc.BookieStub(self._channel)
         return self._channel
+
+    def _reconnected(self) -> grpc.aio.Channel:
+        """The channel, replaced by a new one if the old one is waiting out a reconnect back-off.
+
+        gRPC fails a call at once, with the error of the last connection attempt, while the channel
+        waits out its back-off after a refused connection (up to 1 s): right after a bookie restarted, a
+        call would be told "connection refused" although the bookie is up. A new channel tries at once,
+        so the answer is always about the bookie as it is now: connected if it is back, refused (within
+        a millisecond on a local network) if it is still down. Costs one state query when the channel is
+        healthy; runs on the loop thread. The old channel has nothing in flight (it has no connection)."""
+        channel = self._ensure_channel()
+        if channel.get_state(try_to_connect=False) is not _IN_BACKOFF:
+            return channel
+        self._channel = self._stub = None
+        closing = asyncio.ensure_future(channel.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return self._ensure_channel()
 
     def _loop_locked(self) -> IoLoop:
         if self._closed:
@@ -239,7 +262,7 @@ class BookieClient:
 
     async def _invoke(self, method: str, request, timeout: float | None, what: str, convert: Callable):
         try:
-            self._ensure_channel()
+            self._reconnected()
             response = await getattr(self._stub, method)(request, timeout=self.timeout if timeout is None
                                                          else timeout)
         except grpc.RpcError as exc:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
+from pyspark_ledger.protocol.quarantine import ChangeBackoff, QuarantineRule
 
 MiB = 1024 * 1024
 
@@ -71,6 +72,13 @@ class ClientConfig:
     #: Qa copies instead of Qw. One ensemble change replaces every failed bookie
     #: once a further failure would block confirmation. False: replace at once.
     delay_ensemble_change: bool = False
+    #: How long placement avoids a bookie that failed this client (first failure 5 s, doubled per
+    #: repeated failure, at most 120 s). A preference, not a ban: when no other bookie is left a
+    #: quarantined one is used, the one whose quarantine ends first (``protocol.quarantine``).
+    quarantine: QuarantineRule = field(default_factory=QuarantineRule)
+    #: Back-off between the ensemble changes of one ledger while bookies keep failing (0.1 s doubled
+    #: up to 1 s): at most 5 + floor(T - 1.5) changes in T s of flapping (``protocol.quarantine``).
+    ensemble_change_backoff: ChangeBackoff = field(default_factory=ChangeBackoff)
 
     def __post_init__(self) -> None:
         for name in ("add_timeout_s", "read_timeout_s", "close_timeout_s", "recovery_timeout_s",
@@ -95,6 +103,12 @@ class ClientConfig:
         if self.placement_seed is not None and (not isinstance(self.placement_seed, int)
                                                 or isinstance(self.placement_seed, bool)):
             raise InvalidConfigurationError(f"placement_seed must be an int or None, got {self.placement_seed!r}")
+        if not isinstance(self.quarantine, QuarantineRule):
+            raise InvalidConfigurationError(f"quarantine must be a protocol.quarantine.QuarantineRule, "
+                                            f"got {self.quarantine!r}")
+        if not isinstance(self.ensemble_change_backoff, ChangeBackoff):
+            raise InvalidConfigurationError(f"ensemble_change_backoff must be a protocol.quarantine.ChangeBackoff, "
+                                            f"got {self.ensemble_change_backoff!r}")
         if not isinstance(self.delay_ensemble_change, bool):
             raise InvalidConfigurationError(
                 f"delay_ensemble_change must be True or False, got {self.delay_ensemble_change!r}")

@@ -1,22 +1,30 @@
 """What a LedgerClient shares with its writers, readers and recoveries.
 
 The metadata store, the bookie transport, the configuration, the owned
-scheduler and worker pool, and the placement randomness (behind a lock, so
-concurrent ensemble choices are safe). Owned and closed by ``LedgerClient``.
+scheduler and worker pool, the placement randomness (behind a lock, so
+concurrent ensemble choices are safe), the clock, and the client's quarantine
+of bookies that failed it: placement prefers bookies outside it, and takes
+quarantined ones back only when nothing else is left
+(``protocol.quarantine.exclusion_rounds``). When too few bookies remain the
+NotEnoughBookiesError names the bookies that are unreachable or quarantined,
+and why. Owned and closed by ``LedgerClient``.
 """
 from __future__ import annotations
 
 import random
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from pyspark_ledger.client.config import ClientConfig
+from pyspark_ledger.client.quarantine import BookieQuarantine
 from pyspark_ledger.client.scheduler import Scheduler
 from pyspark_ledger.client.transport import BookieTransport
-from pyspark_ledger.errors import LedgerClosedError
+from pyspark_ledger.errors import LedgerClosedError, NotEnoughBookiesError
 from pyspark_ledger.metadata.store import MetadataStore
+from pyspark_ledger.protocol.quarantine import exclusion_rounds
 
 
 @dataclass
@@ -29,15 +37,30 @@ class ClientContext:
         default_factory=lambda: ThreadPoolExecutor(max_workers=4, thread_name_prefix="ledger-metadata"))
     rng: random.Random = field(default_factory=random.Random)
     _rng_lock: threading.Lock = field(default_factory=threading.Lock)
+    clock: Callable[[], float] = time.monotonic
+    quarantine: BookieQuarantine | None = None
     closed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.quarantine is None:
+            self.quarantine = BookieQuarantine(self.config.quarantine, clock=self.clock)
 
     def writable_bookies(self) -> list[str]:
         return self.transport.bookies(include_read_only=False)
 
     def choose_ensemble(self, size: int, exclude: Iterable[str] = ()) -> tuple[str, ...]:
+        """``size`` bookies outside ``exclude``, outside the quarantine while enough others are left."""
         available = self.writable_bookies()
-        with self._rng_lock:
-            return tuple(self.config.placement.choose_ensemble(available, size, tuple(exclude), self.rng))
+        rounds = exclusion_rounds(exclude, (), self.quarantine.current())
+        for attempt, excluded in enumerate(rounds):
+            try:
+                with self._rng_lock:
+                    return tuple(self.config.placement.choose_ensemble(available, size, tuple(sorted(excluded)),
+                                                                       self.rng))
+            except NotEnoughBookiesError as exc:
+                if attempt == len(rounds) - 1:
+                    raise self.explained(exc, excluded) from None
+        raise AssertionError("exclusion_rounds returned no round")  # pragma: no cover
 
     def choose_replacements(self, ensemble: Sequence[str], indexes: Iterable[int],
                             exclude: Iterable[str]) -> dict[int, str]:
@@ -46,13 +69,25 @@ class ClientContext:
         current = list(ensemble)
         excluded = set(exclude)
         chosen: dict[int, str] = {}
-        with self._rng_lock:
-            for index in sorted(set(indexes)):
-                bookie = self.config.placement.replace_bookie(tuple(current), index, available,
-                                                              tuple(sorted(excluded)), self.rng)
-                chosen[index] = current[index] = bookie
-                excluded.add(bookie)
+        try:
+            with self._rng_lock:
+                for index in sorted(set(indexes)):
+                    bookie = self.config.placement.replace_bookie(tuple(current), index, available,
+                                                                  tuple(sorted(excluded)), self.rng)
+                    chosen[index] = current[index] = bookie
+                    excluded.add(bookie)
+        except NotEnoughBookiesError as exc:
+            raise self.explained(exc, excluded | set(ensemble)) from None
         return chosen
+
+    def explained(self, error: NotEnoughBookiesError, excluded: Iterable[str]) -> NotEnoughBookiesError:
+        """``error`` with, for each excluded bookie this client saw fail, why (unreachable, quarantined)."""
+        unreachable = getattr(self.transport, "unreachable", dict)()
+        why = {**self.quarantine.reasons(), **unreachable}
+        named = [f"{bookie}: {why[bookie]}" for bookie in sorted(set(excluded)) if bookie in why]
+        if not named:
+            return error
+        return NotEnoughBookiesError(f"{error}. Bookies that failed this client: {'; '.join(named)}")
 
     def run_in_background(self, fn: Callable[[], None]) -> Future:
         if self.closed:

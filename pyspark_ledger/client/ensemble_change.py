@@ -20,7 +20,7 @@ from pyspark_ledger.metadata.model import OPEN, LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import EnsembleChangeRequest
 from pyspark_ledger.protocol.ledger_rules import Decision, ensemble_change, resolve_ensemble_change_conflict
-from pyspark_ledger.protocol.placement import replacement_exclusions
+from pyspark_ledger.protocol.quarantine import exclusion_rounds
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ def change_ensemble(ctx: ClientContext, current: Versioned[LedgerMetadata], requ
 
 def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int, str],
             exclude: set[str]) -> dict[int, str]:
-    """Replacements outside the ensemble and each exclusion set of ``replacement_exclusions`` in turn."""
-    rounds = replacement_exclusions(failed.values(), exclude)
+    """Replacements outside the ensemble and each exclusion set of ``exclusion_rounds`` in turn: bookies
+    that failed this writer and the client's quarantine are avoided while others are left."""
+    rounds = exclusion_rounds(failed.values(), exclude, ctx.quarantine.current())
     for attempt, excluded in enumerate(rounds):
         try:
             replacements = ctx.choose_replacements(request.ensemble, failed, excluded)
@@ -70,10 +71,10 @@ def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int
                 raise
             continue
         if attempt:
-            log.info("ensemble change: no fresh bookie left, taking back %s, which failed this writer before",
-                     sorted(set(replacements.values()) & exclude))
+            log.info("ensemble change: no fresh bookie left, taking back %s, which failed before",
+                     sorted(set(replacements.values()) & rounds[0]))
         return replacements
-    raise AssertionError("replacement_exclusions returned no round")  # pragma: no cover
+    raise AssertionError("exclusion_rounds returned no round")  # pragma: no cover
 
 
 def _stop_error(stored: LedgerMetadata, reason: str) -> Exception:

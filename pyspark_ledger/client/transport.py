@@ -27,6 +27,8 @@ fake_bookies`` implements the same interface in memory.
 """
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import Future
 from typing import Protocol, Sequence
 
@@ -61,6 +63,8 @@ class BookieTransport(Protocol):
 
     def bookies(self, include_read_only: bool = True) -> list[str]: ...
 
+    def unreachable(self) -> dict[str, str]: ...
+
     def close(self) -> None: ...
 
 
@@ -80,6 +84,7 @@ class GrpcTransport:
                  max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight)
         self._outbox = AddOutbox(self._pool.io_loop, self._send_now)
+        self._health = Reachability()
 
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
@@ -114,7 +119,7 @@ class GrpcTransport:
                 return failed_future(_as_bookie_error(exc, bookie_id))
             future = stream.add(ledger_id, entry_id, master_key, body, recovery)
             if attempt or not future.done() or future.exception() is None:
-                return future
+                return self._health.watch(bookie_id, future)
             self._pool.forget_stream(bookie_id, stream)  # it had ended: open a new one once
         return future
 
@@ -137,6 +142,10 @@ class GrpcTransport:
     def bookies(self, include_read_only: bool = True) -> list[str]:
         return self._pool.bookies(include_read_only)
 
+    def unreachable(self) -> dict[str, str]:
+        """Bookies whose last read, LAC call or single add failed as unreachable: id -> why, and how long ago."""
+        return self._health.unreachable()
+
     def close(self) -> None:
         """Close every add stream and channel (calls in flight fail as cancelled) and join the loop thread."""
         self._outbox.close()
@@ -144,9 +153,38 @@ class GrpcTransport:
 
     def _call(self, bookie_id: str, call) -> Future:
         try:
-            return call(self._pool.client(bookie_id))
+            return self._health.watch(bookie_id, call(self._pool.client(bookie_id)))
         except LedgerError as exc:  # the bookie cannot be located, or a malformed request
             return failed_future(exc)
+
+
+class Reachability:
+    """The last transport outcome per bookie of the calls it watches: why a bookie is unreachable now.
+
+    Not on the writer's add path (its adds go through ``send_adds``); errors that name bookies use it."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures: dict[str, tuple[float, str]] = {}
+
+    def watch(self, bookie_id: str, future: Future) -> Future:
+        future.add_done_callback(lambda done: self._outcome(bookie_id, done))
+        return future
+
+    def _outcome(self, bookie_id: str, done: Future) -> None:
+        error = None if done.cancelled() else done.exception()
+        with self._lock:
+            if isinstance(error, BookieUnavailableError) and error.status in ("UNAVAILABLE", "TIMEOUT"):
+                self._failures[bookie_id] = (self._clock(), str(error))
+            elif error is None:
+                self._failures.pop(bookie_id, None)
+
+    def unreachable(self) -> dict[str, str]:
+        now = self._clock()
+        with self._lock:
+            failures = dict(self._failures)
+        return {bookie: f"{why} ({now - when:.1f} s ago)" for bookie, (when, why) in sorted(failures.items())}
 
 
 def _as_bookie_error(exc: LedgerError, bookie_id: str) -> BookieError:

@@ -19,6 +19,17 @@ error status, a broken stream or a silent bookie (``add_timeout_s``) is a
 bookie failure and leads to an ensemble change -- or, with
 ``delay_ensemble_change``, to a degraded bookie while Qa stays reachable
 (``degraded_bookies``; logged at INFO once per bookie).
+
+Flapping bookies (issue 12, part 9): every bookie failure is reported to the
+client's quarantine, which placement avoids while other bookies are left, and
+the changes of a streak are spaced by ``protocol.quarantine.change_delay``
+(``ClientConfig.ensemble_change_backoff``). A bookie that fails while the
+last change is too recent is reported to the tracker only when the back-off
+has passed: until then it counts as a silent bookie does before
+``add_timeout_s``, so entries whose write set still has Qa other bookies are
+confirmed without it (no change is in progress, so W2 does not hold them).
+Failures that join a change in progress start the next change after the
+back-off. ``ensemble_changes`` counts the changes this writer made.
 """
 from __future__ import annotations
 
@@ -41,6 +52,7 @@ from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, L
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
+from pyspark_ledger.protocol.quarantine import change_delay, streak_after_change
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -81,6 +93,9 @@ class LedgerWriter:
         self._done = OrderedCompletions()
         self._metadata_lock = threading.Lock()
         self._on_close = on_close
+        self._change_streak = 0
+        self._last_change: float | None = None
+        self.ensemble_changes = 0
         self._lac_flusher = LacFlusher(ctx, md.ledger_id, self._key, self._events.post, self._lac_snapshot)
         self._timer = ctx.scheduler.call_later(self._sweep_interval(), self._check_timeouts)
 
@@ -271,12 +286,27 @@ class LedgerWriter:
             return
         log.info("ledger %d: add of entry %d to bookie %s failed: %s", self.ledger_id, entry_id, bookie, reason)
         self._failed_bookies.add(bookie)
+        self._ctx.quarantine.failed(bookie, reason)
         self._outstanding.forget(bookie)
+        wait = self._change_wait()
+        if wait > 0:  # a streak of changes: the tracker hears of it after the back-off (see the docstring)
+            log.info("ledger %d: bookie %s is replaced after a %.2f s back-off (change %d of a streak)",
+                     self.ledger_id, bookie, wait, self._change_streak + 1)
+            self._ctx.scheduler.call_later(wait, lambda: self._events.post(
+                lambda: self._report_failure(bookie, replace_now)))
+            return
+        self._report_failure(bookie, replace_now)
+
+    def _report_failure(self, bookie: str, replace_now: bool) -> None:
         request = self._tracker.failed(bookie, replace_now=replace_now)
         if request is not None:
             self._start_change(request)
         elif bookie in self._tracker.degraded_bookies:
             self._log_degraded((bookie,))
+
+    def _change_wait(self) -> float:
+        since_last = None if self._last_change is None else self._ctx.clock() - self._last_change
+        return change_delay(self._change_streak, since_last, self._ctx.config.ensemble_change_backoff)
 
     def _log_degraded(self, bookies) -> None:
         """Once per bookie: it failed at most once for this writer, or during a change (logged after it)."""
@@ -314,6 +344,18 @@ class LedgerWriter:
     # --- ensemble changes ---------------------------------------------------------
     def _start_change(self, request: EnsembleChangeRequest) -> None:
         exclude = set(self._failed_bookies)
+        delay = self._change_wait()
+        if delay > 0:  # failures that joined a change in progress: its confirmations wait (W2)
+            log.info("ledger %d: ensemble change waits %.2f s (change %d of a streak of failures)", self.ledger_id,
+                     delay, self._change_streak + 1)
+            self._ctx.scheduler.call_later(delay, lambda: self._events.post(lambda: self._run_change(request,
+                                                                                                     exclude)))
+            return
+        self._run_change(request, exclude)
+
+    def _run_change(self, request: EnsembleChangeRequest, exclude: set[str]) -> None:
+        if self._tracker.stopped:
+            return
         try:
             self._ctx.run_in_background(lambda: self._change(request, exclude))
         except LedgerError as exc:
@@ -333,6 +375,12 @@ class LedgerWriter:
             self._events.post(lambda: self._changed(changed))
 
     def _changed(self, changed: Versioned[LedgerMetadata]) -> None:
+        now = self._ctx.clock()
+        since_last = None if self._last_change is None else now - self._last_change
+        self._change_streak = streak_after_change(self._change_streak, since_last,
+                                                  self._ctx.config.ensemble_change_backoff)
+        self._last_change = now
+        self.ensemble_changes += 1
         self._current = changed
         self._failed_bookies.difference_update(changed.value.current_fragment.bookies)  # taken back: watched again
         if self._tracker.stopped:

@@ -36,7 +36,7 @@ def _not_enough(needed: int, eligible: int, pool: set[str], excluded: set[str], 
     return NotEnoughBookiesError(
         f"need {needed} bookie(s) {what} but only {eligible} eligible: {len(pool)} available,"
         f" {len(excluded)} of them excluded ({', '.join(sorted(excluded)) or 'none'});"
-        " start more bookies or lower the ensemble size"
+        " bring back bookies that failed, start more bookies, or lower the ensemble size"
     )
 
 
