@@ -8,7 +8,9 @@ or adds the next ids first, with any key, locks the legitimate writer out
 (UNAUTHORIZED). So, for a ledger the bookie has no state for, ``LedgerGuard``
 asks the metadata store first:
 
-* the ledger's metadata is absent: NO_SUCH_LEDGER, nothing is stored;
+* the ledger's metadata is absent: NO_SUCH_LEDGER, nothing is stored (absent twice: the second read,
+  ``read_ledger_latest``, first catches a ZooKeeper server up with its leader, so a ledger a client
+  created through another server a moment ago is found);
 * the store cannot be read: IO_ERROR (an unknown outcome, never a negative);
 * the metadata carries a ``master_key_check`` (clients since issue 12): the
   key must match it, else UNAUTHORIZED; metadata from older clients has none
@@ -79,7 +81,10 @@ def metadata_lookup(store) -> Callable[[int], object]:
     """A lookup over a MetadataStore: the ledger's master_key_check, None if absent, UNREACHABLE on error."""
     def lookup(ledger_id: int) -> object:
         try:
-            return store.read_ledger(ledger_id).value.master_key_check
+            try:
+                return store.read_ledger(ledger_id).value.master_key_check
+            except NoSuchLedgerError:  # a replicated store's server may lag: absence only after catching up
+                return store.read_ledger_latest(ledger_id).value.master_key_check
         except NoSuchLedgerError:
             return None
         except Exception as exc:  # noqa: BLE001 - unreachable or unreadable: an unknown outcome

@@ -76,6 +76,11 @@ class MetadataStore(abc.ABC):
     def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         """NoSuchLedgerError if absent."""
 
+    def read_ledger_latest(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        """As ``read_ledger``, but seeing every write that completed before the call, on any client of the
+        store (a replicated store first catches the server it reads from up with its leader)."""
+        return self.read_ledger(ledger_id)
+
     @abc.abstractmethod
     def write_ledger(self, metadata: LedgerMetadata, expected_version: int) -> int:
         """Compare-and-set; returns the new version.

@@ -72,6 +72,12 @@ class ZooKeeperMetadataStore(MetadataStore):
                                         missing=self._no_ledger(ledger_id))
         return Versioned(LedgerMetadata.from_json(data), stat.version)
 
+    def read_ledger_latest(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        """A ZooKeeper server may lag its leader: ``sync`` first, so a create another client completed is seen."""
+        path = layout.ledger_path(ledger_id)
+        self._session.call(f"sync before reading ledger {ledger_id}", self._client.sync_async, path)
+        return self.read_ledger(ledger_id)
+
     def write_ledger(self, metadata: LedgerMetadata, expected_version: int) -> int:
         ledger_id = names.check_ledger_id(metadata.ledger_id)
         names.check_version(expected_version)

@@ -11,10 +11,12 @@ import threading
 import grpc
 import pytest
 
-from bookie_server.ledger_guard import BUSY, UNREACHABLE, LedgerGuard, decide
+from bookie_server.ledger_guard import BUSY, UNREACHABLE, LedgerGuard, decide, metadata_lookup
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.entry import EntryCodec, master_key
+from pyspark_ledger.errors import NoSuchLedgerError
 from pyspark_ledger.metadata.model import Fragment, LedgerMetadata, master_key_check, master_key_matches
+from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.testing.bookies import BookieCluster
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
@@ -175,3 +177,33 @@ def test_lookups_in_flight_are_bounded():
     for thread in threads:
         thread.join(10)
     assert answers == [pb.OK, pb.OK] and guard.check(3, KEY)[0] == pb.OK
+
+
+def test_absence_is_believed_only_after_the_store_caught_up():
+    # a ZooKeeper server may lag its leader: a ledger created through another server a moment ago is not in
+    # its first read, but is in the read that syncs first; a lookup that stops at the first read would
+    # refuse the legitimate writer's first add with NO_SUCH_LEDGER
+    created = master_key_check(master_key(b"pw"))
+    calls = []
+
+    class LaggingStore:
+        def read_ledger(self, ledger_id):
+            calls.append("read")
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+
+        def read_ledger_latest(self, ledger_id):
+            calls.append("latest")
+            return Versioned(LedgerMetadata(ledger_id=ledger_id, ensemble_size=1, write_quorum=1, ack_quorum=1,
+                                            fragments=(Fragment(0, ("b",)),), master_key_check=created), 0)
+
+    assert metadata_lookup(LaggingStore())(5) == created
+    assert calls == ["read", "latest"]
+
+    class EmptyStore(LaggingStore):
+        def read_ledger_latest(self, ledger_id):
+            calls.append("latest")
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+
+    calls.clear()
+    assert metadata_lookup(EmptyStore())(5) is None
+    assert calls == ["read", "latest"]

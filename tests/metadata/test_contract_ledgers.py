@@ -185,3 +185,12 @@ def test_closed_store_refuses_work_and_close_is_idempotent(open_store):
     closing.close()
     with pytest.raises(MetadataError, match="closed"):
         closing.read_ledger(31)
+
+
+def test_read_ledger_latest_sees_what_another_client_created(store, open_store):
+    # another client of the same store (for ZooKeeper: its own session) creates the ledger; the latest read
+    # catches its server up first (on a one-server ensemble this checks that the call works)
+    with pytest.raises(NoSuchLedgerError):
+        store.read_ledger_latest(77)
+    open_store().create_ledger(ledger(77))
+    assert store.read_ledger_latest(77).value == ledger(77)
