@@ -361,9 +361,15 @@ def report(failures: list[dict]) -> str:
 
 @pytest.fixture
 def target(request, tmp_path, summary):
-    """A fresh bookie with seed data for one fuzz test (see the module docstring); stopped at teardown."""
+    """A fresh bookie with seed data for one fuzz test (see the module docstring); stopped at teardown.
+
+    Parametrized indirectly with "unguarded", the bookie runs with --no-verify-new-ledgers: adds to ledgers
+    without metadata then reach storage with their hostile ids, sizes and keys instead of being refused
+    NO_SUCH_LEDGER by the ledger guard (an operator may turn it off; storage must hold either way)."""
     metadata_uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5&poll_interval=0.1"
-    bookie = BookieProcess(tmp_path / "bookie", metadata_uri, checkpoint_interval=CHECKPOINT_INTERVAL_S)
+    unguarded = getattr(request, "param", "guarded") == "unguarded"
+    bookie = BookieProcess(tmp_path / "bookie", metadata_uri, checkpoint_interval=CHECKPOINT_INTERVAL_S,
+                           **({"no_verify_new_ledgers": True} if unguarded else {}))
     fuzz_target = FuzzTarget(bookie, metadata_uri, summary, request.node.name.removeprefix("test_"))
     try:
         bookie.start()

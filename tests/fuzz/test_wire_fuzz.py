@@ -17,6 +17,7 @@ import threading
 import time
 
 import grpc
+import pytest
 from hypothesis import strategies as st
 
 from pyspark_ledger.client import LedgerClient
@@ -106,6 +107,7 @@ def send_adds(target: FuzzTarget, adds: list[pb.AddRequest], kind: str = "") -> 
 
 
 # --- valid messages, hostile values ---------------------------------------------------------
+@pytest.mark.parametrize("target", ["guarded", "unguarded"], indirect=True)
 def test_hostile_adds(target):
     adds = st.lists(wf.add_requests(MAX_ENTRY_SIZE, target.seed_keys()), min_size=1, max_size=4)
     run_inputs(target, adds, lambda drawn: send_adds(target, [add for add, _ in drawn]), examples(150))
@@ -193,6 +195,7 @@ def test_hostile_lacs_and_long_polls(target):
 TINY_ADD_SHAPES = ((60_000, 1), (240_000, 1), (60_000, 100), (10_000, 10_000))
 
 
+@pytest.mark.parametrize("target", ["guarded", "unguarded"], indirect=True)
 def test_many_tiny_adds_in_one_batch(target):
     """Each AddBatch of TINY_ADD_SHAPES (valid adds of empty entries) in turn: the bookie's RSS stays under
     the bound, during the batch (the background sampler sees the peak) and after it."""
@@ -268,6 +271,7 @@ def send_raw(target: FuzzTarget, method: str, messages: list[bytes], what: str) 
             _check_status(target, status, what)
 
 
+@pytest.mark.parametrize("target", ["guarded", "unguarded"], indirect=True)
 def test_mutated_messages(target):
     @st.composite
     def inputs(draw):
