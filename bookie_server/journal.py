@@ -17,6 +17,7 @@ fsync the kernel may have dropped the dirty pages.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 JOURNAL_SUFFIX = ".txn"
 _DROP_STEP = 1024 * 1024
 _PAGE = 4096
+# Test hook: with this set to N, the fsync of the (N+1)-th group commit of the process fails with EIO, as a
+# failing disk's would (there is no failing block device to test with; see tests/bookie/test_storage_failure.py).
+FAULT_FSYNC_ENV = "BOOKIE_FAULT_JOURNAL_FSYNC_AFTER"
+_FAULT_FSYNC_AFTER = int(os.environ[FAULT_FSYNC_ENV]) if os.environ.get(FAULT_FSYNC_ENV) else None
 SyncListener = Callable[[int, int, float], None]
 
 
@@ -202,6 +207,8 @@ class Journal:
                 chunks.append(encode_commit(sum(item.nrecords for item in batch), nbytes))
             written = write_all(self._fd, chunks)
             started = time.monotonic()
+            if _FAULT_FSYNC_AFTER is not None and self._commits_before_fault() <= 0:
+                raise OSError(errno.EIO, f"fdatasync failed (fault injected by {FAULT_FSYNC_ENV})")
             os.fdatasync(self._fd)
             fsync_seconds = time.monotonic() - started
         except Exception as exc:  # OSError, or a bug: either way nothing in the batch is known durable
@@ -246,6 +253,12 @@ class Journal:
             os.close(fd)
             raise
         return fd, len(header)
+
+    def _commits_before_fault(self) -> int:
+        """How many more group commits may succeed before the injected fsync fault (test hook only)."""
+        global _FAULT_FSYNC_AFTER
+        left, _FAULT_FSYNC_AFTER = _FAULT_FSYNC_AFTER, max(0, _FAULT_FSYNC_AFTER - 1)
+        return left
 
     def _fail(self, batch: list[_Submission], exc: Exception) -> None:
         path = journal_path(self._dir, self._file_id)

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bookie_server.journal import FAULT_FSYNC_ENV
 from bookie_server.storage_watch import (DISK_FULL, IO_FAILURE, OPERATOR, REOPEN, WAIT, StorageWatch,
                                          failure_cause, next_step)
 from pyspark_ledger.client import BookieClient, BookieStatus, LedgerClient
@@ -158,6 +159,45 @@ def test_a_full_disk_turns_the_bookie_read_only_at_once_and_back_and_it_starts_f
         full.kill()
         for bookie in others:
             bookie.kill()
+
+
+def test_a_failed_fsync_turns_the_bookie_read_only_at_once_until_an_operator_restarts_it(
+        tmp_path, metadata_uri, metadata_store, make_bookie):
+    # a real process whose journal fsync fails with EIO after 20 group commits (FAULT_FSYNC_ENV: there is no
+    # failing block device here); the disk monitor is off, so only the storage failure can tell
+    flags = dict(checkpoint_interval=3600, disk_check_interval=0)
+    failing = make_bookie("failing", env={FAULT_FSYNC_ENV: "20"}, **flags).start()
+    others = [make_bookie(f"ok{index}", no_verify_new_ledgers=False) for index in range(3)]
+    for bookie in others:
+        bookie.start()
+    client = BookieClient(failing.bookie_id, timeout=30.0)
+    ledgers = LedgerClient(metadata_uri)
+    try:
+        acked, refusal = add_until_refused(client, 7, limit=200)
+        assert refusal == BookieStatus.IO_ERROR and len(acked) == 20
+        wait_until(lambda: read_only_in(metadata_store, failing), 10, "the registration to turn read-only")
+        assert health(failing) == NOT_SERVING and client.info().read_only
+        assert_reads(client, 7, acked)
+        wait_until(lambda: failing.bookie_id not in ledgers.bookies(writable_only=True), 10, "the client to see it")
+        placed = [ledgers.create_ledger(3, password=b"p") for _ in range(10)]
+        assert all(failing.bookie_id not in w.metadata.current_fragment.bookies for w in placed), "placed on it"
+        for writer in placed:
+            writer.close()
+        stderr = failing.data_dir / "bookie-stderr.log"
+        wait_until(lambda: "until it is restarted" in stderr.read_text(), 10, "the log to say a restart is needed")
+        assert read_only_in(metadata_store, failing) and health(failing) == NOT_SERVING  # no way back on its own
+
+        failing.stop()
+        failing.env.pop(FAULT_FSYNC_ENV)
+        failing.start()  # the operator checked the disk and restarted it: the journal is replayed
+        client.close()
+        client = BookieClient(failing.bookie_id, timeout=30.0)
+        wait_until(lambda: not read_only_in(metadata_store, failing), 10, "the bookie to be writable again")
+        assert health(failing) == SERVING
+        assert_reads(client, 7, acked)
+    finally:
+        client.close()
+        ledgers.close()
 
 
 # --- the rules -------------------------------------------------------------------------------------
