@@ -106,7 +106,7 @@ class Checkpointer:
 
     def __init__(self, *, mark_path: Path, snapshot_path: Path, journal: Journal, entry_logger: EntryLogger,
                  index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float,
-                 initial_mark: JournalMark | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+                 initial_mark: JournalMark | None = None, chunk_bytes: int | None = None) -> None:
         self._mark_path = mark_path
         self._snapshot_path = snapshot_path
         self._journal = journal
@@ -115,7 +115,7 @@ class Checkpointer:
         self._states = states
         self._lock = lock
         self._interval_s = interval_s or None
-        self._chunk_pages = max(1, chunk_bytes // PAGE_BYTES)
+        self._chunk_pages = max(1, (chunk_bytes or CHUNK_BYTES) // PAGE_BYTES)
         self._run_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
