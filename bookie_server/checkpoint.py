@@ -5,11 +5,11 @@ A checkpoint
      record before it has already been applied to the entry logs, index and
      ledger state in memory;
   2. under the storage lock, lists the dirty index pages (``dirty_keys``);
-  3. fsyncs the entry logs (covering every entry the pages point to, as of
-     now: later copies point only to entries already in the logs, whose
-     journal records replay after a crash), then writes the pages a chunk
-     of ``CHUNK_BYTES`` at a time: copies the chunk's pages under the lock,
-     writes and fsyncs them without it, marks them clean under it (they are
+  3. fsyncs the entry logs, then writes the pages a chunk of ``CHUNK_BYTES``
+     at a time: copies the chunk's pages under the lock, fsyncs the entry
+     logs again (covering every entry those copies point to, also those
+     added since the checkpoint began), writes and fsyncs the pages without
+     the lock, marks them clean under it (they are
      evictable from then on); a ledger's pages go in record order, so a
      ledger split over chunks extends its file from the front, and a ledger
      that fails in one chunk is left out of the later ones. So a checkpoint
@@ -218,6 +218,7 @@ class Checkpointer:
                 copies = self._index.copy_pages(key for key in chunk if key.ledger_id not in failed)
             if not copies:
                 continue
+            self._entry_logger.sync()  # the entries the copies point to, added since the last sync too
             errors = self._index.write_pages(copies)
             with self._lock:
                 if self._index.mark_clean(copies, errors):
