@@ -8,10 +8,12 @@ holds only the pages used (one entry at id 2**63-1 costs one record, not a
 sparse file of exabytes). When a ledger's file is first opened its record
 headers are read into a directory (``LedgerFile``: page -> record position);
 a new page is appended at the next position, a known page is rewritten in
-place. Pages are cached in memory (16-byte slots, no checksums); updates only
-touch the cache. A checkpoint lists the dirty pages (``dirty_keys``), then, a
-chunk at a time, copies them (``copy_pages``), writes and fsyncs them
-(``write_pages``, no lock needed), then ``mark_clean``. Only
+place. Pages are cached in memory (16-byte slots, no checksums; a new page
+comes from ``page_arena``, so it costs memory only where it is written: 4 KiB
+for a new ledger's first entries, not 16); updates only touch the cache. A
+checkpoint lists the dirty pages (``dirty_keys``), then, a chunk at a time,
+copies them (``copy_pages``), writes and fsyncs them (``write_pages``, no
+lock needed), then ``mark_clean``. Only
 clean pages are evicted; when dirty pages fill the cache, ``over_capacity``
 asks the owner for an early checkpoint. The add path (``put``) is what it was:
 one 16-byte pack into a cached page; slot checksums are computed when a page
@@ -94,6 +96,7 @@ from typing import Callable, Iterable, NamedTuple
 
 from bookie_server.entry_log import EntryLocation
 from bookie_server.files import fsync_dir, make_dirs
+from bookie_server.page_arena import PageArena
 from bookie_server.index_format import (HEADER_BYTES, MEMORY_SLOT, PAGE_BYTES, PAGE_HEAD_BYTES,
                                         PAGE_SHIFT, PAGE_SLOTS, RECORD_BYTES, SLOT_MASK, SLOT_SIZE,
                                         decode_page_head, decode_slots, encode_file_header, encode_record,
@@ -153,7 +156,8 @@ class LedgerIndex:
     def __init__(self, directory: Path, cache_bytes: int, durable_pages: dict[int, int | None] | None = None) -> None:
         self._dir = directory
         self._max_pages = max(1, cache_bytes // PAGE_BYTES)
-        self._pages: dict[tuple[int, int], bytearray] = {}
+        self._arena = PageArena(PAGE_BYTES)  # new pages: resident only where written
+        self._pages: dict[tuple[int, int], bytearray | memoryview] = {}
         self._dirty: dict[tuple[int, int], int] = {}  # page -> generation (bumped per update)
         self._damaged: dict[tuple[int, int], dict[int, bytes]] = {}  # cached page -> its damaged slots
         self._discarded: dict[int, int] = {}  # ledger -> deletion sequence; its file on disk is stale
@@ -325,7 +329,7 @@ class LedgerIndex:
         """Forget deleted ledgers' pages; their files are stale until ``remove_files`` (or a fresh write)."""
         ledger_ids = set(ledger_ids)
         for key in [key for key in self._pages if key[0] in ledger_ids]:
-            del self._pages[key]
+            self._drop_page(key)
             self._dirty.pop(key, None)
             self._damaged.pop(key, None)
         for ledger_id in ledger_ids:
@@ -383,7 +387,7 @@ class LedgerIndex:
 
     # --- loading ------------------------------------------------------------------------
 
-    def _load(self, key: tuple[int, int], create: bool) -> bytearray | None:
+    def _load(self, key: tuple[int, int], create: bool) -> bytearray | memoryview | None:
         ledger_id, page_no = key
         ledger_file = self._files.get(ledger_id)
         if ledger_file is None:
@@ -401,7 +405,7 @@ class LedgerIndex:
         elif not create:
             return None
         else:
-            page = bytearray(PAGE_BYTES)
+            page = self._arena.new_page()
             ledger_file.positions[page_no] = ledger_file.next_position
             ledger_file.next_position += 1
         self._evict(reserve=1)  # before inserting, so the page being returned stays cached
@@ -498,8 +502,13 @@ class LedgerIndex:
             return
         victims = [key for key in self._pages if key not in self._dirty][:excess]
         for key in victims:
-            del self._pages[key]
+            self._drop_page(key)
             self._damaged.pop(key, None)
+
+    def _drop_page(self, key: tuple[int, int]) -> None:
+        page = self._pages.pop(key)
+        if self._arena.owns(page):
+            self._arena.release(page)
 
     def _write_ledger(self, ledger_id: int, pages: list[PageCopy], new_parents: dict[Path, list[int]]) -> None:
         """Write one ledger's records in place, or (a new or fresh file) all of them to a temp file renamed
