@@ -9,14 +9,14 @@ A checkpoint
      at a time: copies the chunk's pages under the lock, fsyncs the entry
      logs again (covering every entry those copies point to, also those
      added since the checkpoint began), writes and fsyncs the pages without
-     the lock, marks them clean under it (they are
-     evictable from then on); a ledger's pages go in record order, so a
-     ledger split over chunks extends its file from the front, and a ledger
-     that fails in one chunk is left out of the later ones. So a checkpoint
-     holds one chunk's copies whatever the number of dirty pages. Then,
-     once every chunk is durable, under the lock, it encodes the ledger
-     state with each index file's count of durable page records, and
-     atomically replaces the state snapshot;
+     the lock, marks them clean under it (they are evictable from then on).
+     A ledger's pages go in record order, so a ledger split over chunks
+     extends its file from the front; a ledger that fails in one chunk is
+     left out of the later ones. So a checkpoint holds one chunk's copies
+     whatever the number of dirty pages. Then, once every chunk is durable,
+     under the lock, it encodes the ledger state with each index file's
+     count of durable page records, and atomically replaces the state
+     snapshot (the counts are persisted only with every chunk durable);
   4. atomically replaces the mark file (temp, fsync, rename, fsync dir) with
      the mark, or with an older one if a ledger's index is pinning it;
   5. unlinks the index files of ledgers garbage collected before step 1

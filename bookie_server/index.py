@@ -96,11 +96,11 @@ from typing import Callable, Iterable, NamedTuple
 
 from bookie_server.entry_log import EntryLocation
 from bookie_server.files import fsync_dir, make_dirs
-from bookie_server.page_arena import PageArena
 from bookie_server.index_format import (HEADER_BYTES, MEMORY_SLOT, PAGE_BYTES, PAGE_HEAD_BYTES,
                                         PAGE_SHIFT, PAGE_SLOTS, RECORD_BYTES, SLOT_MASK, SLOT_SIZE,
                                         decode_page_head, decode_slots, encode_file_header, encode_record,
                                         file_version, read_v1_pages, record_offset)
+from bookie_server.page_arena import PageArena
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
 __all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "LedgerIndex", "PageCopy", "PageKey"]

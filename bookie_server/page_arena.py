@@ -2,11 +2,11 @@
 
 A new index page is 16 KiB of zeros, and a new ledger with one entry writes 16 bytes of it: as a bytearray it
 costs 16 KiB of RSS at once (CPython zeroes it), so one batch of tiny adds to 10,000 new ledgers cost 160 MiB.
-Pages from the arena are slices of anonymous memory maps (``PAGES_PER_MAP`` pages each): the kernel maps a
-memory page (4 KiB) only when it is first written, so such a page costs 4 KiB until more of it is used. A
-released page is given back to the kernel (``MADV_DONTNEED`` on a private map: it reads as zeros again; it
-is checked, and zeroed by hand if the kernel kept its bytes) and reused by the next ``new_page``. Maps are never unmapped (their address space is reused); the resident memory of released pages
-is returned.
+Pages from the arena are slices of private anonymous memory maps (``PAGES_PER_MAP`` pages each): the kernel
+maps a memory page (4 KiB) only when it is first written, so such a page costs 4 KiB until more of it is used.
+A released page is given back to the kernel (``MADV_DONTNEED``: it reads as zeros again; this is checked, and
+the page zeroed by hand if the kernel kept its bytes) and reused by the next ``new_page``. Maps are never
+unmapped (their address space is reused); the resident memory of released pages is returned.
 
 The caller must hold no reference to a page after ``release`` (the next ``new_page`` hands it out again).
 Not thread-safe: the index's owner serialises the calls.
