@@ -4,11 +4,19 @@ A checkpoint
   1. takes the journal mark (end of the last fsync'd journal batch): every
      record before it has already been applied to the entry logs, index and
      ledger state in memory;
-  2. under the storage lock, copies the dirty index pages;
-  3. fsyncs the entry logs (covering every entry those copies point to),
-     writes and fsyncs the index pages; then, under the lock, marks them
-     clean and encodes the ledger state with each index file's count of
-     durable page records, and atomically replaces the state snapshot;
+  2. under the storage lock, lists the dirty index pages (``dirty_keys``);
+  3. fsyncs the entry logs, then writes the pages a chunk of ``CHUNK_BYTES``
+     at a time: copies the chunk's pages under the lock, fsyncs the entry
+     logs again (covering every entry those copies point to, also those
+     added since the checkpoint began), writes and fsyncs the pages without
+     the lock, marks them clean under it (they are evictable from then on).
+     A ledger's pages go in record order, so a ledger split over chunks
+     extends its file from the front; a ledger that fails in one chunk is
+     left out of the later ones. So a checkpoint holds one chunk's copies
+     whatever the number of dirty pages. Then, once every chunk is durable,
+     under the lock, it encodes the ledger state with each index file's
+     count of durable page records, and atomically replaces the state
+     snapshot (the counts are persisted only with every chunk durable);
   4. atomically replaces the mark file (temp, fsync, rename, fsync dir) with
      the mark, or with an older one if a ledger's index is pinning it;
   5. unlinks the index files of ledgers garbage collected before step 1
@@ -38,12 +46,13 @@ import os
 import struct
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import crc32c
 
 from bookie_server.entry_log import EntryLogger
 from bookie_server.files import atomic_write
-from bookie_server.index import LedgerIndex
+from bookie_server.index import PAGE_BYTES, LedgerIndex, PageKey
 from bookie_server.journal import Journal, JournalMark
 from bookie_server.journal_replay import NO_MARK
 from bookie_server.ledger_state import LedgerStates
@@ -54,6 +63,8 @@ log = logging.getLogger(__name__)
 _MARK = struct.Struct(">4sQQ")
 _MARK_MAGIC = b"PLMK"
 CRASH_POINT_ENV = "BOOKIE_CRASH_POINT"
+#: index page bytes a checkpoint copies (and writes, fsyncs, marks clean) at a time
+CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def crash_point(name: str) -> None:
@@ -78,6 +89,13 @@ def read_mark(path: Path) -> JournalMark:
     return JournalMark(file_id, offset)
 
 
+def chunks(keys: list[PageKey], size: int) -> Iterator[list[PageKey]]:
+    """``keys`` in consecutive runs of at most ``size`` (at least one)."""
+    size = max(1, size)
+    for start in range(0, len(keys), size):
+        yield keys[start:start + size]
+
+
 def write_mark(path: Path, mark: JournalMark) -> None:
     data = _MARK.pack(_MARK_MAGIC, mark.file_id, mark.offset)
     atomic_write(path, data + crc32c.crc32c(data).to_bytes(4, "big"))
@@ -88,7 +106,7 @@ class Checkpointer:
 
     def __init__(self, *, mark_path: Path, snapshot_path: Path, journal: Journal, entry_logger: EntryLogger,
                  index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float,
-                 initial_mark: JournalMark | None = None) -> None:
+                 initial_mark: JournalMark | None = None, chunk_bytes: int | None = None) -> None:
         self._mark_path = mark_path
         self._snapshot_path = snapshot_path
         self._journal = journal
@@ -97,6 +115,7 @@ class Checkpointer:
         self._states = states
         self._lock = lock
         self._interval_s = interval_s or None
+        self._chunk_pages = max(1, (chunk_bytes or CHUNK_BYTES) // PAGE_BYTES)
         self._run_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -153,17 +172,16 @@ class Checkpointer:
         mark, durable = self._journal.durable_position()
         crash_point("checkpoint_after_mark_taken")
         with self._lock:
-            pages = self._index.dirty_pages()
+            keys = self._index.dirty_keys()
             changed = self._states.dirty
             removed = self._index.ready_discards(durable, lambda ledger_id: self._states.get(ledger_id) is not None)
-        if mark == self._last_mark and not pages and not changed and not removed:
+        if mark == self._last_mark and not keys and not changed and not removed:
             return  # nothing happened since the last checkpoint
+        failed: dict[int, Exception] = {}
         try:
             self._entry_logger.sync()
-            failed = self._index.write_pages(pages)
+            written = self._write_chunks(keys, failed)
             with self._lock:
-                if self._index.mark_clean(pages, failed):
-                    self._states.mark_dirty()  # new page counts
                 snapshot = self._states.snapshot(self._index.durable_pages)
             if snapshot is not None:
                 LedgerStates.persist(self._snapshot_path, snapshot)
@@ -173,7 +191,7 @@ class Checkpointer:
             raise
         for ledger_id in failed:
             self.pin(ledger_id)
-        for ledger_id in {copy.ledger_id for copy in pages}.difference(failed).intersection(self._pins):
+        for ledger_id in written.difference(failed).intersection(self._pins):
             del self._pins[ledger_id]  # its pages are durable now
             log.warning("index pages of ledger %d were written at last; it no longer holds the journal back",
                         ledger_id)
@@ -187,6 +205,28 @@ class Checkpointer:
             with self._lock:
                 self._index.forget_discards(removed)
         self._journal.remove_files_before(persisted.file_id)
+
+    def _write_chunks(self, keys: list[PageKey], failed: dict[int, Exception]) -> set[int]:
+        """Copy, write, fsync and mark clean the pages of ``keys`` a chunk at a time (``chunk_pages``), so a
+        checkpoint holds at most a chunk's copies (and encoded records) whatever the number of dirty pages,
+        and the pages cleaned by a chunk are evictable during the next. A ledger that fails in a chunk is left
+        out of the later ones (its pages stay dirty); ``failed`` collects them (ledger -> error). Returns the
+        ledgers some of whose pages were written."""
+        written: set[int] = set()
+        for chunk in chunks(keys, self._chunk_pages):
+            with self._lock:
+                copies = self._index.copy_pages(key for key in chunk if key.ledger_id not in failed)
+            if not copies:
+                continue
+            self._entry_logger.sync()  # the entries the copies point to, added since the last sync too
+            errors = self._index.write_pages(copies)
+            with self._lock:
+                if self._index.mark_clean(copies, errors):
+                    self._states.mark_dirty()  # new page counts
+            failed.update(errors)
+            written.update(copy.ledger_id for copy in copies)
+            del copies
+        return written
 
     def _run(self) -> None:
         while True:

@@ -8,9 +8,12 @@ holds only the pages used (one entry at id 2**63-1 costs one record, not a
 sparse file of exabytes). When a ledger's file is first opened its record
 headers are read into a directory (``LedgerFile``: page -> record position);
 a new page is appended at the next position, a known page is rewritten in
-place. Pages are cached in memory (16-byte slots, no checksums); updates only
-touch the cache. A checkpoint copies the dirty pages (``dirty_pages``), writes
-and fsyncs them (``write_pages``, no lock needed), then ``mark_clean``. Only
+place. Pages are cached in memory (16-byte slots, no checksums; a new page
+comes from ``page_arena``, so it costs memory only where it is written: 4 KiB
+for a new ledger's first entries, not 16); updates only touch the cache. A
+checkpoint lists the dirty pages (``dirty_keys``), then, a chunk at a time,
+copies them (``copy_pages``), writes and fsyncs them (``write_pages``, no
+lock needed), then ``mark_clean``. Only
 clean pages are evicted; when dirty pages fill the cache, ``over_capacity``
 asks the owner for an early checkpoint. The add path (``put``) is what it was:
 one 16-byte pack into a cached page; slot checksums are computed when a page
@@ -97,9 +100,10 @@ from bookie_server.index_format import (HEADER_BYTES, MEMORY_SLOT, PAGE_BYTES, P
                                         PAGE_SHIFT, PAGE_SLOTS, RECORD_BYTES, SLOT_MASK, SLOT_SIZE,
                                         decode_page_head, decode_slots, encode_file_header, encode_record,
                                         file_version, read_v1_pages, record_offset)
+from bookie_server.page_arena import PageArena
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
-__all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "LedgerIndex", "PageCopy"]
+__all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "LedgerIndex", "PageCopy", "PageKey"]
 
 log = logging.getLogger(__name__)
 _SLOT = MEMORY_SLOT
@@ -120,6 +124,13 @@ class PageCopy(NamedTuple):
     epoch: int = 0  # the LedgerFile the copy belongs to
     fresh: bool = False  # the write replaces the ledger's file (discarded, or version 1 being converted)
     damaged: dict | None = None  # slot -> raw bytes of damaged slots not overwritten since
+
+
+class PageKey(NamedTuple):
+    """A dirty page to copy later (``copy_pages``), in the file it was dirty in."""
+    ledger_id: int
+    page_no: int
+    epoch: int
 
 
 class LedgerFile:
@@ -145,7 +156,8 @@ class LedgerIndex:
     def __init__(self, directory: Path, cache_bytes: int, durable_pages: dict[int, int | None] | None = None) -> None:
         self._dir = directory
         self._max_pages = max(1, cache_bytes // PAGE_BYTES)
-        self._pages: dict[tuple[int, int], bytearray] = {}
+        self._arena = PageArena(PAGE_BYTES)  # new pages: resident only where written
+        self._pages: dict[tuple[int, int], bytearray | memoryview] = {}
         self._dirty: dict[tuple[int, int], int] = {}  # page -> generation (bumped per update)
         self._damaged: dict[tuple[int, int], dict[int, bytes]] = {}  # cached page -> its damaged slots
         self._discarded: dict[int, int] = {}  # ledger -> deletion sequence; its file on disk is stale
@@ -222,13 +234,30 @@ class LedgerIndex:
 
     def dirty_pages(self) -> list[PageCopy]:
         """Copies of every dirty page, to write outside the owner's lock."""
+        return self.copy_pages(self.dirty_keys())
+
+    def dirty_keys(self) -> list[PageKey]:
+        """Every dirty page now, in the order a checkpoint writes them: by ledger, then by record position (so a
+        ledger whose pages are written in several chunks extends its file from the front, and a fresh file is
+        created by its first chunk)."""
+        files = self._files
+        keys = [PageKey(ledger_id, page_no, files[ledger_id].epoch) for ledger_id, page_no in self._dirty]
+        keys.sort(key=lambda key: (key.ledger_id, files[key.ledger_id].positions[key.page_no]))
+        return keys
+
+    def copy_pages(self, keys: Iterable[PageKey]) -> list[PageCopy]:
+        """Copies of the pages among ``keys`` (from ``dirty_keys``) that are still dirty pages of the same
+        file (not discarded since), to write outside the owner's lock."""
         copies = []
-        for key, generation in self._dirty.items():
-            ledger_id = key[0]
-            ledger_file = self._files[ledger_id]
-            copies.append(PageCopy(ledger_id, key[1], generation, bytes(self._pages[key]),
-                                   self._discarded.get(ledger_id), ledger_file.positions[key[1]],
-                                   ledger_file.epoch, ledger_file.fresh, self._damaged.get(key)))
+        for ledger_id, page_no, epoch in keys:
+            key = (ledger_id, page_no)
+            generation = self._dirty.get(key)
+            ledger_file = self._files.get(ledger_id)
+            if generation is None or ledger_file is None or ledger_file.epoch != epoch:
+                continue
+            copies.append(PageCopy(ledger_id, page_no, generation, bytes(self._pages[key]),
+                                   self._discarded.get(ledger_id), ledger_file.positions[page_no],
+                                   epoch, ledger_file.fresh, self._damaged.get(key)))
         return copies
 
     def write_pages(self, copies: list[PageCopy]) -> dict[int, Exception]:
@@ -266,11 +295,6 @@ class LedgerIndex:
             self.fail(ledger_id, f"{_WRITE_FAILURE} {self.index_path(ledger_id)} {self.index_path(ledger_id)}: {exc}")
             self._write_failed.add(ledger_id)
         changed: set[int] = set()
-        for ledger_id in self._write_failed.difference(failed).intersection(copy.ledger_id for copy in copies):
-            self._write_failed.discard(ledger_id)  # written at last (every dirty page again, then fsync'd)
-            if self._failed.get(ledger_id, "").startswith(_WRITE_FAILURE):
-                del self._failed[ledger_id]
-                log.warning("index pages of ledger %d were written at last: it takes adds again", ledger_id)
         for copy in copies:
             ledger_id = copy.ledger_id
             ledger_file = self._files.get(ledger_id)
@@ -288,6 +312,14 @@ class LedgerIndex:
             if durable is None or copy.position >= durable:
                 self._durable[ledger_id] = max(copy.position + 1, durable or 0)
                 changed.add(ledger_id)
+        written = self._write_failed.difference(failed).intersection(copy.ledger_id for copy in copies)
+        if written:  # (a checkpoint may write a ledger's pages in several chunks: the last one counts)
+            written.difference_update(key[0] for key in self._dirty)
+        for ledger_id in written:
+            self._write_failed.discard(ledger_id)  # written at last (every dirty page again, then fsync'd)
+            if self._failed.get(ledger_id, "").startswith(_WRITE_FAILURE):
+                del self._failed[ledger_id]
+                log.warning("index pages of ledger %d were written at last: it takes adds again", ledger_id)
         self._evict()
         return changed
 
@@ -297,7 +329,7 @@ class LedgerIndex:
         """Forget deleted ledgers' pages; their files are stale until ``remove_files`` (or a fresh write)."""
         ledger_ids = set(ledger_ids)
         for key in [key for key in self._pages if key[0] in ledger_ids]:
-            del self._pages[key]
+            self._drop_page(key)
             self._dirty.pop(key, None)
             self._damaged.pop(key, None)
         for ledger_id in ledger_ids:
@@ -355,7 +387,7 @@ class LedgerIndex:
 
     # --- loading ------------------------------------------------------------------------
 
-    def _load(self, key: tuple[int, int], create: bool) -> bytearray | None:
+    def _load(self, key: tuple[int, int], create: bool) -> bytearray | memoryview | None:
         ledger_id, page_no = key
         ledger_file = self._files.get(ledger_id)
         if ledger_file is None:
@@ -373,7 +405,7 @@ class LedgerIndex:
         elif not create:
             return None
         else:
-            page = bytearray(PAGE_BYTES)
+            page = self._arena.new_page()
             ledger_file.positions[page_no] = ledger_file.next_position
             ledger_file.next_position += 1
         self._evict(reserve=1)  # before inserting, so the page being returned stays cached
@@ -470,8 +502,13 @@ class LedgerIndex:
             return
         victims = [key for key in self._pages if key not in self._dirty][:excess]
         for key in victims:
-            del self._pages[key]
+            self._drop_page(key)
             self._damaged.pop(key, None)
+
+    def _drop_page(self, key: tuple[int, int]) -> None:
+        page = self._pages.pop(key)
+        if self._arena.owns(page):
+            self._arena.release(page)
 
     def _write_ledger(self, ledger_id: int, pages: list[PageCopy], new_parents: dict[Path, list[int]]) -> None:
         """Write one ledger's records in place, or (a new or fresh file) all of them to a temp file renamed
