@@ -8,7 +8,8 @@ BAD_REQUEST status), and nothing here raises on malformed input.
 Accepted ranges (the wire types are wider):
 
 - ledger id: 0 .. 2^63-1 (uint64 on the wire; the metadata stores, like BookKeeper, use signed 64-bit ids);
-- entry id: 0 .. ``MAX_ENTRY_ID`` = 2^39-1 (int64 on the wire). A ledger that long holds at least
+- entry id: 0 .. ``MAX_ENTRY_ID`` = 2^39-1 (``pyspark_ledger.entry``; int64 on the wire; writers stop before
+  it). A ledger that long holds at least
   2^39 × 40 bytes (header and smallest digest) = 20 TiB on every bookie of its ensemble, beyond any one
   bookie's disk; and every id up to it is storable by the index. LACs (ReadLac's previous_lac, WriteLac)
   are -1 .. ``MAX_ENTRY_ID``;
@@ -28,11 +29,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from pyspark_ledger.entry import HEADER_SIZE, peek_header
+from pyspark_ledger.entry import HEADER_SIZE, MAX_ENTRY_ID, peek_header
 from pyspark_ledger.errors import CorruptEntryError
 
 MAX_LEDGER_ID = 2**63 - 1
-MAX_ENTRY_ID = 2**39 - 1
 MAX_MASTER_KEY_BYTES = 64
 MIN_BODY_BYTES = HEADER_SIZE + 4     # header and the smallest digest (CRC32C)
 MAX_READ_ENTRIES = 65_536           # entries one range read may span

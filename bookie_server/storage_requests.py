@@ -30,7 +30,7 @@ from pyspark_ledger.errors import CorruptEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 MAX_LEDGER_ID = 2**64 - 1
-MAX_ENTRY_ID = 2**63 - 1
+MAX_STORED_ENTRY_ID = 2**63 - 1  # what storage itself can hold (the request edge accepts less: limits.py)
 MAX_BODY_BYTES = 2**31 - 64  # record lengths are u32 in the journal and entry logs
 _LARGEST_DIGEST = 32  # HMAC-SHA256; the fast header check only takes bodies at least this much past the header
 _FAST_MIN_BODY = ENTRY_HEADER_SIZE + _LARGEST_DIGEST
@@ -80,7 +80,7 @@ def checked_lac(add: tuple) -> int | None:
         ledger_id, entry_id, master_key, body, _ = add
         if not valid_ledger_id(ledger_id) or not valid_key(master_key):
             return None
-        if not isinstance(entry_id, int) or not 0 <= entry_id <= MAX_ENTRY_ID:
+        if not isinstance(entry_id, int) or not 0 <= entry_id <= MAX_STORED_ENTRY_ID:
             return None
         size = len(body)
         if size > MAX_BODY_BYTES:

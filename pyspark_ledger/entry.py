@@ -29,6 +29,9 @@ MAGIC = b"LE"
 VERSION = 1
 _HEADER = struct.Struct(">2sBBQqqQ")
 HEADER_SIZE = _HEADER.size  # 36
+# The largest entry id of a ledger (ids are int64 on the wire). Bookies refuse larger ones at the request edge
+# and writers stop before it: a ledger that long holds at least 2^39 × 40 bytes = 20 TiB on its bookies.
+MAX_ENTRY_ID = 2**39 - 1
 
 DIGEST_CRC32C = "crc32c"
 DIGEST_HMAC_SHA256 = "hmac-sha256"

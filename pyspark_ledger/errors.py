@@ -53,6 +53,10 @@ class LedgerClosedError(LedgerError):
     """The ledger is closed (or being recovered) and takes no more entries."""
 
 
+class LedgerFullError(LedgerClosedError):
+    """The ledger reached the largest entry id (``pyspark_ledger.entry.MAX_ENTRY_ID``): write to a new ledger."""
+
+
 class NotEnoughBookiesError(LedgerError):
     """Too few writable bookies to form or repair an ensemble."""
 

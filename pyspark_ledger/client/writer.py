@@ -47,8 +47,10 @@ from pyspark_ledger.client.ensemble_change import change_ensemble
 from pyspark_ledger.client.explicit_lac import LacFlusher
 from pyspark_ledger.client.metadata_ops import close_ledger
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
+from pyspark_ledger import entry as entry_format
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
-from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFencedError, UnauthorizedError
+from pyspark_ledger.errors import (BookieError, LedgerClosedError, LedgerError, LedgerFencedError, LedgerFullError,
+                                   UnauthorizedError)
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
@@ -143,6 +145,9 @@ class LedgerWriter:
                 self._room.wait_for(self._has_room)
             if self._failure is not None or self._closing:
                 self._check_open()
+            if self._tracker.next_entry_id > entry_format.MAX_ENTRY_ID:
+                raise LedgerFullError(f"ledger {self._ledger_id} reached the largest entry id "
+                                      f"({entry_format.MAX_ENTRY_ID}): close it and write to a new ledger")
             future: Future = Future()
             entry_id, lac, length, targets = self._tracker.add(len(payload))
             head = self._codec.encode_head(self._ledger_id, entry_id, lac, length, payload)

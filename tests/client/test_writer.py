@@ -256,3 +256,18 @@ def test_a_bookie_that_failed_before_is_taken_back_when_no_fresh_one_is_left(cli
     fragments = client.ledger_metadata(writer.ledger_id).fragments
     assert len(fragments) == 4 and second not in fragments[-1].bookies and third in fragments[-1].bookies
     check_invariants(client, make_client(seed=2), store, writer.ledger_id, PASSWORD, confirmed)
+
+
+def test_a_writer_stops_at_the_largest_entry_id_with_an_error_that_says_to_roll(client, monkeypatch):
+    # bookies refuse entry ids past pyspark_ledger.entry.MAX_ENTRY_ID (BAD_REQUEST, as a hostile id): a writer
+    # that reached it must not send one (every bookie would refuse, and ensemble changes could not help)
+    from pyspark_ledger import entry as entry_format
+    from pyspark_ledger.errors import LedgerFullError
+
+    monkeypatch.setattr(entry_format, "MAX_ENTRY_ID", 4)
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    assert [writer.append(b"entry-%d" % i) for i in range(5)] == list(range(5))
+    with pytest.raises(LedgerFullError, match="largest entry id .4.*new ledger"):
+        writer.append(b"one too many")
+    writer.close()
+    assert client.ledger_metadata(writer.ledger_id).last_entry_id == 4
