@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import errno
 import logging
-import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
 from bookie_server.disk_monitor import used_fraction
+from bookie_server.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 DISK_FULL = "disk-full"
@@ -110,10 +110,7 @@ class StorageWatch:
         self._measure = measure
         self._cause: str | None = None
         self._unreported: tuple[str | None] | None = None  # a verdict on_change failed to apply, retried
-        self._interval_s = interval_s
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="bookie-storage-watch", daemon=True)
+        self._thread = PeriodicThread("bookie-storage-watch", interval_s, self.check, "storage failure check")
 
     @property
     def failed(self) -> bool:
@@ -123,25 +120,11 @@ class StorageWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._thread.stop()
 
     def poke(self) -> None:
         """Check now (the storage calls it when it fails; quick, takes no lock)."""
-        self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self._interval_s)
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                self.check()
-            except Exception:  # noqa: BLE001 - a bug must not end the watch silently
-                log.exception("storage failure check failed unexpectedly")
+        self._thread.wake()
 
     def check(self) -> None:
         """One round: notice a failure, or try the way back from one."""

@@ -32,6 +32,7 @@ HEADER_SIZE = _HEADER.size  # 36
 # The largest entry id of a ledger (ids are int64 on the wire). Bookies refuse larger ones at the request edge
 # and writers stop before it: a ledger that long holds at least 2^39 × 40 bytes = 20 TiB on its bookies.
 MAX_ENTRY_ID = 2**39 - 1
+CHECK_PREFIX = "sha256"  # of the salted checks of secrets kept in ledger metadata
 
 DIGEST_CRC32C = "crc32c"
 DIGEST_HMAC_SHA256 = "hmac-sha256"
@@ -89,18 +90,31 @@ def master_key(password: bytes) -> bytes:
     return hashlib.sha256(b"pyspark-ledger/master-key\0" + bytes(password)).digest()
 
 
+def salted_check(label: bytes, secret: bytes, salt: bytes | None = None) -> str:
+    """``sha256$<salt>$<digest>``: a salted hash of ``secret`` for ``label``, kept in ledger metadata to check a
+    secret against without keeping it (``password_check``, and ``metadata.model.master_key_check``)."""
+    salt = os.urandom(8) if salt is None else salt
+    digest = hashlib.sha256(label + b"\0" + salt + bytes(secret)).hexdigest()
+    return f"{CHECK_PREFIX}${salt.hex()}${digest}"
+
+
+def check_salt(check: str) -> bytes:
+    """The salt of a ``salted_check`` value; ValueError if it is malformed."""
+    prefix, salt_hex, _ = check.split("$")
+    if prefix != CHECK_PREFIX:
+        raise ValueError(f"unknown check kind {prefix!r}")
+    return bytes.fromhex(salt_hex)
+
+
 def password_check(password: bytes, salt: bytes | None = None) -> str:
     """A salted hash kept in ledger metadata so a wrong password is refused early."""
-    salt = os.urandom(8) if salt is None else salt
-    digest = hashlib.sha256(b"pyspark-ledger/password-check\0" + salt + bytes(password)).hexdigest()
-    return f"sha256${salt.hex()}${digest}"
+    return salted_check(b"pyspark-ledger/password-check", password, salt)
 
 
 def verify_password(password: bytes, check: str) -> None:
     """Raise UnauthorizedError unless ``password`` matches a ``password_check`` value."""
     try:
-        _, salt_hex, _ = check.split("$")
-        expected = password_check(password, bytes.fromhex(salt_hex))
+        expected = password_check(password, check_salt(check))
     except ValueError as exc:
         raise CorruptEntryError(f"malformed password check in ledger metadata: {check!r}") from exc
     if not hmac.compare_digest(expected, check):

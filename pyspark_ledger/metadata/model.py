@@ -6,13 +6,12 @@ recovery, close) live in ``pyspark_ledger.protocol``.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from pyspark_ledger.entry import check_salt, salted_check
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
 
 OPEN = "OPEN"
@@ -46,26 +45,22 @@ def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> Non
         )
 
 
-MASTER_KEY_CHECK_PREFIX = "sha256"
 
 
 def master_key_check(master_key: bytes, salt: bytes | None = None) -> str:
     """A salted hash of a ledger's master key, kept in its metadata: a bookie that has no state for the
     ledger yet checks a first add or fence against it (a caller who knows the id but not the password
     cannot create the ledger there first). The key cannot be recovered from it."""
-    salt = os.urandom(8) if salt is None else salt
-    digest = hashlib.sha256(b"pyspark-ledger/master-key-check\0" + salt + bytes(master_key)).hexdigest()
-    return f"{MASTER_KEY_CHECK_PREFIX}${salt.hex()}${digest}"
+    return salted_check(b"pyspark-ledger/master-key-check", master_key, salt)
 
 
 def master_key_matches(master_key: bytes, check: str) -> bool:
     """Whether ``master_key`` is the one ``check`` (from ``master_key_check``) was made of; False if malformed."""
     try:
-        prefix, salt_hex, _ = check.split("$")
-        salt = bytes.fromhex(salt_hex)
+        salt = check_salt(check)
     except ValueError:
         return False
-    return prefix == MASTER_KEY_CHECK_PREFIX and hmac.compare_digest(master_key_check(master_key, salt), check)
+    return hmac.compare_digest(master_key_check(master_key, salt), check)
 
 
 @dataclass(frozen=True, slots=True)
