@@ -203,7 +203,8 @@ class AddStreamSession:
             return (f"bookie {self._bookie_id} is read-only ({self._storage.read_only or 'not taking adds'}): "
                     f"{where} was not added")
         if status == pb.IO_ERROR:
-            return f"bookie {self._bookie_id} could not make {where} durable (journal failure): outcome unknown"
+            return (f"bookie {self._bookie_id} could not store {where} (its storage or this ledger's index failed; "
+                    "the bookie's log says which): outcome unknown")
         return f"{where}: {STATUS_NAMES.get(status, status)}"
 
     def _on_rpc_done(self) -> None:

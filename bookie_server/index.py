@@ -87,7 +87,6 @@ Not thread-safe except ``write_pages`` and ``remove_files``: the owner serialise
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import os
 from collections import defaultdict
@@ -95,21 +94,17 @@ from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
 from bookie_server.entry_log import EntryLocation
-from bookie_server.files import fsync_dir, make_dirs
-from bookie_server.index_format import (HEADER_BYTES, MEMORY_SLOT, PAGE_BYTES, PAGE_HEAD_BYTES,
-                                        PAGE_SHIFT, PAGE_SLOTS, RECORD_BYTES, SLOT_MASK, SLOT_SIZE,
-                                        decode_page_head, decode_slots, encode_file_header, encode_record,
-                                        file_version, read_v1_pages, record_offset)
+from bookie_server.files import fsync_dir
+from bookie_server.index_format import MEMORY_SLOT, PAGE_BYTES, PAGE_SHIFT, PAGE_SLOTS, SLOT_MASK, SLOT_SIZE
+from bookie_server.index_file import TORN_WRITE_ENV, LedgerFile, read_record, scan_file, write_ledger_file
 from bookie_server.page_arena import PageArena
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
-__all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "LedgerIndex", "PageCopy", "PageKey"]
+__all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "TORN_WRITE_ENV", "LedgerIndex", "PageCopy", "PageKey"]
 
 log = logging.getLogger(__name__)
 _SLOT = MEMORY_SLOT
 INDEX_SUFFIX = ".idx"
-TORN_WRITE_ENV = "BOOKIE_INDEX_TORN_WRITE_BYTES"  # test hook: see ``_pwrite_record``
-_epochs = itertools.count(1)
 _WRITE_FAILURE = "cannot write its index file"
 _WHOLE_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # the disk's condition, not one ledger's
 
@@ -131,20 +126,6 @@ class PageKey(NamedTuple):
     ledger_id: int
     page_no: int
     epoch: int
-
-
-class LedgerFile:
-    """What this process knows of one ledger's index file: its directory and whether some pages are unknown."""
-
-    __slots__ = ("positions", "next_position", "unknown", "fresh", "epoch")
-
-    def __init__(self, positions: dict[int, int] | None = None, next_position: int = 0, unknown: str | None = None,
-                 fresh: bool = False) -> None:
-        self.positions = positions if positions is not None else {}  # page -> record position
-        self.next_position = next_position
-        self.unknown = unknown  # why some pages of the file cannot be located (damage), else None
-        self.fresh = fresh  # the file on disk is not (yet) this ledger's version 2 file: the next write replaces it
-        self.epoch = next(_epochs)
 
 
 class LedgerIndex:
@@ -415,21 +396,7 @@ class LedgerIndex:
         return page
 
     def _read_record(self, ledger_id: int, page_no: int, position: int) -> tuple[bytearray, dict[int, bytes]]:
-        path = self.index_path(ledger_id)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                data = os.pread(fd, RECORD_BYTES, record_offset(position))
-            finally:
-                os.close(fd)
-        except FileNotFoundError as exc:
-            raise CorruptStorageError(f"index file {path} of ledger {ledger_id} is missing") from exc
-        except OSError as exc:
-            raise StorageError(f"cannot read index file {path}: {exc}") from exc
-        if decode_page_head(data, ledger_id) != page_no:
-            raise CorruptStorageError(f"index file {path}: the record of page {page_no} at position {position} "
-                                      "is damaged")
-        page, damaged = decode_slots(ledger_id, page_no, data[PAGE_HEAD_BYTES:])
+        page, damaged = read_record(self.index_path(ledger_id), ledger_id, page_no, position)
         durable = self._durable.get(ledger_id, 0)
         if damaged and durable is not None and position >= durable:
             damaged = {}  # written after the last checkpoint's mark: replay rebuilt what was in it (see above)
@@ -450,41 +417,21 @@ class LedgerIndex:
                 raise StorageError(f"cannot open index file {path}: {exc}") from exc
             else:
                 try:
-                    ledger_file = self._scan(fd, path, ledger_id, durable)
+                    ledger_file, v1_pages = scan_file(fd, ledger_id, durable)
                 except OSError as exc:
                     raise StorageError(f"cannot read index file {path}: {exc}") from exc
                 finally:
                     os.close(fd)
+                if v1_pages is not None:
+                    self._cache_v1_pages(ledger_file, path, ledger_id, v1_pages)
         if ledger_file.unknown is not None:
             log.error("index file %s of ledger %d is damaged: %s", path, ledger_id, ledger_file.unknown)
         self._files[ledger_id] = ledger_file
         return ledger_file
 
-    def _scan(self, fd: int, path: Path, ledger_id: int, durable: int | None) -> LedgerFile:
-        size = os.fstat(fd).st_size
-        version = file_version(os.pread(fd, HEADER_BYTES, 0), ledger_id)
-        if version == 1:
-            return self._convert_v1(fd, size, path, ledger_id)
-        if version is None:
-            return LedgerFile(unknown="its file header is damaged")
-        records, partial = divmod(size - HEADER_BYTES, RECORD_BYTES) if size >= HEADER_BYTES else (0, 0)
-        positions: dict[int, int] = {}
-        unknown = None
-        if durable is not None and records < durable:
-            unknown = f"it holds {records} whole page records, the last checkpoint wrote {durable}: truncated"
-        for position in range(records):
-            page_no = decode_page_head(os.pread(fd, PAGE_HEAD_BYTES, record_offset(position)), ledger_id)
-            if page_no is None or page_no in positions:
-                if durable is None or position < durable:
-                    unknown = f"the header of page record {position} is damaged"
-                continue  # past the checkpoint's count: an append torn by a crash, rebuilt by replay
-            positions[page_no] = position
-        return LedgerFile(positions, max(records + (1 if partial else 0), durable or 0), unknown)
-
-    def _convert_v1(self, fd: int, size: int, path: Path, ledger_id: int) -> LedgerFile:
-        """Cache every page of a version 1 file as a dirty page of a fresh version 2 file."""
-        ledger_file = LedgerFile(fresh=True)
-        pages = list(read_v1_pages(fd, size))
+    def _cache_v1_pages(self, ledger_file: LedgerFile, path: Path, ledger_id: int,
+                        pages: list[tuple[int, bytes]]) -> None:
+        """Cache every page of a version 1 file as a dirty page of ``ledger_file``, a fresh version 2 file."""
         for page_no, data in pages:
             key = (ledger_id, page_no)
             ledger_file.positions[page_no] = ledger_file.next_position
@@ -494,7 +441,6 @@ class LedgerIndex:
         self._durable[ledger_id] = None
         log.info("index file %s is of version 1: its %d pages are rewritten as version 2 at the next checkpoint",
                  path, len(pages))
-        return ledger_file
 
     def _evict(self, reserve: int = 0) -> None:
         excess = len(self._pages) + reserve - self._max_pages
@@ -511,53 +457,5 @@ class LedgerIndex:
             self._arena.release(page)
 
     def _write_ledger(self, ledger_id: int, pages: list[PageCopy], new_parents: dict[Path, list[int]]) -> None:
-        """Write one ledger's records in place, or (a new or fresh file) all of them to a temp file renamed
-        over the old one once fsync'd: a crash leaves the old file or the new one whole."""
-        path = self.index_path(ledger_id)
-        records = [(record_offset(copy.position), encode_record(ledger_id, copy.page_no, copy.data, copy.damaged))
-                   for copy in sorted(pages, key=lambda copy: copy.position)]
-        fd = None
-        if not pages[0].fresh:
-            try:
-                fd = os.open(path, os.O_WRONLY)
-            except FileNotFoundError:
-                pass
-        if fd is not None:
-            try:
-                torn = os.environ.get(TORN_WRITE_ENV)
-                for offset, data in records:
-                    if torn is not None:
-                        _torn_write(fd, data, offset, int(torn))
-                    _pwrite_all(fd, data, offset)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return
-        make_dirs(path.parent)
-        temp = path.with_name(path.name + ".tmp")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _pwrite_all(fd, encode_file_header(ledger_id), 0)
-            for offset, data in records:
-                _pwrite_all(fd, data, offset)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-        new_parents[path.parent].append(ledger_id)
-
-
-def _torn_write(fd: int, data: bytes, offset: int, length: int) -> None:
-    """Test hook (env BOOKIE_INDEX_TORN_WRITE_BYTES): write only the first ``length`` bytes of the first
-    record rewritten in place, then exit at once, as a crash in the middle of the write would."""
-    os.pwrite(fd, data[:length], offset)
-    os._exit(137)
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        if written <= 0:
-            raise OSError(f"pwrite made no progress on fd {fd}")
-        view, offset = view[written:], offset + written
+        """Write one ledger's page copies (``index_file.write_ledger_file``; the seam tests inject faults at)."""
+        write_ledger_file(self.index_path(ledger_id), ledger_id, pages, new_parents)
