@@ -111,16 +111,18 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last_add_confirmed: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
-    __slots__ = ("ledger_id", "has_previous", "previous_lac", "timeout_ms")
+    __slots__ = ("ledger_id", "has_previous", "previous_lac", "timeout_ms", "master_key")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     HAS_PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_LAC_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     has_previous: bool
     previous_lac: int
     timeout_ms: int
-    def __init__(self, ledger_id: _Optional[int] = ..., has_previous: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    master_key: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., has_previous: _Optional[bool] = ..., previous_lac: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., master_key: _Optional[bytes] = ...) -> None: ...
 
 class ReadLacResponse(_message.Message):
     __slots__ = ("status", "message", "last_add_confirmed", "last_entry_id", "fenced")
