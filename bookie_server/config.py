@@ -73,7 +73,19 @@ class ServerConfig:
     max_long_polls: int = DEFAULT_MAX_LONG_POLLS
     max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS
     add_stream_idle_timeout_s: float = DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S
+    tls_cert: str | None = None       # with tls_key: serve TLS only
+    tls_key: str | None = None
+    tls_client_ca: str | None = None  # require client certificates signed by this CA (mutual TLS)
     log_level: str = "INFO"
+
+    @property
+    def tls(self):
+        """The bookie's ``ServerTls``, or None when it serves plaintext."""
+        from pyspark_ledger.security.tls import ServerTls
+
+        if self.tls_cert is None:
+            return None
+        return ServerTls(self.tls_cert, self.tls_key, self.tls_client_ca)
 
     @property
     def grpc_threads(self) -> int:
@@ -223,6 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-inflight-bytes", type=_positive_int, default=DEFAULT_MAX_INFLIGHT_BYTES,
         help="bytes of adds not yet durable in the whole bookie (as above); past it, adds are answered "
              "TOO_MANY_REQUESTS at once")
+    add("--tls-cert", default=None, metavar="FILE",
+        help="serve TLS only, with this PEM certificate (chain) whose names cover the address clients dial; "
+             "needs --tls-key (default: plaintext)")
+    add("--tls-key", default=None, metavar="FILE", help="the PEM private key of --tls-cert (mode 0600)")
+    add("--tls-client-ca", default=None, metavar="FILE",
+        help="require every caller to show a certificate signed by this PEM CA (mutual TLS); the names in it "
+             "are the caller's identity (default: no client certificates)")
     add("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level")
     return parser
 
@@ -244,6 +263,11 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     if args.max_inflight_bytes < args.max_stream_inflight_bytes:
         parser.error(f"argument --max-inflight-bytes: {args.max_inflight_bytes} must not be below "
                      f"--max-stream-inflight-bytes {args.max_stream_inflight_bytes}")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("argument --tls-cert/--tls-key: give both (the certificate and its private key) or neither")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        parser.error("argument --tls-client-ca: needs --tls-cert and --tls-key (client certificates are "
+                     "checked only over TLS)")
     fields = vars(args)
     fields["bookie_id"] = fields["bookie_id"] or ""
     return ServerConfig(**fields)

@@ -17,9 +17,12 @@ _log = logging.getLogger(__name__)
 
 
 def bookie_info(host: str, port: int, metrics_port: int | None, metrics_url: str | None,
-                data_dir: str) -> dict[str, Any]:
-    """The info a bookie publishes with its registration."""
+                data_dir: str, tls=None) -> dict[str, Any]:
+    """The info a bookie publishes with its registration; ``tls`` (a ServerTls or None) tells clients whether
+    the port speaks TLS ("tls") and wants a client certificate ("mtls"), so a client without the matching
+    settings can say so in one line instead of failing a handshake."""
     return {
+        "tls": "mtls" if tls is not None and tls.mutual else "tls" if tls is not None else "",
         "host": host,
         "port": port,
         "metrics_port": metrics_port,

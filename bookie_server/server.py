@@ -261,8 +261,13 @@ class BookieServer:
         self._bind()
 
     def _bind(self) -> None:
+        tls = self.config.tls
+        credentials = tls.server_credentials() if tls is not None else None  # bad files fail here, named
         try:
-            bound = self._grpc.add_insecure_port(self.address)
+            if credentials is None:
+                bound = self._grpc.add_insecure_port(self.address)
+            else:
+                bound = self._grpc.add_secure_port(self.address, credentials)
         except RuntimeError as exc:
             bound = 0
             cause: Exception | None = exc
@@ -295,7 +300,7 @@ class BookieServer:
 
     def _register(self) -> None:
         info = bookie_info(self.config.host, self.config.port, self.metrics_port, self.metrics_url,
-                           str(self.config.data_dir))
+                           str(self.config.data_dir), tls=self.config.tls)
         with self._state_lock:
             read_only = bool(self._read_only_reasons)
             self._registration = register(self._store, self.bookie_id, info, read_only=read_only)
