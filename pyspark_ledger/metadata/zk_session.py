@@ -144,8 +144,8 @@ class ZooKeeperSession:
 
     def _check_access(self) -> None:
         """Fail now if the roots cannot be read; warn if credentials are set but the roots are open."""
-        listings = [(root, self.client.get_children_async(root)) for root in layout.ROOTS]
-        for root, result in listings:
+        reads = [(root, self.client.get_async(root)) for root in layout.ROOTS]  # needs READ, small
+        for root, result in reads:
             self.wait(f"read {root}", result)
         if self._credentials is None:
             return

@@ -16,10 +16,10 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from pyspark_ledger.client.ledger_client import LedgerClient
-from pyspark_ledger.errors import MetadataUnauthorizedError, UnauthorizedError
+from pyspark_ledger.errors import BookieError, MetadataUnauthorizedError, UnauthorizedError
 from pyspark_ledger.metadata import layout, open_metadata_store
 from pyspark_ledger.metadata.zk_security import AUTH_ENV
-from pyspark_ledger.testing.bookies import BookieCluster
+from pyspark_ledger.testing.bookies import BookieCluster, BookieProcess
 from tests.metadata.helpers import ledger
 
 pytestmark = pytest.mark.zookeeper
@@ -214,3 +214,18 @@ def test_a_bookie_process_with_the_credentials_registers_and_serves_a_writer(zoo
             anyone.get(f"{chroot}{layout.bookie_path(bookie_id, False)}")
         with pytest.raises(NoAuthError):
             anyone.get(f"{chroot}{layout.ledger_path(writer.ledger_id)}")
+
+
+def test_a_bookie_without_the_credentials_stops_with_one_clear_line(protected, zookeeper_server, chroot,
+                                                                   tmp_path, monkeypatch):
+    monkeypatch.delenv(AUTH_ENV, raising=False)
+    bookie = BookieProcess(tmp_path / "bookie", zookeeper_server.uri(chroot, session_timeout=2))
+    try:
+        with pytest.raises(BookieError, match="exited with status 1"):
+            bookie.start()
+    finally:
+        bookie.kill()
+    stderr = (bookie.data_dir / "bookie-stderr.log").read_text()
+    lines = [line for line in stderr.splitlines() if line.startswith("bookie-server:")]
+    assert "Traceback" not in stderr and len(lines) == 1, stderr
+    assert "protected by digest ACLs" in lines[0] and AUTH_ENV in lines[0]
