@@ -65,6 +65,11 @@ class UnauthorizedError(LedgerError):
     """Wrong password / master key for this ledger."""
 
 
+class MetadataUnauthorizedError(MetadataError, UnauthorizedError):
+    """The metadata store refused access: its nodes are protected (ZooKeeper digest ACLs) and the
+    credentials given are missing or wrong."""
+
+
 class CorruptEntryError(LedgerError):
     """An entry failed its digest check or could not be decoded."""
 

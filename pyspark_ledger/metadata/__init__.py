@@ -3,7 +3,11 @@
 ``open_metadata_store(uri)`` is the one way to get a store::
 
     sqlite:///abs/path/metadata.db[?lease_seconds=10&poll_interval=0.5]
-    zk://host:port[,host:port]/chroot[?session_timeout=10]
+    zk://host:port[,host:port]/chroot[?session_timeout=10][&auth_file=/abs/file]
+        [&tls=1&tls_ca=/abs/ca.pem[&tls_cert=/abs/cert.pem&tls_key=/abs/key.pem]]
+
+ZooKeeper credentials (digest ACLs) come from ``auth_file`` or the environment
+variable ``LEDGER_ZK_AUTH`` (see ``zk_security``), never from the URI itself.
 """
 from __future__ import annotations
 

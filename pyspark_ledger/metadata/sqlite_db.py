@@ -5,18 +5,28 @@ processes share the file safely: WAL journal, ``synchronous=FULL`` (a commit
 is on disk when it returns), a busy timeout, and ``BEGIN IMMEDIATE`` for every
 read-modify-write so compare-and-set checks and writes are atomic across
 processes. Every sqlite3/OS error leaves as a ``MetadataError`` naming the URI.
+
+The file is readable by its owner only: a new one is created mode 0600 before
+SQLite opens it (SQLite gives its -wal and -shm files the same mode), in
+directories created mode 0700. An existing file is never chmod'ed; if group
+or others may read it a warning says which ``chmod`` to run.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
+import stat
 import threading
 from typing import Iterator
 
 from pyspark_ledger.errors import MetadataError
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
 BUSY_TIMEOUT_SECONDS = 15.0
 
 _SCHEMA = """
@@ -56,7 +66,8 @@ class SqliteDatabase:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         with self._translated("open"):
-            os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+            _make_private_directories(os.path.dirname(path) or "/")
+            _create_private_file(path)
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS,
                                    isolation_level=None, check_same_thread=False)
             try:
@@ -155,6 +166,30 @@ class SqliteDatabase:
     def _unusable(self, action: str, exc: sqlite3.Error) -> MetadataError:
         return MetadataError(f"metadata store {self.uri}: {action} failed: {exc} "
                              f"(is {self.path} a pyspark-ledger metadata file on a local disk?)")
+
+
+def _make_private_directories(directory: str) -> None:
+    """Create ``directory`` and its missing parents, each mode 0700 (existing ones are left alone)."""
+    parent = os.path.dirname(directory)
+    if parent != directory and not os.path.isdir(parent):
+        _make_private_directories(parent)
+    try:
+        os.mkdir(directory, DIRECTORY_MODE)
+    except FileExistsError:
+        pass
+
+
+def _create_private_file(path: str) -> None:
+    """Create the database file mode 0600, or warn if an existing one is open to others."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+        return
+    except FileExistsError:
+        pass
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        log.warning("the metadata file %s has mode %04o: group or others may read it; run: "
+                    "chmod 600 %s (and the same for its -wal and -shm files)", path, mode, path)
 
 
 def _rollback_quietly(conn: sqlite3.Connection) -> None:

@@ -4,7 +4,10 @@ Accepted forms::
 
     sqlite:///abs/path/metadata.db[?lease_seconds=10&poll_interval=0.5]
     zk://host:port[,host:port...][/chroot][?session_timeout=10]
+        [&auth_file=/abs/file][&tls=1&tls_ca=/abs/ca.pem[&tls_cert=...&tls_key=...]]
 
+ZooKeeper credentials are never part of the URI (URIs are printed and logged):
+``auth_file`` names a file holding ``user:password`` (see ``zk_security``).
 Anything else raises ``InvalidConfigurationError`` naming the URI, what is
 wrong with it and the accepted forms.
 """
@@ -18,10 +21,13 @@ from urllib.parse import parse_qsl, urlsplit
 from pyspark_ledger.errors import InvalidConfigurationError
 
 ACCEPTED_FORMS = ("sqlite:///abs/path/metadata.db[?lease_seconds=10&poll_interval=0.5] or "
-                  "zk://host:port[,host:port]/chroot[?session_timeout=10]")
+                  "zk://host:port[,host:port]/chroot[?session_timeout=10][&auth_file=/abs/file]"
+                  "[&tls=1&tls_ca=/abs/ca.pem[&tls_cert=/abs/cert.pem&tls_key=/abs/key.pem]]")
 DEFAULT_ZOOKEEPER_PORT = 2181
 SQLITE_DEFAULTS = {"lease_seconds": 10.0, "poll_interval": 0.5}
 ZOOKEEPER_DEFAULTS = {"session_timeout": 10.0}
+ZOOKEEPER_FILES = ("auth_file", "tls_ca", "tls_cert", "tls_key")  # absolute paths
+ZOOKEEPER_FLAGS = ("tls",)  # 0 or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,11 @@ class ZooKeeperTarget:
     hosts: tuple[tuple[str, int], ...]
     chroot: str = ""
     session_timeout: float = ZOOKEEPER_DEFAULTS["session_timeout"]
+    auth_file: str = ""  # a file holding user:password for digest ACLs ("" = LEDGER_ZK_AUTH or none)
+    tls: bool = False
+    tls_ca: str = ""  # PEM CA bundle to verify the server ("" = the system's)
+    tls_cert: str = ""  # PEM client certificate (with tls_key), for servers that require one
+    tls_key: str = ""
 
     @property
     def connect_string(self) -> str:
@@ -81,13 +92,25 @@ def _parse_sqlite(uri: str, parts) -> SqliteTarget:
 
 def _parse_zookeeper(uri: str, parts) -> ZooKeeperTarget:
     if "@" in parts.netloc:
-        raise _bad(uri, "user information ('user@') is not supported")
+        userinfo = parts.netloc.rpartition("@")[0]
+        shown = uri.replace(userinfo + "@", "<redacted>@") if ":" in userinfo else uri  # a password
+        raise _bad(shown, "user information ('user@') is not supported; give ZooKeeper "
+                             "credentials in LEDGER_ZK_AUTH or a file named by auth_file=")
     if not parts.netloc:
         raise _bad(uri, "no ZooKeeper host given")
     hosts = tuple(_parse_host(uri, item) for item in parts.netloc.split(","))
     chroot = _parse_chroot(uri, parts.path)
-    params = _parse_query(uri, parts.query, ZOOKEEPER_DEFAULTS)
+    params = _parse_query(uri, parts.query, ZOOKEEPER_DEFAULTS, ZOOKEEPER_FILES, ZOOKEEPER_FLAGS)
+    _check_tls(uri, params)
     return ZooKeeperTarget(uri=uri, hosts=hosts, chroot=chroot, **params)
+
+
+def _check_tls(uri: str, params: dict) -> None:
+    given = [name for name in ("tls_ca", "tls_cert", "tls_key") if name in params]
+    if given and not params.get("tls"):
+        raise _bad(uri, f"{', '.join(given)} given without tls=1; add tls=1 to connect over TLS")
+    if ("tls_cert" in params) != ("tls_key" in params):
+        raise _bad(uri, "tls_cert and tls_key go together (the client certificate and its key)")
 
 
 def _parse_host(uri: str, item: str) -> tuple[str, int]:
@@ -121,19 +144,38 @@ def _parse_chroot(uri: str, path: str) -> str:
     return path
 
 
-def _parse_query(uri: str, query: str, defaults: dict[str, float]) -> dict[str, float]:
+def _parse_query(uri: str, query: str, defaults: dict[str, float], files: tuple[str, ...] = (),
+                 flags: tuple[str, ...] = ()) -> dict[str, float | str | bool]:
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError as exc:
         raise _bad(uri, f"malformed query {query!r}") from exc
-    params: dict[str, float] = {}
+    accepted = (*defaults, *files, *flags)
+    params: dict[str, float | str | bool] = {}
     for name, text in pairs:
-        if name not in defaults:
-            raise _bad(uri, f"unknown parameter {name!r}; accepted: {', '.join(sorted(defaults))}")
+        if name not in accepted:
+            raise _bad(uri, f"unknown parameter {name!r}; accepted: {', '.join(sorted(accepted))}")
         if name in params:
             raise _bad(uri, f"parameter {name!r} given twice")
-        params[name] = _positive_seconds(uri, name, text)
+        if name in files:
+            params[name] = _absolute_file(uri, name, text)
+        elif name in flags:
+            params[name] = _flag(uri, name, text)
+        else:
+            params[name] = _positive_seconds(uri, name, text)
     return params
+
+
+def _absolute_file(uri: str, name: str, text: str) -> str:
+    if not text.startswith("/") or text.endswith("/"):
+        raise _bad(uri, f"parameter {name}={text!r} must be the absolute path of a file")
+    return posixpath.normpath(text)
+
+
+def _flag(uri: str, name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise _bad(uri, f"parameter {name}={text!r} must be 0 or 1")
+    return text == "1"
 
 
 def _positive_seconds(uri: str, name: str, text: str) -> float:

@@ -7,6 +7,13 @@ store's one background task thread, which runs watch refreshes and user
 callbacks, and the reconnect hooks: after the connection comes back (same or
 new session) each hook runs there, so watches are set again and ephemeral
 registrations re-created.
+
+Security (see ``zk_security``): with credentials every node the session
+creates (the chroot and its parents included) gets a digest ACL for them
+alone; opening checks that the layout's roots can be read, so a store
+without or with the wrong credentials fails at once with
+MetadataUnauthorizedError, as does any later request refused for lack of
+rights.
 """
 from __future__ import annotations
 
@@ -15,15 +22,17 @@ import threading
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (BadVersionError, KazooException, NoNodeError, NodeExistsError,
-                              NotEmptyError, RolledBackError)
+from kazoo.exceptions import (AuthFailedError, BadVersionError, KazooException, NoAuthError,
+                              NoNodeError, NodeExistsError, NotEmptyError, RolledBackError)
+from kazoo.security import Permissions
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from pyspark_ledger.errors import (LedgerError, MetadataError, MetadataExistsError,
-                                   MetadataVersionConflictError)
+                                   MetadataUnauthorizedError, MetadataVersionConflictError)
 from pyspark_ledger.metadata import layout
 from pyspark_ledger.metadata.uri import ZooKeeperTarget
+from pyspark_ledger.metadata.zk_security import AUTH_ENV, kazoo_options, resolve_credentials
 from pyspark_ledger.metadata.workers import TaskThread, run_callback
 
 log = logging.getLogger(__name__)
@@ -36,6 +45,8 @@ class ZooKeeperSession:
 
     def __init__(self, target: ZooKeeperTarget) -> None:
         self.uri = target.uri
+        self._tls = target.tls
+        self._credentials = resolve_credentials(target)
         self.session_timeout = target.session_timeout
         self.op_timeout = max(target.session_timeout, MIN_OP_TIMEOUT)
         self.tasks = TaskThread(f"zk-metadata-{target.connect_string}")
@@ -45,7 +56,8 @@ class ZooKeeperSession:
         self._closed = False
         reconnect = KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY)
         self.client = KazooClient(hosts=target.connect_string, timeout=target.session_timeout,
-                                  connection_retry=reconnect)
+                                  connection_retry=reconnect,
+                                  **kazoo_options(target, self._credentials))
         self._connect(target.chroot)
 
     @property
@@ -111,20 +123,41 @@ class ZooKeeperSession:
         try:
             self.client.start(timeout=connect_timeout)
         except (KazooException, KazooTimeoutError) as exc:
+            hint = ("with TLS (tls=1): check that the port is ZooKeeper's secureClientPort and that "
+                    "tls_ca verifies its certificate" if self._tls else
+                    "if the server only offers TLS (a secureClientPort), add tls=1 and tls_ca=")
             raise MetadataError(
                 f"cannot connect to ZooKeeper at {self.uri} within {connect_timeout:g} s; "
-                "check that ZooKeeper is running and the host:port list is right") from exc
+                f"check that ZooKeeper is running and the host:port list is right; {hint}") from exc
         try:
             if chroot:
                 self.call(f"create chroot {chroot}", self.client.ensure_path_async, chroot)
                 self.client.chroot = chroot  # every later path is relative to it
             for root in layout.ROOTS:
                 self.call(f"create {root}", self.client.ensure_path_async, root)
+            self._check_access()
         except BaseException:
             self.client.stop()
             self.client.close()
             raise
         self.client.add_listener(self._on_state)
+
+    def _check_access(self) -> None:
+        """Fail now if the roots cannot be read; warn if credentials are set but the roots are open."""
+        reads = [(root, self.client.get_async(root)) for root in layout.ROOTS]  # needs READ, small
+        for root, result in reads:
+            self.wait(f"read {root}", result)
+        if self._credentials is None:
+            return
+        acls = [(root, self.client.get_acls_async(root)) for root in layout.ROOTS]
+        open_roots = [root for root, result in acls
+                      if any(acl.id.scheme == "world" and acl.perms & Permissions.READ
+                             for acl in self.wait(f"read the ACL of {root}", result)[0])]
+        if open_roots:
+            log.warning("%s: %s were created without ACLs and stay readable and writable by anyone; "
+                        "new znodes are protected by the digest of user %r. Protect the existing "
+                        "ones with ZooKeeper's setAcl (e.g. zkCli.sh setAcl -R) or start a new chroot",
+                        self.uri, ", ".join(open_roots), self._credentials.user)
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: record and hand work to our thread only.
@@ -146,6 +179,8 @@ class ZooKeeperSession:
 
     def _translate(self, exc: Exception, what: str, missing: LedgerError | None,
                    exists: LedgerError | None, conflict: LedgerError | None) -> LedgerError:
+        if isinstance(exc, (NoAuthError, AuthFailedError)):
+            return self._unauthorized(what)
         if isinstance(exc, NoNodeError):
             return missing or MetadataError(f"{what}: a parent node is missing in {self.uri}")
         if isinstance(exc, NodeExistsError):
@@ -159,3 +194,11 @@ class ZooKeeperSession:
             f"{what}: ZooKeeper at {self.uri} failed or did not answer within "
             f"{self.op_timeout:g} s ({type(exc).__name__}: {exc}); a write may or may not "
             "have been applied — re-read before retrying")
+
+    def _unauthorized(self, what: str) -> MetadataUnauthorizedError:
+        who = (f"the credentials of user {self._credentials.user!r} from {self._credentials.source} "
+               "are not allowed" if self._credentials else "no credentials were given")
+        return MetadataUnauthorizedError(
+            f"{what}: refused by ZooKeeper at {self.uri}: its znodes are protected by digest ACLs "
+            f"and {who}; set {AUTH_ENV}=user:password (or auth_file= in the URI) to the store's "
+            "credentials")
