@@ -65,6 +65,10 @@ class UnauthorizedError(LedgerError):
     """Wrong password / master key for this ledger."""
 
 
+class RepairKeyError(LedgerError):
+    """A repair key file or a sealed ledger secret that cannot be used (wrong key, tampered, malformed, unsafe)."""
+
+
 class CorruptEntryError(LedgerError):
     """An entry failed its digest check or could not be decoded."""
 

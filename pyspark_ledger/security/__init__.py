@@ -1,0 +1,1 @@
+"""Security: TLS settings and certificates, the cluster's repair key."""
