@@ -64,7 +64,8 @@ class RoundReport:
 class AutoRecovery:
     """The re-replication loop of one process (see the module docstring)."""
 
-    def __init__(self, client, passwords: bytes | Sequence[bytes] = (), *, delay_s: float = 60.0, interval_s: float = 10.0,
+    def __init__(self, client, passwords: bytes | Sequence[bytes] = (), *, delay_s: float = 60.0,
+                 interval_s: float = 10.0,
                  open_grace_s: float | None = 30.0, full_scan_every: int = 30,
                  clock: Callable[[], float] = time.monotonic,
                  on_round: Callable[[RoundReport], None] | None = None) -> None:

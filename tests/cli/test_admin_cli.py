@@ -61,7 +61,8 @@ def test_ledgers_show_lists_fragments(store_uri):
 def test_ledgers_delete_needs_the_password_then_missing(store_uri):
     for refused in (run_ledger("--metadata", store_uri, "ledgers", "delete", "0"),
                     run_ledger("--metadata", store_uri, "ledgers", "delete", "0", "--password", "nope")):
-        assert refused.returncode == 1 and "give the ledger's password or use the cluster's repair key" in refused.stderr
+        assert refused.returncode == 1
+        assert "give the ledger's password or use the cluster's repair key" in refused.stderr
     assert run_ledger("--metadata", store_uri, "ledgers", "show", "0").returncode == 0, "still there"
     deleted = run_ledger("--metadata", store_uri, "ledgers", "delete", "0", "--password", "pw")
     assert deleted.returncode == 0 and "deleted ledger 0" in deleted.stdout
