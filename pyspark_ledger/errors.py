@@ -70,6 +70,10 @@ class MetadataUnauthorizedError(MetadataError, UnauthorizedError):
     credentials given are missing or wrong."""
 
 
+class RepairKeyError(LedgerError):
+    """A repair key file or a sealed ledger secret that cannot be used (wrong key, tampered, malformed, unsafe)."""
+
+
 class CorruptEntryError(LedgerError):
     """An entry failed its digest check or could not be decoded."""
 

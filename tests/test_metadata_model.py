@@ -66,3 +66,13 @@ def test_unreadable_metadata_is_a_metadata_error(data):
 def test_importing_the_package_does_not_import_pyspark():
     code = "import sys, pyspark_ledger, pyspark_ledger.errors; assert 'pyspark' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_repair_secret_is_kept_only_when_there_is_one():
+    from pyspark_ledger.metadata.model import Fragment, LedgerMetadata
+
+    plain = LedgerMetadata(7, 3, 3, 2, (Fragment(0, ("a:1", "b:1", "c:1")),))
+    assert b"repair_secret" not in plain.to_json(), "metadata written before repair keys stays as it was"
+    assert LedgerMetadata.from_json(plain.to_json()).repair_secret == ""
+    sealed = plain.with_changes(repair_secret="x25519$0123456789abcdef$AAAA")
+    assert LedgerMetadata.from_json(sealed.to_json()) == sealed

@@ -7,6 +7,7 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
+from pyspark_ledger.cli.authority_args import add_repair_key_arg, client_config
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataError, NoSuchLedgerError
 from pyspark_ledger.metadata import open_metadata_store, parse_metadata_uri
@@ -26,8 +27,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAct
     show = actions.add_parser("show", help="one ledger's metadata and fragments")
     show.add_argument("ledger_id", type=int)
     show.set_defaults(handler=cmd_ledgers_show)
-    delete = actions.add_parser("delete", help="delete a ledger's metadata (bookies reclaim its space)")
+    delete = actions.add_parser("delete", help="delete a ledger (bookies then reclaim its entries for good); "
+                                               "needs its --password or the cluster's --repair-key")
     delete.add_argument("ledger_id", type=int)
+    delete.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD"), metavar="P",
+                        help="the ledger's password (default: $LEDGER_PASSWORD)")
+    add_repair_key_arg(delete)
     delete.set_defaults(handler=cmd_ledgers_delete)
     return actions
 
@@ -125,8 +130,10 @@ def cmd_ledgers_show(args: argparse.Namespace) -> int:
 
 
 def cmd_ledgers_delete(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store:
-        store.delete_ledger(args.ledger_id)
+    from pyspark_ledger import LedgerClient
+
+    with metadata_store(args) as store, LedgerClient(store, client_config(args)) as client:
+        client.delete_ledger(args.ledger_id, None if args.password is None else args.password.encode())
     if args.json:
         print_json({"deleted": args.ledger_id})
     else:

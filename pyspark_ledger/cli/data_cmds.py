@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from pyspark_ledger.cli.admin import metadata_store
+from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords, client_config
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.cli.progress import ProgressBar
 from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
@@ -37,7 +38,7 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
 
     recover = commands.add_parser("recover", help="recover a ledger whose writer died: fence and close it")
     recover.add_argument("ledger_id", type=int)
-    add_password_arg(recover)
+    add_authority_args(recover)
     recover.set_defaults(handler=cmd_recover)
 
 
@@ -51,7 +52,7 @@ def ledger_client(args: argparse.Namespace) -> Iterator["LedgerClient"]:  # noqa
     from pyspark_ledger import LedgerClient
 
     with metadata_store(args) as store:
-        client = LedgerClient(store)
+        client = LedgerClient(store, client_config(args))
         try:
             yield client
         finally:
@@ -115,7 +116,7 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
             raise CorruptEntryError(f"wrote {args.entries} entries to ledger {ledger_id}, read back {verified}")
         fragments = len(client.ledger_metadata(ledger_id).fragments)
         if not args.keep:
-            client.delete_ledger(ledger_id)
+            client.delete_ledger(ledger_id, b"simpletest")
     result = {"ledger_id": ledger_id, "entries": args.entries, "entry_size": args.entry_size,
               "ensemble": f"E={args.ensemble_size} Qw={args.write_quorum} Qa={args.ack_quorum}",
               "fragments": fragments, "write_entries_per_s": round(args.entries / max(write_s, 1e-9)),
@@ -127,9 +128,7 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     with ledger_client(args) as client:
-        with client.open_ledger(args.ledger_id, password=args.password.encode(), recovery=True):
-            pass
-        md = client.ledger_metadata(args.ledger_id)
+        md = client.recover_ledger(args.ledger_id, passwords=candidate_passwords(args))
     result = {"ledger_id": md.ledger_id, "state": md.state, "last_entry_id": md.last_entry_id,
               "length": md.length, "fragments": len(md.fragments)}
     print_json(result) if args.json else print_record(result)

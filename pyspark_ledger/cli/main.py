@@ -13,7 +13,7 @@ from typing import Sequence
 
 from pyspark_ledger import __version__
 from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd, stream_cmds
-from pyspark_ledger.cli import demo_cmd, repair_cmds
+from pyspark_ledger.cli import demo_cmd, repair_cmds, security_cmds
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_cmds.add_parsers(commands, ledgers_actions)
     repair_cmds.add_parsers(commands, ledgers_actions)
     stream_cmds.add_parsers(commands)
+    security_cmds.add_parsers(commands)
     sandbox_cmd.add_parsers(commands)
     demo_cmd.add_parsers(commands)
     return parser

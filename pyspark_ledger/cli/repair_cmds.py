@@ -5,8 +5,10 @@ and ``autorecovery``.
 not registered now (no password needed: it only reads metadata).
 ``rereplicate`` copies what the lost bookies held to replacements and records
 them (``LedgerClient.rereplicate``); with ``--all`` it does so for every
-under-replicated ledger that opens with the given password, and reports the
-ones it could not open or repair without stopping at the first.
+under-replicated ledger. Each ledger is opened with its own password: its
+secret sealed to the repair key (``--repair-key``), else the first matching
+``--password``; a ledger nothing opens, or that cannot be repaired, is
+reported by id (with what is missing) and the others are repaired.
 ``autorecovery`` runs ``AutoRecovery``: it re-replicates, round after round,
 what bookies unregistered for ``--delay`` seconds held, until SIGTERM/Ctrl-C;
 a ledger still open on a lost bookie after ``--open-ledger-grace`` seconds
@@ -17,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.arg_types import number
-from pyspark_ledger.cli.data_cmds import add_password_arg
+from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords, client_config
 from pyspark_ledger.cli.output import print_json, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
 from pyspark_ledger.metadata.store import MetadataStore
@@ -40,7 +43,7 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
                            "recovered (fenced and closed: a writer still alive fails) and repaired; 'off' never "
                            "(default 30; with --once only 0 acts)")
     auto.add_argument("--once", action="store_true", help="run one round and exit (lost = unregistered now)")
-    add_password_arg(auto)
+    add_authority_args(auto)
     auto.set_defaults(handler=cmd_autorecovery)
     under = ledgers_actions.add_parser(
         "underreplicated", help="ledgers whose fragments name bookies that are not registered now")
@@ -48,10 +51,10 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
     rerep = ledgers_actions.add_parser(
         "rereplicate", help="copy what lost bookies held to other bookies and record them in the metadata")
     rerep.add_argument("ledger_ids", type=int, nargs="*", metavar="LEDGER_ID")
-    rerep.add_argument("--all", action="store_true", help="every under-replicated ledger (same password)")
+    rerep.add_argument("--all", action="store_true", help="every under-replicated ledger")
     rerep.add_argument("--bookie", action="append", default=None, metavar="ID",
                        help="treat this bookie as lost even if registered (repeatable; e.g. to drain it)")
-    add_password_arg(rerep)
+    add_authority_args(rerep)
     rerep.set_defaults(handler=cmd_rereplicate)
 
 
@@ -95,16 +98,15 @@ def cmd_rereplicate(args: argparse.Namespace) -> int:
     results, failed = [], 0
     with metadata_store(args) as store:
         ids = args.ledger_ids or [row["ledger_id"] for row in underreplicated(store, args.bookie)]
-        client = LedgerClient(store)
+        client = LedgerClient(store, client_config(args))
+        passwords = candidate_passwords(args)
         try:
             for ledger_id in ids:
                 try:
-                    report = client.rereplicate(ledger_id, args.password.encode(), _lost(client, ledger_id,
-                                                                                        args.bookie))
+                    report = client.rereplicate(ledger_id, None, _lost(client, ledger_id, args.bookie),
+                                                passwords=passwords)
                     results.append({**report.as_dict(), "ok": True})
                 except LedgerError as exc:
-                    if not args.all:
-                        raise
                     failed += 1
                     results.append({"ledger_id": ledger_id, "ok": False, "error": str(exc)})
         finally:
@@ -127,7 +129,7 @@ def _print(args: argparse.Namespace, results: list[dict]) -> None:
         return
     for result in results:
         if not result["ok"]:
-            print(f"ledger {result['ledger_id']}: FAILED: {result['error']}", flush=True)
+            print(f"ledger {result['ledger_id']}: FAILED: {result['error']}", file=sys.stderr, flush=True)
             continue
         moves = ", ".join(f"{r['lost']} -> {r['replacement']} (entries {r['first_entry_id']}..{r['last_entry_id']}"
                           f", {r['entries']} copied)" for r in result["replaced"]) or "nothing to copy"
@@ -142,9 +144,9 @@ def cmd_autorecovery(args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     with metadata_store(args) as store:
-        client = LedgerClient(store)
+        client = LedgerClient(store, client_config(args))
         try:
-            recovery = AutoRecovery(client, args.password.encode(), delay_s=0.0 if args.once else args.delay,
+            recovery = AutoRecovery(client, candidate_passwords(args), delay_s=0.0 if args.once else args.delay,
                                     interval_s=args.interval, open_grace_s=args.open_ledger_grace,
                                     on_round=lambda r: _print_round(args, r))
             if args.once:

@@ -77,6 +77,8 @@ def banner(sandbox) -> str:
         f"  metadataServiceUri = {uri}",
         "",
         f"  export LEDGER_METADATA={shlex.quote(uri)}",
+        *([f"  export LEDGER_REPAIR_KEY={shlex.quote(str(sandbox.repair_key_file))}"]
+          if sandbox.repair_key_file else []),
         f"  ledger --metadata {shlex.quote(uri)} bookies",
         "",
         "  # PySpark",

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 
 from pyspark_ledger.cli.admin import metadata_store
+from pyspark_ledger.cli.authority_args import add_repair_key_arg, client_config
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 
 DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, without importing the client here
@@ -27,14 +29,19 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                     help=f"only ledgers created at least S seconds ago (default {DEFAULT_MIN_AGE_S:g}); keep it "
                          "above the longest write job, or running jobs fail their commit")
     gc.add_argument("--dry-run", action="store_true", help="list the orphans, delete nothing")
+    gc.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""), metavar="P",
+                    help="the stream's password, which deletes its ledgers (default: $LEDGER_PASSWORD, else empty)")
+    add_repair_key_arg(gc)
     gc.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     gc.set_defaults(handler=cmd_gc)
 
 
-def _stream_client(store):
+def _stream_client(store, args: argparse.Namespace | None = None):
     from pyspark_ledger.log import StreamClient
 
-    return StreamClient(store)
+    if args is None:
+        return StreamClient(store)
+    return StreamClient(store, password=args.password, config=client_config(args))
 
 
 def _schema_text(info) -> str:
@@ -88,7 +95,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
         sweep = streams.collect_orphans(args.name, args.min_age, dry_run=args.dry_run)
     rows = [_orphan_row(orphan, sweep) for orphan in sweep.orphans]
     if args.json:
@@ -107,7 +114,8 @@ def _orphan_row(orphan, sweep) -> dict:
     if sweep.dry_run:
         action = "would delete"
     else:
-        action = "deleted" if orphan.ledger_id in sweep.deleted else "kept (committed meanwhile)"
+        action = ("deleted" if orphan.ledger_id in sweep.deleted
+                  else "kept (committed meanwhile, or --password / --repair-key does not open it)")
     return {"ledger_id": orphan.ledger_id, "partition": orphan.partition, "state": orphan.state,
             "entries": None if orphan.entries < 0 else orphan.entries,
             "bytes": None if orphan.length < 0 else orphan.length, "age_s": round(orphan.age_s), "action": action}

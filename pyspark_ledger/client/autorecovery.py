@@ -1,13 +1,16 @@
 """Automatic re-replication: notice bookies that stay gone and rebuild the copies they held.
 
-``AutoRecovery(client, password, delay_s=60).run(stop)`` checks every
+``AutoRecovery(client, passwords, delay_s=60).run(stop)`` checks every
 ``interval_s``: it reads every ledger's metadata, asks ``AbsenceClock`` which
 of the bookies the fragments name have been unregistered for ``delay_s``
 (a bookie restarting within the delay is left alone), and re-replicates each
 ledger that keeps a sealed fragment on one of them (``rereplicate_ledger``).
 A ledger it cannot repair now (no spare bookie, a replica unreachable, a
-concurrent change) is tried again next round; one written with another
-password is reported once per round and skipped. Any number of AutoRecovery
+concurrent change) is tried again next round. Each ledger is opened with
+its own password: its secret sealed to the cluster's repair key when the
+client holds it (``ClientConfig.repair_key_file``), else the first of
+``passwords`` that matches; a ledger nothing opens is reported each round
+(by id, with what is missing) and skipped, and the others are repaired. Any number of AutoRecovery
 processes may run: the metadata CAS lets one win per ledger and the others
 find nothing left to do.
 
@@ -35,7 +38,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError, UnauthorizedError
 from pyspark_ledger.protocol.rereplication import AbsenceClock, Lasting, open_on_lost, plan_repairs, should_scan
@@ -61,7 +64,8 @@ class RoundReport:
 class AutoRecovery:
     """The re-replication loop of one process (see the module docstring)."""
 
-    def __init__(self, client, password: bytes, *, delay_s: float = 60.0, interval_s: float = 10.0,
+    def __init__(self, client, passwords: bytes | Sequence[bytes] = (), *, delay_s: float = 60.0,
+                 interval_s: float = 10.0,
                  open_grace_s: float | None = 30.0, full_scan_every: int = 30,
                  clock: Callable[[], float] = time.monotonic,
                  on_round: Callable[[RoundReport], None] | None = None) -> None:
@@ -77,7 +81,11 @@ class AutoRecovery:
             raise InvalidConfigurationError(f"full_scan_every must be a number of rounds >= 1, got "
                                             f"{full_scan_every!r}")
         self._client = client
-        self._password = password
+        if isinstance(passwords, (bytes, bytearray)):
+            passwords = [passwords]
+        if not all(isinstance(p, (bytes, bytearray)) for p in passwords):
+            raise InvalidConfigurationError(f"passwords must be bytes or a list of bytes, got {passwords!r}")
+        self._passwords = [bytes(p) for p in passwords]
         self._interval_s = float(interval_s)
         self._clock = clock
         self._absence = AbsenceClock(float(delay_s))
@@ -120,11 +128,11 @@ class AutoRecovery:
             if not held or not plan_repairs(md, held).repairs:
                 continue
             try:
-                done = self._client.rereplicate(md.ledger_id, self._password, held)
+                done = self._client.rereplicate(md.ledger_id, None, held, passwords=self._passwords)
             except NoSuchLedgerError:
                 continue  # deleted meanwhile
-            except UnauthorizedError:
-                report.failed.append({"ledger_id": md.ledger_id, "error": "written with another password: skipped"})
+            except UnauthorizedError as exc:
+                report.failed.append({"ledger_id": md.ledger_id, "error": f"skipped: {exc}"})
                 continue
             except LedgerError as exc:
                 log.warning("re-replication of ledger %d failed, tried again next round: %s", md.ledger_id, exc)
@@ -151,12 +159,11 @@ class AutoRecovery:
         metadata afterwards, or None (reported) when that failed."""
         log.info("ledger %d is still open with its last fragment on a lost bookie: recovering it", ledger_id)
         try:
-            self._client.open_ledger(ledger_id, self._password, recovery=True).close()
-            recovered = self._client.ledger_metadata(ledger_id)
+            recovered = self._client.recover_ledger(ledger_id, passwords=self._passwords)
         except NoSuchLedgerError:
             return None
-        except UnauthorizedError:
-            report.failed.append({"ledger_id": ledger_id, "error": "written with another password: skipped"})
+        except UnauthorizedError as exc:
+            report.failed.append({"ledger_id": ledger_id, "error": f"skipped: {exc}"})
             return None
         except LedgerError as exc:
             log.warning("recovery of open ledger %d failed, tried again next round: %s", ledger_id, exc)

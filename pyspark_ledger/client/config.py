@@ -79,6 +79,10 @@ class ClientConfig:
     #: Back-off between the ensemble changes of one ledger while bookies keep failing (0.1 s doubled
     #: up to 1 s): at most 5 + floor(T - 1.5) changes in T s of flapping (``protocol.quarantine``).
     ensemble_change_backoff: ChangeBackoff = field(default_factory=ChangeBackoff)
+    #: The cluster's repair key file (private half, mode 0600; ``ledger security init-repair-key`` makes
+    #: it). A client holding it is an administrator: it opens any ledger's sealed password to
+    #: re-replicate, recover or delete it. None (the default): only the passwords it is given.
+    repair_key_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("add_timeout_s", "read_timeout_s", "close_timeout_s", "recovery_timeout_s",
@@ -109,6 +113,10 @@ class ClientConfig:
         if not isinstance(self.ensemble_change_backoff, ChangeBackoff):
             raise InvalidConfigurationError(f"ensemble_change_backoff must be a protocol.quarantine.ChangeBackoff, "
                                             f"got {self.ensemble_change_backoff!r}")
+        if self.repair_key_file is not None and (not isinstance(self.repair_key_file, str)
+                                                 or not self.repair_key_file):
+            raise InvalidConfigurationError(
+                f"repair_key_file must be the path of the repair key file or None, got {self.repair_key_file!r}")
         if not isinstance(self.delay_ensemble_change, bool):
             raise InvalidConfigurationError(
                 f"delay_ensemble_change must be True or False, got {self.delay_ensemble_change!r}")

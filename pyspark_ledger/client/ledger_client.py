@@ -13,17 +13,18 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.ledger_secrets import LedgerSecrets
 from pyspark_ledger.client.metadata_ops import create_ledger
 from pyspark_ledger.client.reader import LedgerReader, open_reader
 from pyspark_ledger.client.rereplicate import RereplicationReport, rereplicate_ledger
 from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.entry import check_digest_type, verify_password
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, MetadataVersionConflictError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
 from pyspark_ledger.metadata.store import MetadataStore
@@ -47,6 +48,12 @@ class LedgerClient:
             raise InvalidConfigurationError(
                 "LedgerClient needs a metadata URI such as 'sqlite:///abs/path/meta.db' or "
                 f"'zk://127.0.0.1:2181/ledgers' (or a MetadataStore), got {metadata!r}")
+        try:
+            self._secrets = LedgerSecrets(store, config.repair_key_file)
+        except BaseException:
+            if self._owns_store:
+                store.close()
+            raise
         if transport is None:
             transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
                                       max_batch_bytes=config.max_batch_bytes)
@@ -78,7 +85,7 @@ class LedgerClient:
         custom = _custom_metadata(custom_metadata)
         ensemble = self._ctx.choose_ensemble(ensemble_size)
         created = create_ledger(self._ctx.store, ensemble, write_quorum, ack_quorum, digest, password, custom,
-                                self.config.metadata_retries)
+                                self.config.metadata_retries, seal=self._secrets.seal)
         writer = LedgerWriter(self._ctx, created, password, on_close=self._forget)
         with self._lock:
             self._writers.add(writer)
@@ -103,23 +110,67 @@ class LedgerClient:
         self._check_open()
         return self._ctx.store.read_ledger(_ledger_id(ledger_id)).value
 
-    def rereplicate(self, ledger_id: int, password: bytes = b"", lost_bookies: list[str] | None = None
-                    ) -> RereplicationReport:
+    def rereplicate(self, ledger_id: int, password: bytes | None = None, lost_bookies: list[str] | None = None,
+                    *, passwords: Sequence[bytes] = ()) -> RereplicationReport:
         """Copy what lost bookies held of the ledger's sealed fragments to replacements, then record them.
 
-        ``lost_bookies`` defaults to every bookie the fragments name that is not
-        registered now. The last fragment of a ledger that is not CLOSED is left
-        to its writer (listed in the report). UnauthorizedError for a wrong
-        password, DataLossError if an entry has no readable replica left,
-        NotEnoughBookiesError if no replacement is free.
+        The ledger's password: ``password`` if given (checked), else its secret sealed to the cluster's
+        repair key (a client configured with ``repair_key_file``), else the first of ``passwords`` that
+        matches it. ``lost_bookies`` defaults to every bookie the fragments name that is not
+        registered now. The last fragment of a ledger that is not CLOSED is left to its writer
+        (listed in the report). UnauthorizedError when no password opens it (the message says what
+        is missing), DataLossError if an entry has no readable replica left, NotEnoughBookiesError
+        if no replacement is free.
         """
         self._check_open()
-        return rereplicate_ledger(self._ctx, _ledger_id(ledger_id), _password(password), lost_bookies)
+        ledger_id = _ledger_id(ledger_id)
+        secret = self.repair_password(ledger_id, password, passwords)
+        return rereplicate_ledger(self._ctx, ledger_id, secret, lost_bookies)
 
-    def delete_ledger(self, ledger_id: int) -> None:
-        """Remove the ledger's metadata (bookies reclaim its entries); NoSuchLedgerError if unknown."""
+    def recover_ledger(self, ledger_id: int, password: bytes | None = None, *,
+                       passwords: Sequence[bytes] = ()) -> LedgerMetadata:
+        """Fence and close a ledger whose writer died (as ``open_ledger(recovery=True)``), finding its
+        password as ``rereplicate`` does; its metadata afterwards."""
         self._check_open()
-        self._ctx.store.delete_ledger(_ledger_id(ledger_id))
+        ledger_id = _ledger_id(ledger_id)
+        secret = self.repair_password(ledger_id, password, passwords)
+        stored = self._ctx.store.read_ledger(ledger_id)
+        open_reader(self._ctx, stored, secret, True).close()
+        return self._ctx.store.read_ledger(ledger_id).value
+
+    def repair_password(self, ledger_id: int, password: bytes | None = None,
+                        passwords: Sequence[bytes] = ()) -> bytes:
+        """The ledger's password for an administrative operation (see ``rereplicate``)."""
+        self._check_open()
+        metadata = self._ctx.store.read_ledger(_ledger_id(ledger_id)).value
+        given = None if password is None else _password(password)
+        return self._secrets.password_for(metadata, given, [_password(p) for p in _candidates(passwords)])
+
+    def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
+        """Remove the ledger's metadata (bookies then reclaim its entries for good).
+
+        Needs authority: the ledger's ``password`` (a ledger created without one needs none), or a
+        client holding the cluster's repair key (``ClientConfig.repair_key_file``) that opens the
+        ledger's sealed secret; else UnauthorizedError. NoSuchLedgerError if unknown.
+        """
+        self._check_open()
+        ledger_id = _ledger_id(ledger_id)
+        given = None if password is None else _password(password)
+        for _ in range(self.config.metadata_retries):
+            stored = self._ctx.store.read_ledger(ledger_id)
+            self._secrets.authorize_delete(stored.value, given)
+            try:
+                self._ctx.store.delete_ledger(ledger_id, expected_version=stored.version)
+                return
+            except MetadataVersionConflictError:
+                continue  # changed (e.g. closed) since it was checked: check the new version
+        raise MetadataVersionConflictError(f"ledger {ledger_id} kept changing while being deleted; try again")
+
+    @property
+    def repair_key_id(self) -> str | None:
+        """The id of the repair key this client holds, or None."""
+        key = self._secrets.repair_key
+        return None if key is None else key.key_id
 
     def list_ledgers(self) -> list[int]:
         self._check_open()
@@ -166,6 +217,12 @@ def _password(password) -> bytes:
     if isinstance(password, (bytes, bytearray, memoryview)):
         return bytes(password)
     raise InvalidConfigurationError(f"password must be bytes (or str), got {type(password).__name__}")
+
+
+def _candidates(passwords) -> list:
+    if isinstance(passwords, (bytes, bytearray, str)):
+        return [passwords]
+    return list(passwords)
 
 
 def _ledger_id(ledger_id) -> int:

@@ -8,7 +8,7 @@ as the store raised them (MetadataError, NoSuchLedgerError).
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 from pyspark_ledger.entry import master_key, password_check
 from pyspark_ledger.errors import (LedgerClosedError, LedgerFencedError, MetadataError, MetadataExistsError,
@@ -22,16 +22,18 @@ from pyspark_ledger.protocol.ledger_rules import (Decision, Resolution, check_tr
 
 def create_ledger(store: MetadataStore, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int,
                   digest: str, password: bytes, custom: Mapping[str, bytes] | None,
-                  retries: int) -> Versioned[LedgerMetadata]:
+                  retries: int, seal: Callable[[bytes, int], str] | None = None) -> Versioned[LedgerMetadata]:
     """Store OPEN metadata for a new ledger id (a taken id is skipped).
 
-    The metadata carries a check of the master key: bookies verify a first add or fence against it."""
+    The metadata carries a check of the master key: bookies verify a first add or fence against it;
+    and ``seal(password, ledger_id)`` (the password sealed to the cluster's repair key) when given."""
     key_check = master_key_check(master_key(password))
     for _ in range(retries):
         ledger_id = store.new_ledger_id()
         metadata = new_ledger_metadata(ledger_id, ensemble, len(ensemble), write_quorum, ack_quorum, digest,
                                        password_check(password), custom, int(time.time() * 1000))
-        metadata = metadata.with_changes(master_key_check=key_check)
+        metadata = metadata.with_changes(master_key_check=key_check,
+                                         repair_secret="" if seal is None else seal(password, ledger_id))
         try:
             return Versioned(metadata, store.create_ledger(metadata))
         except MetadataExistsError:

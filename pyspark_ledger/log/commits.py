@@ -97,7 +97,7 @@ def abort_ledgers(ctx: LogContext, stream: str, ledger_ids: Iterable[int]) -> se
     held = sorted(set(ids) & kept)
     if held:
         log.warning("stream %r: not deleting ledgers %s, the stream's logs hold them", stream, held)
-    return delete_ledgers(ctx.client, [ledger_id for ledger_id in ids if ledger_id not in kept])
+    return delete_ledgers(ctx.client, [ledger_id for ledger_id in ids if ledger_id not in kept], ctx.password)
 
 
 def checked_commit(ctx: LogContext, record: StreamRecord, writer_id: str, batch_id: int,

@@ -5,7 +5,8 @@ and partition in the ledger's custom metadata), fencing ledgers (a recovery
 open: a live writer's next add fails as fenced, and the ledger is closed at
 its last recoverable entry), the readable end of a ledger (its last entry once
 CLOSED, else the last add confirmed, read without fencing), and deleting
-ledgers (one already gone counts as deleted).
+ledgers (one already gone counts as deleted; one the password does not open
+is kept and logged: the cluster's repair key or its own password deletes it).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Iterable
 
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.client.writer import LedgerWriter
-from pyspark_ledger.errors import LedgerError, NoSuchLedgerError
+from pyspark_ledger.errors import LedgerError, NoSuchLedgerError, UnauthorizedError
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.metadata.model import LedgerMetadata
 
@@ -71,23 +72,27 @@ def readable_end(client: LedgerClient, ledger_id: int, password: bytes) -> Ledge
     return LedgerEnd(ledger_id, reader.last_add_confirmed, -1, False, metadata)
 
 
-def delete_ledgers(client: LedgerClient, ledger_ids: Iterable[int]) -> set[int]:
-    """Delete each ledger; returns the ids now gone (a ledger deleted before counts as gone)."""
+def delete_ledgers(client: LedgerClient, ledger_ids: Iterable[int], password: bytes) -> set[int]:
+    """Delete each ledger with ``password`` (or the client's repair key); returns the ids now gone (a
+    ledger deleted before counts as gone; one this authority cannot delete is kept and logged)."""
     gone = set()
     for ledger_id in ledger_ids:
         try:
-            client.delete_ledger(ledger_id)
+            client.delete_ledger(ledger_id, password)
         except NoSuchLedgerError:
             pass
+        except UnauthorizedError as exc:
+            log.warning("ledger %d not deleted: %s", ledger_id, exc)
+            continue
         gone.add(ledger_id)
     return gone
 
 
-def discard_writer(client: LedgerClient, writer: LedgerWriter, why: str) -> None:
+def discard_writer(client: LedgerClient, writer: LedgerWriter, password: bytes, why: str) -> None:
     """Close and delete a ledger that never became part of a log (best effort: a failure is logged)."""
     try:
         writer.close()
-        client.delete_ledger(writer.ledger_id)
+        client.delete_ledger(writer.ledger_id, password)
     except LedgerError:
         log.warning("could not discard ledger %d (%s); it stays as an orphan", writer.ledger_id, why,
                     exc_info=True)

@@ -84,7 +84,7 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
         try:
             seq = _add_to_log(ctx, stream, partition, writer.ledger_id, part.next_seq)
         except MetadataVersionConflictError:
-            discard_writer(ctx.client, writer, "another writer added a ledger first")
+            discard_writer(ctx.client, writer, ctx.password, "another writer added a ledger first")
             if is_leader is not None and not is_leader():
                 raise LedgerFencedError(f"partition {partition} of stream {stream!r}: another writer took the log "
                                         "and this one is no longer the leader") from None
@@ -202,7 +202,7 @@ class LogWriter:
             try:
                 seq = _add_to_log(self._ctx, self.stream, self.partition, new.ledger_id, self._seq + 1)
             except MetadataVersionConflictError as exc:
-                discard_writer(self._ctx.client, new, "the log was taken over")
+                discard_writer(self._ctx.client, new, self._ctx.password, "the log was taken over")
                 raise LedgerFencedError(f"partition {self.partition} of stream {self.stream!r}: another writer "
                                         f"took the log over ({exc})") from exc
             except BaseException:

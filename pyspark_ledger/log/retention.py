@@ -121,7 +121,7 @@ def collect_garbage(ctx: LogContext, stream: str) -> frozenset[int]:
     garbage = read_stream(ctx.store, stream).value.garbage
     if not garbage:
         return frozenset()
-    deleted = delete_ledgers(ctx.client, garbage)
+    deleted = delete_ledgers(ctx.client, garbage, ctx.password)
     update_stream(ctx.store, stream, lambda current: forget_garbage(current, deleted)
                   if set(current.garbage) & deleted else None)
     return frozenset(deleted)

@@ -116,7 +116,7 @@ def delete_stream(ctx: LogContext, name: str) -> None:
         garbage = marked.value.garbage
         open_ids = [ledger_id for ledger_id in garbage if _is_open(ctx, ledger_id)]
         fence_ledgers(ctx.client, open_ids, ctx.password)
-        delete_ledgers(ctx.client, garbage)
+        delete_ledgers(ctx.client, garbage, ctx.password)
         try:
             delete_stream_record(ctx.store, name, marked.version)
         except MetadataVersionConflictError:

@@ -78,6 +78,8 @@ class LedgerMetadata:
     master_key_check: str = ""  # see master_key_check(); "" for ledgers created before it existed
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
     ctime_ms: int = 0
+    #: The password sealed to the cluster's repair key (``security.repair_key``); "" if there was none.
+    repair_secret: str = ""
 
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -134,6 +136,7 @@ class LedgerMetadata:
             **({"master_key_check": self.master_key_check} if self.master_key_check else {}),
             "custom_metadata": {k: base64.b64encode(v).decode() for k, v in self.custom_metadata.items()},
             "ctime_ms": self.ctime_ms,
+            **({"repair_secret": self.repair_secret} if self.repair_secret else {}),
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
@@ -157,6 +160,7 @@ class LedgerMetadata:
                 master_key_check=str(doc.get("master_key_check", "")),
                 custom_metadata={k: base64.b64decode(v) for k, v in doc["custom_metadata"].items()},
                 ctime_ms=int(doc["ctime_ms"]),
+                repair_secret=str(doc.get("repair_secret", "")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MetadataError(f"unreadable ledger metadata: {exc}") from exc

@@ -197,7 +197,8 @@ def resolve_recovery_close_conflict(stored: LedgerMetadata) -> Resolution:
 
 def check_transition(before: LedgerMetadata, after: LedgerMetadata) -> None:
     """Raise unless ``after`` is a valid successor of ``before`` (states, fragments, R8)."""
-    fixed = ("ledger_id", "ensemble_size", "write_quorum", "ack_quorum", "digest_type", "password_check")
+    fixed = ("ledger_id", "ensemble_size", "write_quorum", "ack_quorum", "digest_type", "password_check",
+             "repair_secret")
     for name in fixed:
         if getattr(before, name) != getattr(after, name):
             raise InvalidConfigurationError(f"a metadata update must not change {name}")

@@ -40,6 +40,7 @@ from pyspark_ledger.sandbox.lock import LOCK_FILE, DataDirLock
 from pyspark_ledger.sandbox.metadata_service import (SandboxMetadata, check_path_fits_uri,
                                                      zookeeper_unavailable_reason)
 from pyspark_ledger.sandbox.ports import describe_holder, port_is_free
+from pyspark_ledger.sandbox.repair import ensure_repair_key
 from pyspark_ledger.testing.bookies import BookieProcess, free_port
 
 DEFAULT_BOOKIES = 3
@@ -69,6 +70,8 @@ class Sandbox:
         self.bookies: list[BookieProcess] = []
         self._deliberately_down: set[int] = set()
         self._reported_down: set[int] = set()
+        #: The cluster's repair key file (made in the data dir at the first start), or None.
+        self.repair_key_file: Path | None = None
 
     # --- state ---------------------------------------------------------------------
     @property
@@ -108,6 +111,7 @@ class Sandbox:
             save_layout(self.data_dir, self._layout, self._metadata.public_uri)
             atexit.register(self.stop)
             self._metadata.start()
+            self.repair_key_file = ensure_repair_key(self.data_dir, self._metadata.public_uri)
             self.bookies = [self._bookie_process(slot) for slot in self._layout.bookies]
             for index in range(len(self.bookies)):
                 self._start(index)

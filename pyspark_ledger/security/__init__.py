@@ -1,1 +1,1 @@
-"""Security: TLS settings and certificates (``tls``, ``certs``) and the cluster's repair key (``repair_key``)."""
+"""Security: TLS settings and certificates (``tls``, ``certs``), the cluster's repair key (``repair_key``, ``repair_store``)."""

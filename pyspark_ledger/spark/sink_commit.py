@@ -67,7 +67,7 @@ def abort_write(plan: SinkPlan, messages: Sequence[LedgerCommitMessage | None]) 
     try:
         return streams.abort_ledgers(plan.stream, ids)
     except NoSuchKeyError:  # the stream was never created: no log can hold the ledgers
-        return delete_ledgers(streams.client, ids)
+        return delete_ledgers(streams.client, ids, plan.password)
 
 
 def finished(messages: Iterable[LedgerCommitMessage | None]) -> list[LedgerCommitMessage]:

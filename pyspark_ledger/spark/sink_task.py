@@ -121,7 +121,7 @@ class _TaskLedger:
         except LedgerError:
             log.debug("closing ledger %d of a failed task failed", ledger_id, exc_info=True)
         try:
-            ledger_client(self._plan.uri, self._plan.password).delete_ledger(ledger_id)
+            ledger_client(self._plan.uri, self._plan.password).delete_ledger(ledger_id, self._plan.password)
         except NoSuchLedgerError:
             pass
         except LedgerError:

@@ -66,7 +66,7 @@ def test_a_deleted_ledger_leaves_the_bookies_and_the_other_stays_readable(make_b
             wait_until(lambda: index_file(bookie, doomed).exists() and logs_holding_only(bookie, doomed),
                        what="the doomed ledger's index file and entry logs")
 
-        ledgers.delete_ledger(doomed)
+        ledgers.delete_ledger(doomed, b"pw")
         for bookie, client in zip(bookies, clients):
             wait_until(lambda: client.read(doomed, 0).status == BookieStatus.NO_SUCH_LEDGER,
                        what="NO_SUCH_LEDGER for the deleted ledger")
@@ -98,7 +98,7 @@ def test_a_bookie_with_gc_off_keeps_everything(make_bookie, metadata_uri, client
     with LedgerClient(metadata_uri) as ledgers:
         wait_until(lambda: len(ledgers.bookies()) == 2, what="both bookies registered")
         doomed = write_ledger(ledgers, "doomed")
-        ledgers.delete_ledger(doomed)
+        ledgers.delete_ledger(doomed, b"pw")
         wait_until(lambda: client_for(other).read(doomed, 0).status == BookieStatus.NO_SUCH_LEDGER,
                    what="the collecting bookie to delete it")
         assert client_for(bookie).read(doomed, 0).status == BookieStatus.OK  # --gc-interval 0: never collected

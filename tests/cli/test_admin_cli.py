@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from pyspark_ledger.entry import password_check
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import CLOSED, Fragment, LedgerMetadata
 
@@ -27,7 +28,7 @@ def store_uri(tmp_path):
     with open_metadata_store(uri) as store:
         first = store.new_ledger_id()
         store.create_ledger(LedgerMetadata(first, 3, 3, 2, (Fragment(0, ENSEMBLE),), ctime_ms=1_700_000_000_000,
-                                           custom_metadata={"app": b"demo"}))
+                                           custom_metadata={"app": b"demo"}, password_check=password_check(b"pw")))
         second = store.new_ledger_id()
         store.create_ledger(LedgerMetadata(
             second, 3, 2, 2, (Fragment(0, ENSEMBLE), Fragment(12, ("127.0.0.1:3184",) + ENSEMBLE[1:])),
@@ -57,8 +58,13 @@ def test_ledgers_show_lists_fragments(store_uri):
     assert "127.0.0.1:3181, 127.0.0.1:3182, 127.0.0.1:3183" in table.stdout
 
 
-def test_ledgers_delete_then_missing(store_uri):
-    deleted = run_ledger("--metadata", store_uri, "ledgers", "delete", "0")
+def test_ledgers_delete_needs_the_password_then_missing(store_uri):
+    for refused in (run_ledger("--metadata", store_uri, "ledgers", "delete", "0"),
+                    run_ledger("--metadata", store_uri, "ledgers", "delete", "0", "--password", "nope")):
+        assert refused.returncode == 1
+        assert "give the ledger's password or use the cluster's repair key" in refused.stderr
+    assert run_ledger("--metadata", store_uri, "ledgers", "show", "0").returncode == 0, "still there"
+    deleted = run_ledger("--metadata", store_uri, "ledgers", "delete", "0", "--password", "pw")
     assert deleted.returncode == 0 and "deleted ledger 0" in deleted.stdout
     missing = run_ledger("--metadata", store_uri, "ledgers", "show", "0")
     assert missing.returncode == 1

@@ -23,6 +23,10 @@ def test_sandbox_keeps_its_bookies_and_their_data_across_restarts(tmp_path, sand
     uri = first.metadata_uri
     assert uri == f"sqlite://{data_dir}/metadata.db"
     assert f"export LEDGER_METADATA={uri}" in first.output
+    key_file = os.path.join(data_dir, "repair.key")
+    assert f"export LEDGER_REPAIR_KEY={key_file}" in first.output
+    assert os.stat(key_file).st_mode & 0o777 == 0o600
+    key_bytes = open(key_file, "rb").read()
     assert f'.option("metadataServiceUri", "{uri}")' in first.output
     assert f"ledger --metadata {uri} bookies" in first.output
     ids = [bookie_id for bookie_id, _pid in first.bookies]
@@ -40,6 +44,8 @@ def test_sandbox_keeps_its_bookies_and_their_data_across_restarts(tmp_path, sand
 
     again = sandbox_command("--data-dir", data_dir).wait_ready()
     assert [bookie_id for bookie_id, _pid in again.bookies] == ids and again.metadata_uri == uri
+    assert f"export LEDGER_REPAIR_KEY={key_file}" in again.output
+    assert open(key_file, "rb").read() == key_bytes, "the cluster keeps its repair key"
     for bookie_id in ids:
         assert read_payloads(bookie_id, LEDGER_ID, ENTRIES) == [payload(bookie_id, e) for e in range(ENTRIES)]
 
