@@ -80,14 +80,20 @@ def cmd_bookies(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
         rows = [
             {"bookie_id": reg.bookie_id, "mode": "read-only" if reg.read_only else "writable",
-             "metrics": reg.info.get("metrics_url", "")}
+             "tls": _tls_mode(reg.info), "metrics": reg.info.get("metrics_url", "")}
             for reg in sorted(store.bookies().values(), key=lambda r: r.bookie_id)
         ]
     if args.json:
         print_json(rows)
     else:
-        print_table(rows, ["bookie_id", "mode", "metrics"])
+        print_table(rows, ["bookie_id", "mode", "tls", "metrics"])
     return 0
+
+
+def _tls_mode(info: dict) -> str:
+    """How a bookie's port speaks, from its registration: "mtls", "tls", "plaintext" ("" if it does not say)."""
+    mode = info.get("tls")
+    return "plaintext" if mode == "" else mode if mode in ("tls", "mtls") else ""
 
 
 def cmd_ledgers_list(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from typing import Iterator
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.cli.progress import ProgressBar
+from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
 
 PREVIEW_BYTES = 48
@@ -51,7 +52,7 @@ def ledger_client(args: argparse.Namespace) -> Iterator["LedgerClient"]:  # noqa
     from pyspark_ledger import LedgerClient
 
     with metadata_store(args) as store:
-        client = LedgerClient(store)
+        client = LedgerClient(store, client_config(args))
         try:
             yield client
         finally:

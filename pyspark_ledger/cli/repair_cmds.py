@@ -23,6 +23,7 @@ from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.arg_types import number
 from pyspark_ledger.cli.data_cmds import add_password_arg
 from pyspark_ledger.cli.output import print_json, print_table
+from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.rereplication import lost_bookies, plan_repairs
@@ -95,7 +96,7 @@ def cmd_rereplicate(args: argparse.Namespace) -> int:
     results, failed = [], 0
     with metadata_store(args) as store:
         ids = args.ledger_ids or [row["ledger_id"] for row in underreplicated(store, args.bookie)]
-        client = LedgerClient(store)
+        client = LedgerClient(store, client_config(args))
         try:
             for ledger_id in ids:
                 try:
@@ -142,7 +143,7 @@ def cmd_autorecovery(args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     with metadata_store(args) as store:
-        client = LedgerClient(store)
+        client = LedgerClient(store, client_config(args))
         try:
             recovery = AutoRecovery(client, args.password.encode(), delay_s=0.0 if args.once else args.delay,
                                     interval_s=args.interval, open_grace_s=args.open_ledger_grace,

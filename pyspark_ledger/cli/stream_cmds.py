@@ -6,6 +6,7 @@ import datetime as dt
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.output import print_json, print_record, print_table
+from pyspark_ledger.cli.tls_args import client_config
 
 DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, without importing the client here
 
@@ -31,10 +32,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     gc.set_defaults(handler=cmd_gc)
 
 
-def _stream_client(store):
+def _stream_client(store, args: argparse.Namespace):
     from pyspark_ledger.log import StreamClient
 
-    return StreamClient(store)
+    return StreamClient(store, config=client_config(args))
 
 
 def _schema_text(info) -> str:
@@ -59,7 +60,7 @@ def _summary(info) -> dict:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
         rows = [_summary(streams.open_stream(name)) for name in streams.list_streams()]
     if args.json:
         print_json(rows)
@@ -69,7 +70,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
         info = streams.open_stream(args.name)
         logs = streams.partition_logs(args.name)
         doc = dict(_summary(info), schema=_schema_text(info))
@@ -88,7 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
         sweep = streams.collect_orphans(args.name, args.min_age, dry_run=args.dry_run)
     rows = [_orphan_row(orphan, sweep) for orphan in sweep.orphans]
     if args.json:

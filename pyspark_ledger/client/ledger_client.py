@@ -48,8 +48,13 @@ class LedgerClient:
                 "LedgerClient needs a metadata URI such as 'sqlite:///abs/path/meta.db' or "
                 f"'zk://127.0.0.1:2181/ledgers' (or a MetadataStore), got {metadata!r}")
         if transport is None:
-            transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
-                                      max_batch_bytes=config.max_batch_bytes)
+            try:
+                transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
+                                          max_batch_bytes=config.max_batch_bytes, tls=config.tls)
+            except BaseException:  # e.g. a TLS file that cannot be used
+                if self._owns_store:
+                    store.close()
+                raise
         self._ctx = ClientContext(store=store, transport=transport, config=config,
                                   rng=random.Random(config.placement_seed))
         self._lock = threading.Lock()
