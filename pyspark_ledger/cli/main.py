@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledger",
         description="pyspark-ledger: a replicated, durable log store (BookKeeper-style).",
+        # no abbreviations of global options: `ledger sandbox --tls` would read as an ambiguous --tls-*
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"pyspark-ledger {__version__}")
     parser.add_argument(

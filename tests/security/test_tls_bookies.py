@@ -182,3 +182,30 @@ def test_the_cli_names_a_bad_tls_flag(mtls, tmp_path):
     done = ledger("--metadata", mtls.metadata_uri, "--tls-ca", str(tmp_path / "none.pem"), "simpletest")
     assert done.returncode == 2
     assert "--tls-ca/LEDGER_TLS_CA '" in done.stderr and "cannot read it" in done.stderr
+
+
+# --- ledger sandbox --tls ----------------------------------------------------------------------------------
+
+
+def test_ledger_sandbox_tls_starts_serves_the_cli_and_stops(tmp_path):
+    import signal
+
+    from tests.sandbox.conftest import SandboxCommand, bookie_alive
+
+    sandbox = SandboxCommand("--tls", "--bookies", "3", "--data-dir", str(tmp_path / "sb"))
+    try:
+        sandbox.wait_ready()
+        exports = dict(line.strip().removeprefix("export ").split("=", 1)
+                       for line in sandbox.lines if line.strip().startswith("export "))
+        assert set(exports) == {"LEDGER_METADATA", "LEDGER_TLS_CA", "LEDGER_TLS_CERT", "LEDGER_TLS_KEY"}
+        assert "mutual TLS" in sandbox.output and '.option("tlsCa", ' in sandbox.output
+        assert (tmp_path / "sb").stat().st_mode & 0o777 == 0o700
+        done = ledger("simpletest", "-e", "3", "-w", "3", "-a", "2", "-n", "100", env=exports)
+        assert done.returncode == 0, done.stderr
+        plain = ledger("simpletest", env={"LEDGER_METADATA": exports["LEDGER_METADATA"]})
+        assert plain.returncode == 1 and "serves TLS only" in plain.stderr
+        assert sandbox.send(signal.SIGINT) == 0
+        assert "sandbox: stopped" in sandbox.output
+        assert not [pid for _id, pid in sandbox.bookies if bookie_alive(pid)]
+    finally:
+        sandbox.close()  # stops it, and kills any bookie it left behind, if the test failed half-way
