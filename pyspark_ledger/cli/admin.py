@@ -7,7 +7,8 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-from pyspark_ledger.cli.authority_args import add_repair_key_arg, client_config
+from pyspark_ledger.cli.authority_args import add_repair_key_arg
+from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataError, NoSuchLedgerError
 from pyspark_ledger.metadata import open_metadata_store, parse_metadata_uri
@@ -85,14 +86,20 @@ def cmd_bookies(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
         rows = [
             {"bookie_id": reg.bookie_id, "mode": "read-only" if reg.read_only else "writable",
-             "metrics": reg.info.get("metrics_url", "")}
+             "tls": _tls_mode(reg.info), "metrics": reg.info.get("metrics_url", "")}
             for reg in sorted(store.bookies().values(), key=lambda r: r.bookie_id)
         ]
     if args.json:
         print_json(rows)
     else:
-        print_table(rows, ["bookie_id", "mode", "metrics"])
+        print_table(rows, ["bookie_id", "mode", "tls", "metrics"])
     return 0
+
+
+def _tls_mode(info: dict) -> str:
+    """How a bookie's port speaks, from its registration: "mtls", "tls", "plaintext" ("" if it does not say)."""
+    mode = info.get("tls")
+    return "plaintext" if mode == "" else mode if mode in ("tls", "mtls") else ""
 
 
 def cmd_ledgers_list(args: argparse.Namespace) -> int:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyspark_ledger.client.config import ClientConfig
-
 
 def add_repair_key_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repair-key", default=os.environ.get("LEDGER_REPAIR_KEY") or None, metavar="FILE",
@@ -34,7 +32,3 @@ def candidate_passwords(args: argparse.Namespace) -> list[bytes]:
     given = args.passwords if args.passwords else [os.environ.get("LEDGER_PASSWORD", "")]
     return [password.encode() for password in given]
 
-
-def client_config(args: argparse.Namespace) -> ClientConfig:
-    """A default client configuration holding ``--repair-key`` when given."""
-    return ClientConfig(repair_key_file=getattr(args, "repair_key", None) or None)

@@ -10,9 +10,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from pyspark_ledger.cli.admin import metadata_store
-from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords, client_config
+from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.cli.progress import ProgressBar
+from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
 
 PREVIEW_BYTES = 48

@@ -14,6 +14,7 @@ from typing import Sequence
 from pyspark_ledger import __version__
 from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd, stream_cmds
 from pyspark_ledger.cli import demo_cmd, repair_cmds, security_cmds
+from pyspark_ledger.cli.tls_args import add_tls_args
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
@@ -24,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledger",
         description="pyspark-ledger: a replicated, durable log store (BookKeeper-style).",
+        # no abbreviations of global options: `ledger sandbox --tls` would read as an ambiguous --tls-*
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"pyspark-ledger {__version__}")
     parser.add_argument(
@@ -31,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="metadata service URI: sqlite:///abs/path/metadata.db or zk://host:port/chroot "
              "(default: $LEDGER_METADATA)",
     )
+    add_tls_args(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledgers_actions = admin.add_parsers(commands)

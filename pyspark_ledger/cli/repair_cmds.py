@@ -24,8 +24,9 @@ import threading
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.arg_types import number
-from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords, client_config
+from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords
 from pyspark_ledger.cli.output import print_json, print_table
+from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.rereplication import lost_bookies, plan_repairs

@@ -35,6 +35,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--zookeeper", action="store_const", const=True, default=None,
                         help="keep metadata in a local ZooKeeper (needs `apt-get install zookeeper`) instead "
                              "of an embedded SQLite file")
+    parser.add_argument("--tls", action="store_true",
+                        help="mutual TLS: make a throwaway CA and certificates in the data dir, start every bookie "
+                             "with them, and print the LEDGER_TLS_* variables clients need")
     parser.set_defaults(handler=cmd_sandbox)
 
 
@@ -45,7 +48,7 @@ _bookie_count = number(int, lambda value: value >= 1,
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from pyspark_ledger.sandbox import Sandbox  # late: keeps `ledger --help` fast
 
-    sandbox = Sandbox(args.bookies, args.data_dir, args.zookeeper, announce=_say)
+    sandbox = Sandbox(args.bookies, args.data_dir, args.zookeeper, announce=_say, tls=args.tls)
     with _stop_signals() as stop_requested:
         try:
             sandbox.start()
@@ -70,20 +73,26 @@ def banner(sandbox) -> str:
     kind = "ZooKeeper" if sandbox.zookeeper else "SQLite"
     kept = "temporary: removed on exit; pass --data-dir to keep it" if sandbox.temporary else \
         "kept: start again with the same --data-dir"
+    tls_env = sandbox.tls_env
+    security = ", mutual TLS" if tls_env else ""
+    options = {"tlsCa": "LEDGER_TLS_CA", "tlsCert": "LEDGER_TLS_CERT", "tlsKey": "LEDGER_TLS_KEY"}
     return "\n".join([
         "",
-        f"sandbox ready: {len(sandbox.bookies)} bookies, {kind} metadata, data in {sandbox.data_dir} ({kept})",
+        f"sandbox ready: {len(sandbox.bookies)} bookies, {kind} metadata{security}, data in {sandbox.data_dir} "
+        f"({kept})",
         "",
         f"  metadataServiceUri = {uri}",
         "",
         f"  export LEDGER_METADATA={shlex.quote(uri)}",
         *([f"  export LEDGER_REPAIR_KEY={shlex.quote(str(sandbox.repair_key_file))}"]
           if sandbox.repair_key_file else []),
+        *[f"  export {name}={shlex.quote(value)}" for name, value in tls_env.items()],
         f"  ledger --metadata {shlex.quote(uri)} bookies",
         "",
         "  # PySpark",
         '  df = (spark.read.format("ledger")',
         f"        .option(\"metadataServiceUri\", \"{uri}\")",
+        *[f"        .option(\"{option}\", \"{tls_env[name]}\")" for option, name in options.items() if name in tls_env],
         '        .option("stream", "events")',
         "        .load())",
         "",

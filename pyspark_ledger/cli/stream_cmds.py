@@ -6,8 +6,9 @@ import datetime as dt
 import os
 
 from pyspark_ledger.cli.admin import metadata_store
-from pyspark_ledger.cli.authority_args import add_repair_key_arg, client_config
+from pyspark_ledger.cli.authority_args import add_repair_key_arg
 from pyspark_ledger.cli.output import print_json, print_record, print_table
+from pyspark_ledger.cli.tls_args import client_config
 
 DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, without importing the client here
 
@@ -66,7 +67,7 @@ def _summary(info) -> dict:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
         rows = [_summary(streams.open_stream(name)) for name in streams.list_streams()]
     if args.json:
         print_json(rows)
@@ -76,7 +77,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
         info = streams.open_stream(args.name)
         logs = streams.partition_logs(args.name)
         doc = dict(_summary(info), schema=_schema_text(info))

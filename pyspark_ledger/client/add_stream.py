@@ -62,10 +62,12 @@ class AddStream:
     """One AddStream RPC on an IoLoop; thread-safe ``send``/``add``; see the module docstring."""
 
     def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall], bookie_id: str, io_loop: IoLoop, *,
-                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT) -> None:
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT,
+                 tls=None) -> None:
         if max_batch_bytes < 1 or max_inflight < 1:
             raise InvalidConfigurationError("max_batch_bytes and max_inflight must be positive")
         self.bookie_id = bookie_id
+        self._tls = tls  # the client's ClientTls, to explain a failed handshake
         self._io = io_loop
         self._max_batch_bytes = max_batch_bytes
         self._max_inflight = max_inflight
@@ -257,7 +259,7 @@ class AddStream:
                     return None
                 self._deliver(response.results)
         except grpc.RpcError as exc:
-            return translate_rpc_error(exc, self.bookie_id, "add stream")
+            return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
         finally:
             self._answers_ended = True
             self._wakeup.set()  # the writer stops too

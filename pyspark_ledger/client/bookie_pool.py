@@ -4,7 +4,10 @@ A bookie's id is its ``host:port`` unless it was started with an explicit id;
 then its address comes from its registration info (``host`` / ``port``).
 Addresses are cached once seen, so a bookie that died and whose
 registration expired can still be asked (and answer "unavailable") for the
-entries of old fragments. A broken add stream is replaced by a new one on
+entries of old fragments. With TLS settings (``tls``, a ``ClientTls``) every channel is a TLS one; a
+bookie whose registration says it speaks otherwise ("tls"/"mtls"/plaintext) is refused before dialing,
+with a BookieUnavailableError that says which setting to change (``tls_errors.mismatch``), and
+``refused()`` lists those bookies with the reason. A broken add stream is replaced by a new one on
 the next add. Every call runs on the process's shared ``IoLoop``, which
 ``close()`` releases after closing every stream and channel.
 """
@@ -15,6 +18,7 @@ import threading
 from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
+from pyspark_ledger.client.tls_errors import mismatch
 from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, MetadataError
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
 
@@ -23,7 +27,10 @@ class BookiePool:
     """Channels and add streams to the bookies of one client."""
 
     def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
-                 max_inflight: int = 10_000) -> None:
+                 max_inflight: int = 10_000, tls=None) -> None:
+        self._tls = tls if tls is not None and tls.enabled else None
+        # read (and checked) once: a bad file fails here, naming its setting
+        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
         self._store = store
         self._timeout = timeout
         self._max_batch_bytes = max_batch_bytes
@@ -32,6 +39,7 @@ class BookiePool:
         self._clients: dict[str, BookieClient] = {}
         self._streams: dict[str, AddStream] = {}
         self._addresses: dict[str, str] = {}
+        self._modes: dict[str, object] = {}  # bookie -> the TLS mode its registration gave
         self._closed = False
         self._io = acquire_io_loop()
 
@@ -46,7 +54,15 @@ class BookiePool:
         with self._lock:
             for bookie_id, registration in registered.items():
                 self._addresses[bookie_id] = _address_of(registration)
+                self._modes[bookie_id] = _tls_mode(registration)
         return sorted(registered)
+
+    def refused(self) -> dict[str, str]:
+        """Registered bookies this client cannot talk to because of TLS settings: id -> why."""
+        with self._lock:
+            modes = dict(self._modes)
+        refused = {bookie: mismatch(bookie, mode, self._tls) for bookie, mode in modes.items()}
+        return {bookie: why for bookie, why in sorted(refused.items()) if why is not None}
 
     def client(self, bookie_id: str) -> BookieClient:
         """The (cached) client of ``bookie_id``; BookieUnavailableError if it cannot be located."""
@@ -57,11 +73,16 @@ class BookiePool:
                 return client
         address = self._address(bookie_id)
         with self._lock:
+            why = mismatch(bookie_id, self._modes.get(bookie_id), self._tls)
+        if why is not None:
+            raise BookieUnavailableError(why, bookie_id=bookie_id, status="UNAVAILABLE")
+        with self._lock:
             self._check_open(bookie_id)
             client = self._clients.get(bookie_id)
             if client is None:
                 client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout,
-                                                                 io_loop=self._io)
+                                                                 io_loop=self._io, tls=self._tls,
+                                                                 credentials=self._credentials)
             return client
 
     def stream(self, bookie_id: str) -> AddStream:
@@ -117,6 +138,8 @@ class BookiePool:
                                          status="UNAVAILABLE") from exc
         if bookie_id in registered:
             address = _address_of(registered[bookie_id])
+            with self._lock:
+                self._modes[bookie_id] = _tls_mode(registered[bookie_id])
         else:
             try:
                 parse_address(bookie_id)
@@ -137,3 +160,8 @@ def _address_of(registration: BookieRegistration) -> str:
     if host and isinstance(port, int):
         return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
     return registration.bookie_id
+
+
+def _tls_mode(registration: BookieRegistration) -> object:
+    """What the registration says of the bookie's TLS ("tls", "mtls", "" = plaintext; None if it does not say)."""
+    return (registration.info or {}).get("tls")

@@ -9,6 +9,10 @@ outcome). The ``*_async`` forms return a ``concurrent.futures.Future`` that
 fails with those errors instead; they hold no thread while waiting and their
 callbacks run on the loop thread (keep them short).
 
+With ``tls`` (a ``security.tls.ClientTls`` that is enabled) the channel is a TLS one (its credentials
+are read from the files once, when the client is made; a bad file raises InvalidConfigurationError naming
+the setting), and a failed handshake is reported as such, naming the settings to check.
+
 Every call runs on one grpc.aio channel driven by an ``IoLoop``: the one
 passed in, or the process's shared one, acquired at the first call and
 released in ``close()``. The blocking forms wait for the
@@ -113,12 +117,17 @@ class BookieClient:
     """One channel to one bookie; thread-safe; ``close()`` ends streams and the channel."""
 
     def __init__(self, bookie_id_or_address: str, *, address: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None, tls=None,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
         self.bookie_id = str(bookie_id_or_address)
         target = address if address is not None else self.bookie_id
         host, port = parse_address(target)
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.timeout = timeout
+        self.tls = tls if tls is not None and tls.enabled else None
+        if self.tls is not None and credentials is None:
+            credentials = self.tls.channel_credentials()
+        self._credentials = credentials if self.tls is not None else None
         self._io = io_loop
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
@@ -135,7 +144,7 @@ class BookieClient:
         with self._lock:
             io_loop = self._loop_locked()
             stream = AddStream(self._open_add_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
-                               max_inflight=max_inflight)
+                               max_inflight=max_inflight, tls=self.tls)
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
             self._streams.add(stream)
             return stream
@@ -153,7 +162,10 @@ class BookieClient:
             raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
                                          status="CLOSED")
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            if self._credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=CHANNEL_OPTIONS)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
             self._stub = pb_grpc.BookieStub(self._channel)
         return self._channel
 
@@ -266,7 +278,7 @@ class BookieClient:
             response = await getattr(self._stub, method)(request, timeout=self.timeout if timeout is None
                                                          else timeout)
         except grpc.RpcError as exc:
-            raise translate_rpc_error(exc, self.bookie_id, what) from exc
+            raise translate_rpc_error(exc, self.bookie_id, what, self.tls) from exc
         except asyncio.CancelledError:
             raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} was cancelled (the client closed)",
                                          bookie_id=self.bookie_id, status="CANCELLED") from None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
 from pyspark_ledger.protocol.quarantine import ChangeBackoff, QuarantineRule
+from pyspark_ledger.security.tls import ClientTls
 
 MiB = 1024 * 1024
 
@@ -83,6 +84,11 @@ class ClientConfig:
     #: it). A client holding it is an administrator: it opens any ledger's sealed password to
     #: re-replicate, recover or delete it. None (the default): only the passwords it is given.
     repair_key_file: str | None = None
+    #: TLS to the bookies (``security.tls.ClientTls``: the CA to trust, and a client certificate and key
+    #: for mutual TLS). The default comes from the environment (``LEDGER_TLS_CA``, ``LEDGER_TLS_CERT``,
+    #: ``LEDGER_TLS_KEY``; none set = plaintext), so every process of a deployment picks it up; an explicit
+    #: value wins (``None`` or ``ClientTls()`` = plaintext). The files are read when a LedgerClient is made.
+    tls: ClientTls | None = field(default_factory=ClientTls.from_env)
 
     def __post_init__(self) -> None:
         for name in ("add_timeout_s", "read_timeout_s", "close_timeout_s", "recovery_timeout_s",
@@ -117,6 +123,9 @@ class ClientConfig:
                                                  or not self.repair_key_file):
             raise InvalidConfigurationError(
                 f"repair_key_file must be the path of the repair key file or None, got {self.repair_key_file!r}")
+        if self.tls is not None and not isinstance(self.tls, ClientTls):
+            raise InvalidConfigurationError(f"tls must be a pyspark_ledger.security.tls.ClientTls or None, "
+                                            f"got {self.tls!r}")
         if not isinstance(self.delay_ensemble_change, bool):
             raise InvalidConfigurationError(
                 f"delay_ensemble_change must be True or False, got {self.delay_ensemble_change!r}")

@@ -7,7 +7,8 @@ of bookies that failed it: placement prefers bookies outside it, and takes
 quarantined ones back only when nothing else is left
 (``protocol.quarantine.exclusion_rounds``). When too few bookies remain the
 NotEnoughBookiesError names the bookies that are unreachable or quarantined,
-and why. Owned and closed by ``LedgerClient``.
+and why. Bookies whose TLS mode this client's settings cannot meet (``transport.refused()``) are never
+placed, and the error names the setting to change. Owned and closed by ``LedgerClient``.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class ClientContext:
     def choose_ensemble(self, size: int, exclude: Iterable[str] = ()) -> tuple[str, ...]:
         """``size`` bookies outside ``exclude``, outside the quarantine while enough others are left."""
         available = self.writable_bookies()
-        rounds = exclusion_rounds(exclude, (), self.quarantine.current())
+        rounds = exclusion_rounds({*exclude, *self.refused()}, (), self.quarantine.current())
         for attempt, excluded in enumerate(rounds):
             try:
                 with self._rng_lock:
@@ -67,7 +68,7 @@ class ClientContext:
         """A distinct replacement for each index, outside the ensemble and ``exclude`` (placement seam)."""
         available = self.writable_bookies()
         current = list(ensemble)
-        excluded = set(exclude)
+        excluded = set(exclude) | set(self.refused())
         chosen: dict[int, str] = {}
         try:
             with self._rng_lock:
@@ -80,11 +81,16 @@ class ClientContext:
             raise self.explained(exc, excluded | set(ensemble)) from None
         return chosen
 
+    def refused(self) -> dict[str, str]:
+        """Registered bookies this client's TLS settings cannot talk to (never placed): id -> why."""
+        return getattr(self.transport, "refused", dict)()
+
     def explained(self, error: NotEnoughBookiesError, excluded: Iterable[str]) -> NotEnoughBookiesError:
         """``error`` with, for each excluded bookie this client saw fail, why (unreachable, quarantined)."""
         unreachable = getattr(self.transport, "unreachable", dict)()
         why = {**self.quarantine.reasons(), **unreachable}
-        named = [f"{bookie}: {why[bookie]}" for bookie in sorted(set(excluded)) if bookie in why]
+        named = [why[bookie] if why[bookie].startswith(f"bookie {bookie} ") else f"{bookie}: {why[bookie]}"
+                 for bookie in sorted(set(excluded)) if bookie in why]
         if not named:
             return error
         return NotEnoughBookiesError(f"{error}. Bookies that failed this client: {'; '.join(named)}")

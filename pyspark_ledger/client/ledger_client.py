@@ -55,8 +55,13 @@ class LedgerClient:
                 store.close()
             raise
         if transport is None:
-            transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
-                                      max_batch_bytes=config.max_batch_bytes)
+            try:
+                transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
+                                          max_batch_bytes=config.max_batch_bytes, tls=config.tls)
+            except BaseException:  # e.g. a TLS file that cannot be used
+                if self._owns_store:
+                    store.close()
+                raise
         self._ctx = ClientContext(store=store, transport=transport, config=config,
                                   rng=random.Random(config.placement_seed))
         self._lock = threading.Lock()

@@ -10,6 +10,7 @@ import enum
 
 import grpc
 
+from pyspark_ledger.client.tls_errors import handshake_failure
 from pyspark_ledger.errors import BookieError, BookieUnavailableError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
@@ -39,10 +40,17 @@ def as_status(number: int) -> BookieStatus:
     return _STATUSES.get(number, BookieStatus.STATUS_UNSPECIFIED)
 
 
-def translate_rpc_error(exc: grpc.RpcError, bookie_id: str, what: str) -> BookieError:
-    """The BookieError for a failed RPC; ``what`` names the operation (e.g. 'read of ledger 4')."""
+def translate_rpc_error(exc: grpc.RpcError, bookie_id: str, what: str, tls=None) -> BookieError:
+    """The BookieError for a failed RPC; ``what`` names the operation (e.g. 'read of ledger 4').
+
+    ``tls`` (the client's ``ClientTls``, if any) lets a failed TLS handshake be explained as one."""
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        explained = handshake_failure(bookie_id, tls, details)
+        if explained is not None:
+            return BookieUnavailableError(f"{what} on bookie {bookie_id} failed: {explained}", bookie_id=bookie_id,
+                                          status="UNAVAILABLE")
     if code in _UNAVAILABLE:
         return BookieUnavailableError(f"{what} on bookie {bookie_id} failed: {_UNAVAILABLE[code].lower()}"
                                       f" ({details})", bookie_id=bookie_id, status=_UNAVAILABLE[code])

@@ -81,8 +81,9 @@ class GrpcTransport:
     """
 
     def __init__(self, store: MetadataStore, *, io_threads: int = 16, timeout: float = 10.0,
-                 max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000) -> None:
-        self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight)
+                 max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000, tls=None) -> None:
+        self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight,
+                                tls=tls)
         self._outbox = AddOutbox(self._pool.io_loop, self._send_now)
         self._health = Reachability()
 
@@ -142,9 +143,14 @@ class GrpcTransport:
     def bookies(self, include_read_only: bool = True) -> list[str]:
         return self._pool.bookies(include_read_only)
 
+    def refused(self) -> dict[str, str]:
+        """Registered bookies this client's TLS settings cannot talk to: id -> which setting to change."""
+        return self._pool.refused()
+
     def unreachable(self) -> dict[str, str]:
-        """Bookies whose last read, LAC call or single add failed as unreachable: id -> why, and how long ago."""
-        return self._health.unreachable()
+        """Bookies whose last read, LAC call or single add failed as unreachable: id -> why, and how long ago;
+        and the registered bookies this client's TLS settings cannot talk to: id -> which setting to change."""
+        return {**self._health.unreachable(), **self._pool.refused()}
 
     def close(self) -> None:
         """Close every add stream and channel (calls in flight fail as cancelled) and join the loop thread."""

@@ -18,6 +18,10 @@ starting anything, naming the port and the process holding it.
 ``bookies=None`` means "as many as the data dir remembers, else 3"; a larger
 number adds bookies, a smaller one is refused (their ledgers would lose
 replicas). ``zookeeper=None`` likewise follows the data dir (default SQLite).
+``tls=True`` makes a throwaway CA and certificates in ``<data dir>/tls`` (kept with a kept data dir, so
+the same files serve later starts) and starts every bookie with mutual TLS; ``tls_files`` names the files,
+``client_tls`` / ``client_config()`` / ``tls_env`` are what clients need to reach it. The data dir is
+created mode 0700.
 ``announce`` receives one line per bookie as it comes up; other keyword
 arguments are bookie-server flags (``checkpoint_interval=0`` ...).
 Every process started is stopped by ``stop()`` (SIGTERM to the bookies so
@@ -41,10 +45,13 @@ from pyspark_ledger.sandbox.metadata_service import (SandboxMetadata, check_path
                                                      zookeeper_unavailable_reason)
 from pyspark_ledger.sandbox.ports import describe_holder, port_is_free
 from pyspark_ledger.sandbox.repair import ensure_repair_key
+from pyspark_ledger.security.certs import TlsFiles, write_tls_files
+from pyspark_ledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, ClientTls
 from pyspark_ledger.testing.bookies import BookieProcess, free_port
 
 DEFAULT_BOOKIES = 3
 DEFAULT_LEASE_SECONDS = 3.0
+TLS_DIR = "tls"
 _OWN_FILES = {LOCK_FILE}
 
 
@@ -53,7 +60,11 @@ class Sandbox:
 
     def __init__(self, bookies: int | None = None, data_dir: str | Path | None = None,
                  zookeeper: bool | None = None, *, announce: Callable[[str], Any] | None = None,
-                 lease_seconds: float = DEFAULT_LEASE_SECONDS, **bookie_flags: Any) -> None:
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, tls: bool = False, **bookie_flags: Any) -> None:
+        if not isinstance(tls, bool):
+            raise InvalidConfigurationError(f"tls must be True or False, got {tls!r}")
+        self._tls = tls
+        self.tls_files: TlsFiles | None = None  # made (or found) by start() when tls=True
         self._requested_bookies = _check_bookie_count(bookies)
         self._requested_zookeeper = zookeeper
         missing = zookeeper_unavailable_reason() if zookeeper else None
@@ -94,6 +105,28 @@ class Sandbox:
         return self._started_metadata().zookeeper
 
     @property
+    def client_tls(self) -> ClientTls | None:
+        """What a client needs to reach this sandbox's bookies (None: plaintext)."""
+        files = self.tls_files
+        if files is None:
+            return None
+        return ClientTls(str(files.ca), str(files.client_cert), str(files.client_key))
+
+    def client_config(self, **overrides: Any):
+        """A ``ClientConfig`` for this sandbox: its TLS settings (explicitly none without TLS)."""
+        from pyspark_ledger.client.config import ClientConfig
+
+        return ClientConfig(**{"tls": self.client_tls, **overrides})
+
+    @property
+    def tls_env(self) -> dict[str, str]:
+        """The ``LEDGER_TLS_*`` variables that point the CLI, Spark and LedgerClient at this sandbox's TLS."""
+        files = self.tls_files
+        if files is None:
+            return {}
+        return {ENV_CA: str(files.ca), ENV_CERT: str(files.client_cert), ENV_KEY: str(files.client_key)}
+
+    @property
     def bookie_ids(self) -> list[str]:
         return [bookie.bookie_id for bookie in self.bookies]
 
@@ -106,6 +139,7 @@ class Sandbox:
             self._prepare_dir()
             self._lock = DataDirLock(self.data_dir).acquire()
             self._layout = self._resolve_layout(load_layout(self.data_dir))
+            self.tls_files = self._tls_files() if self._tls else None
             self._metadata = SandboxMetadata(self.data_dir, self._layout.zookeeper_port, self._lease_seconds)
             self._check_ports()
             save_layout(self.data_dir, self._layout, self._metadata.public_uri)
@@ -197,7 +231,7 @@ class Sandbox:
         if self.data_dir.exists() and not self.data_dir.is_dir():
             raise DataDirectoryError(f"data dir {self.data_dir} exists but is not a directory")
         try:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise DataDirectoryError(f"cannot create data dir {self.data_dir}: {exc}") from exc
         if load_layout(self.data_dir) is None and any(p.name not in _OWN_FILES for p in self.data_dir.iterdir()):
@@ -248,8 +282,25 @@ class Sandbox:
                 "is its host:port and its ledgers name it by that id", bookie_id=slot.bookie_id,
                 status="PORT_IN_USE")
 
+    def _tls_files(self) -> TlsFiles:
+        """The sandbox's CA and certificates: those of an earlier start, else new ones."""
+        directory = self.data_dir / TLS_DIR
+        files = TlsFiles(directory, directory / "ca.pem", directory / "bookie.pem", directory / "bookie-key.pem",
+                         directory / "client.pem", directory / "client-key.pem")
+        present = [path.is_file() for path in (files.ca, files.bookie_cert, files.bookie_key, files.client_cert,
+                                               files.client_key)]
+        if all(present):
+            return files
+        if any(present):
+            raise DataDirectoryError(f"{directory} holds only some of the sandbox's TLS files: remove it to make "
+                                     "new ones (clients then need the new LEDGER_TLS_* files)")
+        return write_tls_files(directory)
+
     def _bookie_process(self, slot: BookieSlot) -> BookieProcess:
         flags = {"exit_with_parent": True, **self._bookie_flags}  # a killed owner leaves no bookie behind
+        if self.tls_files is not None:  # mutual TLS
+            flags.update(tls_cert=self.tls_files.bookie_cert, tls_key=self.tls_files.bookie_key,
+                         tls_client_ca=self.tls_files.ca)
         return BookieProcess(self.data_dir / slot.data_dir, self._metadata.bookie_uri, slot.port, **flags)
 
     def _start(self, index: int) -> BookieProcess:

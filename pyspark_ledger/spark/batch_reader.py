@@ -83,7 +83,7 @@ class LedgerBatchReader(DataSourceReader):
 def stream_logs(options: ReadOptions) -> dict[int, PartitionLog]:
     """What each partition's log holds now (open ledgers are asked for their LAC with the password)."""
     try:
-        return stream_client(options.metadata_service_uri, options.password_bytes).partition_logs(options.stream)
+        return stream_client(options.metadata_service_uri, options.password_bytes, options.tls).partition_logs(options.stream)
     except UnauthorizedError as exc:
         raise _wrong_password(options, exc) from exc
 
@@ -92,7 +92,7 @@ def check_password(options: ReadOptions, ranges: list[ReadRange]) -> None:
     """Fail on the driver, not in every task, if the password does not open the first ledger to read."""
     if not ranges:
         return
-    client = ledger_client(options.metadata_service_uri, options.password_bytes)
+    client = ledger_client(options.metadata_service_uri, options.password_bytes, options.tls)
     try:
         verify_password(options.password_bytes, client.ledger_metadata(ranges[0].ledger_id).password_check)
     except UnauthorizedError as exc:
@@ -170,7 +170,7 @@ def read_partition(options: ReadOptions, arrow_schema: pa.Schema,
 
 def read_range(options: ReadOptions, arrow_schema: pa.Schema, read: ReadRange) -> Iterator[pa.RecordBatch]:
     """The record batches of the range's entries, each conformed to ``arrow_schema`` (Spark's)."""
-    client = ledger_client(options.metadata_service_uri, options.password_bytes)
+    client = ledger_client(options.metadata_service_uri, options.password_bytes, options.tls)
     try:
         reader = client.open_ledger(read.ledger_id, options.password_bytes, recovery=False)
     except NoSuchLedgerError as exc:

@@ -6,8 +6,11 @@ processes). Opening a metadata store and a gRPC client per task or per input
 partition would cost connections and threads each time, so this module keeps,
 per process:
 
-* one ``LedgerClient`` (and the metadata store it owns) per metadata URI, and
-* one ``StreamClient`` per (URI, password) built over that shared client.
+* one ``LedgerClient`` (and the metadata store it owns) per metadata URI and TLS setting, and
+* one ``StreamClient`` per (URI, TLS setting, password) built over that shared client.
+
+The TLS setting is the query's ``tlsCa``/``tlsCert``/``tlsKey`` options (a ``ClientTls``), or ``None``:
+then the client takes ``LEDGER_TLS_*`` from this process's environment (``ClientConfig``'s default).
 
 The clients use the replication client's defaults except for speculative
 reads (``executor_config``): tasks read whole entry ranges, megabytes per
@@ -64,11 +67,11 @@ REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
 _lock = threading.Lock()
 _frozen_pid: int | None = None
 _owner_pid = os.getpid()
-_ledger_clients: dict[str, tuple["MetadataStore", "LedgerClient"]] = {}
-_stream_clients: dict[tuple[str, bytes], "StreamClient"] = {}
+_ledger_clients: dict[tuple, tuple["MetadataStore", "LedgerClient"]] = {}
+_stream_clients: dict[tuple, "StreamClient"] = {}
 
 
-def ledger_client(uri: str, password: bytes | str = b"") -> "LedgerClient":
+def ledger_client(uri: str, password: bytes | str = b"", tls=None) -> "LedgerClient":
     """This process's replication client for the metadata service ``uri``.
 
     ``password`` is accepted for symmetry with ``stream_client`` (ledger
@@ -77,29 +80,31 @@ def ledger_client(uri: str, password: bytes | str = b"") -> "LedgerClient":
     _check_password(password)
     with _lock:
         _forget_if_forked()
-        return _ledger_client_locked(_check_uri(uri))[1]
+        return _ledger_client_locked((_check_uri(uri), tls))[1]
 
 
-def stream_client(uri: str, password: bytes | str = b"") -> "StreamClient":
-    """This process's ``StreamClient`` for ``uri`` whose ledgers use ``password``."""
-    key = (_check_uri(uri), _check_password(password))
+def stream_client(uri: str, password: bytes | str = b"", tls=None) -> "StreamClient":
+    """This process's ``StreamClient`` for ``uri`` (reached with ``tls``) whose ledgers use ``password``."""
+    key = (_check_uri(uri), tls, _check_password(password))
     with _lock:
         _forget_if_forked()
         cached = _stream_clients.get(key)
         if cached is None:
             from pyspark_ledger.log.stream_client import StreamClient
-            store, client = _ledger_client_locked(key[0])
-            cached = StreamClient(store, password=key[1], client=client)
+            store, client = _ledger_client_locked(key[:2])
+            cached = StreamClient(store, password=key[2], client=client)
             _stream_clients[key] = cached
         return cached
 
 
-def executor_config():
-    """The ``ClientConfig`` of the cached clients: the defaults, with range-read-sized speculation."""
+def executor_config(tls=None):
+    """The ``ClientConfig`` of the cached clients: the defaults, with range-read-sized speculation, and
+    ``tls`` if given (else the environment's)."""
     from dataclasses import replace
 
     from pyspark_ledger.client.config import ClientConfig
-    return replace(ClientConfig(), speculative_read_delay_s=SPECULATIVE_READ_DELAY_S)
+    config = replace(ClientConfig(), speculative_read_delay_s=SPECULATIVE_READ_DELAY_S)
+    return config if tls is None else replace(config, tls=tls)
 
 
 def cached_clients() -> int:
@@ -116,8 +121,10 @@ def close_all(uri: str | None = None) -> None:
     """
     with _lock:
         _forget_if_forked()
-        uris = list(_ledger_clients) if uri is None else [_check_uri(uri)]
-        clients = [_ledger_clients.pop(known) for known in uris if known in _ledger_clients]
+        wanted = None if uri is None else _check_uri(uri)
+        keys = [key for key in _ledger_clients if wanted is None or key[0] == wanted]
+        uris = {key[0] for key in keys}
+        clients = [_ledger_clients.pop(key) for key in keys]
         for key in [key for key in _stream_clients if key[0] in uris]:
             del _stream_clients[key]
     for store, client in clients:
@@ -128,18 +135,20 @@ def close_all(uri: str | None = None) -> None:
                 log.warning("closing a cached client of %s failed", store.uri, exc_info=True)
 
 
-def _ledger_client_locked(uri: str) -> tuple["MetadataStore", "LedgerClient"]:
-    cached = _ledger_clients.get(uri)
+def _ledger_client_locked(key: tuple) -> tuple["MetadataStore", "LedgerClient"]:
+    """The cached client of ``key`` = (uri, tls), made on first use."""
+    uri, tls = key
+    cached = _ledger_clients.get(key)
     if cached is None:
         from pyspark_ledger.client.ledger_client import LedgerClient
         from pyspark_ledger.metadata import open_metadata_store
         store = open_metadata_store(uri)
         try:
-            cached = (store, LedgerClient(store, executor_config()))
+            cached = (store, LedgerClient(store, executor_config(tls)))
         except BaseException:
             store.close()
             raise
-        _ledger_clients[uri] = cached
+        _ledger_clients[key] = cached
         _freeze_in_reused_worker()
     return cached
 

@@ -25,6 +25,9 @@ ackQuorum                              yes       yes       2
 digest                                 yes       yes       crc32c (or hmac-sha256)
 rowsPerEntry                           yes       yes       10000
 writerId                                         yes       from checkpointLocation
+tlsCa                yes      yes      yes       yes       $LEDGER_TLS_CA on each process
+tlsCert              yes      yes      yes       yes       $LEDGER_TLS_CERT on each process
+tlsKey               yes      yes      yes       yes       $LEDGER_TLS_KEY on each process
 checkpointLocation   ignored  ignored  ignored   yes       (Spark's own option)
 ==================== ======== ======== ========= ========= =========================
 
@@ -41,6 +44,13 @@ same writer (its replayed batches change nothing) and a query with a new
 checkpoint is a new one. ``writerId`` names the writer explicitly instead (1-200
 printable characters; give each query its own, and keep it across restarts).
 A streaming write needs one of the two; other modes ignore ``checkpointLocation``.
+
+``tlsCa`` (the CA that signed the bookies' certificates), ``tlsCert`` and ``tlsKey`` (a client certificate
+and key, for bookies that require one) connect to the bookies with TLS. Given any of them, they are the
+whole TLS setting of the query (``ReadOptions.tls`` / ``WriteOptions.tls``, a ``ClientTls``), and their
+files are read on the driver at planning: a missing, unreadable or wrong file fails there, naming the
+option. The paths must be readable at the same place on every executor. Without them, every process
+takes ``LEDGER_TLS_*`` from its own environment (``spark.executorEnv.LEDGER_TLS_CA`` ...).
 """
 from __future__ import annotations
 
@@ -52,6 +62,7 @@ from typing import Any, Callable, Mapping
 from pyspark_ledger.entry import DIGEST_CRC32C, check_digest_type
 from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.metadata.uri import ACCEPTED_FORMS, parse_metadata_uri
+from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.offsets import OffsetSpec, parse_ending_offsets, parse_starting_offsets
 
 BATCH_READ, STREAM_READ, BATCH_WRITE, STREAM_WRITE = ("batch read", "streaming read", "batch write",
@@ -84,6 +95,7 @@ class ReadOptions:
     max_entries_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     password: str = field(default="", repr=False)
+    tls: ClientTls | None = None  # the tlsCa/tlsCert/tlsKey options; None: each process's LEDGER_TLS_*
 
     @property
     def password_bytes(self) -> bytes:
@@ -106,6 +118,7 @@ class WriteOptions:
     password: str = field(default="", repr=False)
     writer_id: str | None = None  # streaming: the writerId option, if given
     checkpoint_location: str | None = None  # streaming: Spark's checkpointLocation, if given
+    tls: ClientTls | None = None  # the tlsCa/tlsCert/tlsKey options; None: each process's LEDGER_TLS_*
 
     @property
     def password_bytes(self) -> bytes:
@@ -212,6 +225,9 @@ _OPTIONS = {option.name.lower(): option for option in (
     _Option("writerId", frozenset({STREAM_WRITE}), _writer_id,
             "a batch write is committed once, under an id of its own"),
     _Option("checkpointLocation", ALL_MODES, _location),
+    _Option("tlsCa", ALL_MODES, _location),
+    _Option("tlsCert", ALL_MODES, _location),
+    _Option("tlsKey", ALL_MODES, _location),
 )}
 KNOWN_OPTIONS = tuple(option.name for option in _OPTIONS.values())
 
@@ -232,7 +248,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
         include_metadata=values.get("includemetadata", False),
         max_entries_per_trigger=values.get("maxentriespertrigger"),
         max_bytes_per_trigger=values.get("maxbytespertrigger"),
-        password=values.get("password", ""))
+        password=values.get("password", ""), tls=_tls(values))
 
 
 def parse_write_options(options: Mapping[str, Any], *, streaming: bool = False) -> WriteOptions:
@@ -246,7 +262,7 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool = False) 
         digest=values.get("digest", DIGEST_CRC32C),
         rows_per_entry=values.get("rowsperentry", DEFAULT_ROWS_PER_ENTRY),
         password=values.get("password", ""), writer_id=values.get("writerid"),
-        checkpoint_location=values.get("checkpointlocation") if streaming else None)
+        checkpoint_location=values.get("checkpointlocation") if streaming else None, tls=_tls(values))
 
 
 # --- steps ----------------------------------------------------------------------------
@@ -314,6 +330,17 @@ def _missing(name: str, mode: str) -> InvalidConfigurationError:
     examples = {"metadataServiceUri": f"one of {ACCEPTED_FORMS}",
                 "stream": "the stream name, e.g. .option('stream', 'orders') or load('orders')"}
     return InvalidConfigurationError(f"option {name} is required for a {mode}: give {examples[name]}")
+
+
+def _tls(values: Mapping[str, Any]) -> ClientTls | None:
+    """The TLS options as a ClientTls whose files were read and checked (errors name the option); None if
+    none is given."""
+    ca, cert, key = values.get("tlsca"), values.get("tlscert"), values.get("tlskey")
+    if ca is None and cert is None and key is None:
+        return None
+    tls = ClientTls(ca, cert, key, names=("tlsCa", "tlsCert", "tlsKey"))
+    tls.channel_credentials()  # reads every file now, on the driver
+    return tls
 
 
 def _quorums(values: Mapping[str, Any]) -> tuple[int, int, int]:

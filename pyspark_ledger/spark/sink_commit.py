@@ -42,7 +42,7 @@ def commit_write(plan: SinkPlan, messages: Sequence[LedgerCommitMessage | None],
                  batch_id: int, *, remember_writer: bool = True) -> CommitResult:
     """Commit a write (or one micro-batch of it) exactly once; see the module docstring."""
     done = finished(messages)
-    streams = stream_client(plan.uri, plan.password)
+    streams = stream_client(plan.uri, plan.password, plan.tls)
     info = _target_stream(streams, plan, len(messages))
     ledgers = group_ledgers(done, info.partitions)
     if plan.overwrite:
@@ -63,7 +63,7 @@ def abort_write(plan: SinkPlan, messages: Sequence[LedgerCommitMessage | None]) 
     ids = ledger_ids(finished(messages))
     if not ids:
         return set()
-    streams = stream_client(plan.uri, plan.password)
+    streams = stream_client(plan.uri, plan.password, plan.tls)
     try:
         return streams.abort_ledgers(plan.stream, ids)
     except NoSuchKeyError:  # the stream was never created: no log can hold the ledgers

@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.log.stream_store import read_stream
+from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.arrow_codec import DEFAULT_MAX_ENTRY_BYTES
 from pyspark_ledger.spark.executor import stream_client
 from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY, WriteOptions
@@ -47,6 +48,7 @@ class SinkPlan:
     rows_per_entry: int = DEFAULT_ROWS_PER_ENTRY
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     password: bytes = field(default=b"", repr=False)
+    tls: ClientTls | None = None  # the write's TLS options (None: each process's LEDGER_TLS_*)
 
     def partition_of(self, task_partition: int) -> int:
         """The stream partition task ``task_partition`` writes (see the module docstring)."""
@@ -56,7 +58,7 @@ class SinkPlan:
 def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPlan:
     """Check the write against the stream (if any) and fix what tasks and commit need."""
     incoming = stored_schema(spark_to_arrow_schema(spark_schema))
-    streams = stream_client(options.metadata_service_uri, options.password_bytes)
+    streams = stream_client(options.metadata_service_uri, options.password_bytes, options.tls)
     try:
         info = streams.open_stream(options.stream)
     except NoSuchKeyError:
@@ -64,14 +66,16 @@ def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPl
     schema = target_schema(streams, options.stream, info.arrow_schema(), incoming)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=schema,
                     replication=info.replication, partition_count=info.partitions, exists=True,
-                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes)
+                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes,
+                    tls=options.tls)
 
 
 def _new_stream_plan(options: WriteOptions, incoming: pa.Schema, overwrite: bool) -> SinkPlan:
     replication = Replication(options.ensemble_size, options.write_quorum, options.ack_quorum, options.digest)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=incoming,
                     replication=replication, partition_count=options.partitions, exists=False,
-                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes)
+                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes,
+                    tls=options.tls)
 
 
 def target_schema(streams, stream: str, stored: pa.Schema | None, incoming: pa.Schema) -> pa.Schema:

@@ -92,7 +92,7 @@ class _TaskLedger:
 
     def append(self, batch: pa.RecordBatch) -> None:
         if self._pipeline is None:
-            client = ledger_client(self._plan.uri, self._plan.password)
+            client = ledger_client(self._plan.uri, self._plan.password, self._plan.tls)
             self._writer = create_stream_ledger(client, self._plan.replication, self._plan.password,
                                                 self._plan.stream, self.partition)
             self._pipeline = _Pipeline(self._writer, MAX_INFLIGHT_BYTES)
@@ -121,7 +121,7 @@ class _TaskLedger:
         except LedgerError:
             log.debug("closing ledger %d of a failed task failed", ledger_id, exc_info=True)
         try:
-            ledger_client(self._plan.uri, self._plan.password).delete_ledger(ledger_id, self._plan.password)
+            ledger_client(self._plan.uri, self._plan.password, self._plan.tls).delete_ledger(ledger_id, self._plan.password)
         except NoSuchLedgerError:
             pass
         except LedgerError:

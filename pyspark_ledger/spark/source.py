@@ -82,7 +82,7 @@ def stream_read_schema(options: ReadOptions):
     """The Spark StructType a read of the stream produces; clear errors if there is none."""
     from pyspark_ledger.spark.schema import read_spark_schema
 
-    client = stream_client(options.metadata_service_uri, options.password_bytes)
+    client = stream_client(options.metadata_service_uri, options.password_bytes, options.tls)
     try:
         info = client.open_stream(options.stream)
     except NoSuchKeyError as exc:

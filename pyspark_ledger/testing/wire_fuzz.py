@@ -282,11 +282,15 @@ def _identity(data: bytes) -> bytes:
 
 
 class RawBookie:
-    """A gRPC channel to one bookie that sends and receives raw bytes on every Bookie method."""
+    """A gRPC channel to one bookie that sends and receives raw bytes on every Bookie method.
 
-    def __init__(self, address: str) -> None:
+    ``credentials`` (``grpc.ChannelCredentials``, e.g. ``ClientTls(...).channel_credentials()``) makes it a
+    TLS channel, for bookies started with ``--tls-cert``; without them it is plaintext."""
+
+    def __init__(self, address: str, credentials: grpc.ChannelCredentials | None = None) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = (grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS) if credentials is not None
+                        else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
         self._unary: dict[str, Callable] = {
             name: self.channel.unary_unary(f"/{SERVICE}/{name}", request_serializer=_identity,
                                            response_deserializer=_identity) for name in UNARY_METHODS}

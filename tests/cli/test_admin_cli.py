@@ -84,8 +84,8 @@ def test_bookies_lists_registrations(store_uri):
         rows = json.loads(run_ledger("--metadata", store_uri, "--json", "bookies").stdout)
         registration.close()
     assert rows == [
-        {"bookie_id": "127.0.0.1:3181", "mode": "writable", "metrics": "http://127.0.0.1:9000/metrics"},
-        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", "metrics": ""},
+        {"bookie_id": "127.0.0.1:3181", "mode": "writable", "tls": "", "metrics": "http://127.0.0.1:9000/metrics"},
+        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", "tls": "", "metrics": ""},
     ]
 
 
