@@ -7,7 +7,8 @@ partition would cost connections and threads each time, so this module keeps,
 per process:
 
 * one ``LedgerClient`` (and the metadata store it owns) per metadata URI, and
-* one ``StreamClient`` per (URI, password) built over that shared client.
+* one ``StreamClient`` per (URI, password) built over that shared client
+  (its errors name the option password when it is not the stream's).
 
 The clients use the replication client's defaults except for speculative
 reads (``executor_config``): tasks read whole entry ranges, megabytes per
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 #: Seconds before a slow read is also sent to the entry's next replica (see the module docstring).
 SPECULATIVE_READ_DELAY_S = 2.0
 
+#: How the cached StreamClients' errors name a password that is not the stream's.
+PASSWORD_OPTION = "option password"
+
 #: Set by Spark in the environment of Python workers that serve task after task.
 REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
 
@@ -89,7 +93,7 @@ def stream_client(uri: str, password: bytes | str = b"") -> "StreamClient":
         if cached is None:
             from pyspark_ledger.log.stream_client import StreamClient
             store, client = _ledger_client_locked(key[0])
-            cached = StreamClient(store, password=key[1], client=client)
+            cached = StreamClient(store, password=key[1], client=client, password_name=PASSWORD_OPTION)
             _stream_clients[key] = cached
         return cached
 
