@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 
+PASSWORD_NAME = "--password (or $LEDGER_PASSWORD)"  # how a password the stream refuses is named
 DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, without importing the client here
 
 
@@ -16,6 +18,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     actions.add_parser("list", help="every stream with its partition count").set_defaults(handler=cmd_list)
     show = actions.add_parser("show", help="a stream's schema, replication and each partition's ledgers")
     show.add_argument("name")
+    show.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""),
+                      help="the stream's password (default: $LEDGER_PASSWORD, else empty)")
     show.set_defaults(handler=cmd_show)
     gc = actions.add_parser(
         "gc", help="delete a stream's orphan ledgers: created for it by writers that died, referenced by no log",
@@ -31,10 +35,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     gc.set_defaults(handler=cmd_gc)
 
 
-def _stream_client(store):
+def _stream_client(store, password: str = ""):
     from pyspark_ledger.log import StreamClient
 
-    return StreamClient(store)
+    return StreamClient(store, password=password.encode(), password_name=PASSWORD_NAME)
 
 
 def _schema_text(info) -> str:
@@ -69,7 +73,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with metadata_store(args) as store, _stream_client(store) as streams:
+    with metadata_store(args) as store, _stream_client(store, args.password) as streams:
         info = streams.open_stream(args.name)
         logs = streams.partition_logs(args.name)
         doc = dict(_summary(info), schema=_schema_text(info))
