@@ -17,8 +17,8 @@ retention use, for tests. ``password`` protects every ledger of the streams it w
 need the same one. A stream keeps a salted check of the password it was created with
 (``stream_password``): writers, readers and commits with another one fail with
 UnauthorizedError before any ledger is created; the error names the password as
-``password_name`` says (default: this class's parameter password). No protocol decision is made here: each method delegates
-to the module that owns it.
+``password_name`` says (default: this class's parameter password). No protocol
+decision is made here: each method delegates to the module that owns it.
 """
 from __future__ import annotations
 
