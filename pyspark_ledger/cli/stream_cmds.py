@@ -10,6 +10,7 @@ from pyspark_ledger.cli.authority_args import add_repair_key_arg
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.cli.tls_args import client_config
 
+PASSWORD_NAME = "--password (or $LEDGER_PASSWORD)"  # how a password the stream refuses is named
 DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, without importing the client here
 
 
@@ -19,6 +20,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     actions.add_parser("list", help="every stream with its partition count").set_defaults(handler=cmd_list)
     show = actions.add_parser("show", help="a stream's schema, replication and each partition's ledgers")
     show.add_argument("name")
+    show.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""),
+                      help="the stream's password (default: $LEDGER_PASSWORD, else empty)")
     show.set_defaults(handler=cmd_show)
     gc = actions.add_parser(
         "gc", help="delete a stream's orphan ledgers: created for it by writers that died, referenced by no log",
@@ -41,8 +44,9 @@ def _stream_client(store, args: argparse.Namespace | None = None):
     from pyspark_ledger.log import StreamClient
 
     if args is None:
-        return StreamClient(store)
-    return StreamClient(store, password=args.password, config=client_config(args))
+        return StreamClient(store, password_name=PASSWORD_NAME)
+    return StreamClient(store, password=getattr(args, "password", "").encode(), password_name=PASSWORD_NAME,
+                        config=client_config(args))
 
 
 def _schema_text(info) -> str:

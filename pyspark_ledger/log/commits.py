@@ -11,6 +11,8 @@ which never deletes a ledger a log holds. Within a partition, ledgers are
 read in the order they were committed. The ledgers are checked (they exist
 and are CLOSED) after each read of the record the commit compare-and-sets on,
 which makes commits safe against a concurrent orphan sweep (``orphans``).
+A commit needs the stream's password (``stream_password``), checked before
+and again on the record the compare-and-set expects.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_wr
 from pyspark_ledger.log.ledgers import STREAM_TAG, delete_ledgers
 from pyspark_ledger.log.log_metadata import StreamRecord
 from pyspark_ledger.log.log_transitions import already_committed, check_active, commit_batch
+from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,7 @@ def commit_ledgers(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
     NoSuchLedgerError for an unknown ledger.
     """
     writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
-    record = check_active(read_stream(ctx.store, stream).value)
+    record = check_active(verify_password(ctx, stream, write=True))
     checked = check_ledger_ids(ledgers, record.partition_count, stream)
     if not remember_writer and not any(checked.values()):
         return CommitResult(COMMITTED, batch_id)  # nothing to append and nothing to remember
@@ -109,6 +112,7 @@ def checked_commit(ctx: LogContext, record: StreamRecord, writer_id: str, batch_
     an orphan sweep (``orphans``) cannot delete a ledger between the check and
     the commit: it would have to change the record first.
     """
+    check_record(ctx, record)  # the stream may have been created anew, with another password
     after = commit_batch(record, writer_id, batch_id, ledgers, now_ms, remember_writer)
     if after is not None:
         check_closed(ctx, record.name, (ledger_id for ids in ledgers.values() for ledger_id in ids))

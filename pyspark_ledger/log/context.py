@@ -1,5 +1,9 @@
 """What every log-layer operation works with: the metadata store, the replication client, the password.
 
+``password_name`` is how an error names the password when it does not match
+a stream's (``stream_password``): the StreamClient parameter by default, the
+option ``password`` for the Spark data source.
+
 ``StreamClient`` builds one; the writer, reader, commit and retention modules
 take it instead of three separate arguments.
 """
@@ -12,6 +16,8 @@ from typing import Callable
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.metadata.store import MetadataStore
 
+DEFAULT_PASSWORD_NAME = "StreamClient's parameter password"
+
 
 @dataclass(frozen=True)
 class LogContext:
@@ -22,3 +28,5 @@ class LogContext:
     password: bytes = field(default=b"", repr=False)
     #: Wall-clock milliseconds (commit and retention times); tests may pin it.
     now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    #: Where the password came from, as errors name it ("option password", ...).
+    password_name: str = DEFAULT_PASSWORD_NAME

@@ -13,7 +13,7 @@ Compact JSON form (``format`` 1)::
      "replication":{"ensemble_size":3,"write_quorum":3,"ack_quorum":2,"digest":"crc32c"},
      "schema":"<base64>"|null,
      "partitions":[{"first":4,"ledgers":[[17,0],[23,1700000000500]],"truncated_end":[3,120]}],
-     "writers":[["query-1",41]], "garbage":[12]}
+     "writers":[["query-1",41]], "garbage":[12], "password_check":"sha256$<salt>$<digest>"}
 
 Each ledger of a partition is ``[ledger id, sealed_ms]``; its sequence number is
 ``first`` + its index, so sequence numbers are consecutive, start at 0 and are
@@ -21,6 +21,11 @@ never reused (truncation raises ``first``). ``sealed_ms`` is a time at which the
 ledger was known CLOSED (0: not yet known); age-based retention uses it, since
 every entry of the ledger is older than that. ``truncated_end`` is the end slot
 of the newest ledger truncated away.
+
+``password_check`` is a salted hash of the password the stream's ledgers are
+written with (``stream_password``), never the password itself. Records written
+before streams kept one have no such field: it decodes as None, "no check
+yet", and ``stream_password`` records one on first use.
 
 Size: the store refuses values over 1,000,000 bytes (ZooKeeper's znode limit).
 A ledger costs at most 36 bytes here (19-digit id and a millisecond time), so a
@@ -119,6 +124,7 @@ class StreamRecord:
     writers: tuple[tuple[str, int], ...] = ()
     garbage: tuple[int, ...] = ()
     state: str = ACTIVE
+    password_check: str | None = None  # see ``stream_password``; None: an old record, no check yet
 
     @property
     def partition_count(self) -> int:
@@ -156,6 +162,8 @@ def encode(record: StreamRecord) -> bytes:
         "writers": [[writer, batch] for writer, batch in record.writers],
         "garbage": list(record.garbage),
     }
+    if record.password_check is not None:
+        doc["password_check"] = record.password_check
     data = json.dumps(doc, separators=(",", ":")).encode()
     if len(data) > MAX_RECORD_BYTES:
         ledgers = sum(len(part.ledgers) for part in record.partitions)
@@ -178,12 +186,19 @@ def decode(data: bytes, name: str) -> StreamRecord:
             schema=None if doc["schema"] is None else base64.b64decode(doc["schema"], validate=True),
             partitions=tuple(_partition_from(item) for item in doc["partitions"]),
             writers=tuple((str(writer), int(batch)) for writer, batch in doc["writers"]),
-            garbage=tuple(int(ledger_id) for ledger_id in doc["garbage"]))
+            garbage=tuple(int(ledger_id) for ledger_id in doc["garbage"]),
+            password_check=_optional_text(doc.get("password_check")))
         if record.state not in STATES:
             raise ValueError(f"unknown stream state {record.state!r}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MetadataError(f"the record of stream {name!r} is unreadable ({len(data)} bytes): {exc!r}") from exc
     return record
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"password_check must be a string, got {type(value).__name__}")
+    return value
 
 
 def _replication_doc(replication: Replication) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Reading one partition's log in order, across ledger boundaries, from a position.
 
+A reader verifies the password against the stream's when it is made
+(``stream_password``): another one fails with UnauthorizedError.
 ``LogReader`` keeps the position of the next entry to read. ``entries()``
 yields every entry readable now, ledger after ledger: a closed ledger to its
 last entry, then on to the next one; an open ledger to its last add confirmed
@@ -27,6 +29,7 @@ from pyspark_ledger.log.log_metadata import StreamRecord
 from pyspark_ledger.log.log_transitions import check_active
 from pyspark_ledger.log.log_views import partition_log
 from pyspark_ledger.log.positions import EARLIEST, LogPosition, parse_position
+from pyspark_ledger.log.stream_password import verify_password
 from pyspark_ledger.log.stream_store import read_stream
 
 DEFAULT_POLL_INTERVAL_S = 0.1
@@ -51,7 +54,7 @@ class LogReader:
         self._ctx, self.stream, self.partition = ctx, stream, partition
         self._poll_interval_s = poll_interval_s
         self._readers: dict[int, LedgerReader] = {}
-        record = check_active(read_stream(ctx.store, stream).value)
+        record = check_active(verify_password(ctx, stream, write=False))
         check_partition(partition, record.partition_count, stream)
         self._uid = record.uid
         self._position = self._resolve(parse_position(start, what="start position"), record)

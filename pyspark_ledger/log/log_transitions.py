@@ -24,10 +24,11 @@ from pyspark_ledger.log.positions import LogPosition
 
 
 def new_stream(name: str, partitions: int, replication: Replication, schema: bytes | None, uid: str,
-               now_ms: int) -> StreamRecord:
-    """The record of a new, empty stream."""
+               now_ms: int, password_check: str | None = None) -> StreamRecord:
+    """The record of a new, empty stream (``password_check``: see ``stream_password``)."""
     return StreamRecord(name=name, uid=uid, ctime_ms=now_ms, replication=replication,
-                        partitions=tuple(PartitionRecord() for _ in range(partitions)), schema=schema)
+                        partitions=tuple(PartitionRecord() for _ in range(partitions)), schema=schema,
+                        password_check=password_check)
 
 
 def check_active(record: StreamRecord) -> StreamRecord:

@@ -21,6 +21,7 @@ from pyspark_ledger.errors import MetadataError, NoSuchLedgerError
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.ledgers import LedgerEnd, readable_end
 from pyspark_ledger.log.log_metadata import StreamRecord
+from pyspark_ledger.log.stream_password import verify_password
 from pyspark_ledger.log.stream_store import read_stream
 from pyspark_ledger.spark.planning import LedgerSpan, PartitionLog
 
@@ -33,8 +34,9 @@ def partition_logs(ctx: LogContext, stream: str, cache: EndCache | None = None) 
     """Every partition's log (partition -> PartitionLog), read consistently with one record.
 
     If a ledger is deleted under the reading (retention truncated it), the record
-    is read again.
+    is read again. UnauthorizedError if the password is not the stream's (``stream_password``).
     """
+    verify_password(ctx, stream, write=False)
     for _ in range(MAX_ATTEMPTS):
         record = read_stream(ctx.store, stream).value
         try:

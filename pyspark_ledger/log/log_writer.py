@@ -1,6 +1,8 @@
 """The single writer of one partition's log: open (fence, create, CAS), append, roll, close.
 
-Opening follows seed 000 ("Ledgers to logs"): read the partition's ledger list,
+Opening first verifies the password against the stream's (``stream_password``):
+another password fails with UnauthorizedError before any ledger is touched.
+Then it follows seed 000 ("Ledgers to logs"): read the partition's ledger list,
 fence its last two ledgers (a recovery open: a writer still appending to
 either fails as fenced), create a new ledger, and add it to the list by
 compare-and-set. If another writer added a ledger in between, the new ledger
@@ -38,6 +40,7 @@ from pyspark_ledger.log.ledgers import create_stream_ledger, discard_writer, fen
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.log.log_transitions import add_ledger, check_active
 from pyspark_ledger.log.positions import LogPosition
+from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,7 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
                     clock: Callable[[], float] = time.monotonic) -> "LogWriter":
     """Become the single writer of a partition's log (see the module docstring)."""
     policy = RollPolicy() if policy is None else policy
+    verify_password(ctx, stream, write=True)  # before any ledger is fenced or created
     for _ in range(MAX_OPEN_ATTEMPTS):
         record = check_active(read_stream(ctx.store, stream).value)
         check_partition(partition, record.partition_count, stream)
@@ -101,6 +105,7 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
 def _add_to_log(ctx: LogContext, stream: str, partition: int, ledger_id: int, expected_next_seq: int) -> int:
     """CAS the new ledger into the log; it must still exist after each read (see ``orphans``)."""
     def transition(record):
+        check_record(ctx, record)  # the stream may have been created anew, with another password
         after = add_ledger(record, partition, ledger_id, expected_next_seq)[0]
         ctx.client.ledger_metadata(ledger_id)  # NoSuchLedgerError if an orphan sweep deleted it
         return after

@@ -14,8 +14,11 @@ a URI (both are opened and owned, closed by ``close()``) or a MetadataStore
 the caller keeps owning (with, optionally, a LedgerClient built on that same
 store). ``now_ms`` replaces the wall clock (milliseconds) that commits and
 retention use, for tests. ``password`` protects every ledger of the streams it writes; readers
-need the same one. No protocol decision is made here: each method delegates
-to the module that owns it.
+need the same one. A stream keeps a salted check of the password it was created with
+(``stream_password``): writers, readers and commits with another one fail with
+UnauthorizedError before any ledger is created; the error names the password as
+``password_name`` says (default: this class's parameter password). No protocol
+decision is made here: each method delegates to the module that owns it.
 """
 from __future__ import annotations
 
@@ -25,15 +28,14 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import InvalidConfigurationError
-from pyspark_ledger.log import commits, log_views, orphans, retention, streams
-from pyspark_ledger.log.context import LogContext
+from pyspark_ledger.log import commits, log_views, orphans, retention, stream_password, streams
+from pyspark_ledger.log.context import DEFAULT_PASSWORD_NAME, LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.ledgers import create_stream_ledger
 from pyspark_ledger.log.log_reader import DEFAULT_POLL_INTERVAL_S, LogReader
 from pyspark_ledger.log.log_transitions import check_active
 from pyspark_ledger.log.log_writer import LogWriter, RollPolicy, open_log_writer
 from pyspark_ledger.log.positions import EARLIEST
-from pyspark_ledger.log.stream_store import read_stream
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.spark.planning import PartitionLog
@@ -44,7 +46,7 @@ class StreamClient:
 
     def __init__(self, metadata: str | MetadataStore, *, password: bytes | str = b"",
                  config: ClientConfig | None = None, client: LedgerClient | None = None, transport=None,
-                 now_ms: Callable[[], int] | None = None) -> None:
+                 now_ms: Callable[[], int] | None = None, password_name: str = DEFAULT_PASSWORD_NAME) -> None:
         if isinstance(password, str):
             password = password.encode()
         if not isinstance(password, (bytes, bytearray)):
@@ -61,8 +63,8 @@ class StreamClient:
         self._owns_client = client is None
         if client is None:
             client = LedgerClient(store, config, transport=transport)
-        self._ctx = LogContext(store, client, bytes(password)) if now_ms is None else \
-            LogContext(store, client, bytes(password), now_ms)
+        clock = {} if now_ms is None else {"now_ms": now_ms}
+        self._ctx = LogContext(store, client, bytes(password), password_name=password_name, **clock)
         self._ends: log_views.EndCache = {}
 
     @property
@@ -83,7 +85,16 @@ class StreamClient:
                                      write_quorum=write_quorum, ack_quorum=ack_quorum, digest=digest)
 
     def open_stream(self, name: str) -> streams.StreamInfo:
+        """The stream's description (needs no password)."""
         return streams.open_stream(self._ctx, name)
+
+    def verify_password(self, name: str, *, write: bool = False) -> streams.StreamInfo:
+        """The stream's description once this client's password is verified against the stream's.
+
+        UnauthorizedError naming ``password_name`` if it does not match; ``write``: see
+        ``stream_password.verify_password`` (an old stream without ledgers takes a writer's password).
+        """
+        return streams.StreamInfo.of(check_active(stream_password.verify_password(self._ctx, name, write=write)))
 
     def list_streams(self) -> list[str]:
         return streams.list_streams(self._ctx)
@@ -115,7 +126,7 @@ class StreamClient:
     # --- exactly-once commits (Spark sink) -------------------------------------------------
     def create_ledger(self, stream: str, partition: int) -> LedgerWriter:
         """A new ledger for a writer task, with the stream's replication; commit it once closed."""
-        record = check_active(read_stream(self._ctx.store, stream).value)
+        record = check_active(stream_password.verify_password(self._ctx, stream, write=True))
         check_partition(partition, record.partition_count, stream)
         return create_stream_ledger(self._ctx.client, record.replication, self._ctx.password, stream, partition)
 

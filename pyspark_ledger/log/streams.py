@@ -5,6 +5,10 @@ replication settings of its ledgers and, optionally, an Arrow schema stored as
 the bytes of ``pyspark_ledger.spark.schema.encode_stream_schema`` (pyarrow is
 imported only to encode a ``pyarrow.Schema`` or to decode one on request).
 
+The record keeps a salted check of the password the stream's ledgers are
+written with (``stream_password``): changing the schema or the partition
+count needs that password; describing and listing a stream do not.
+
 Deleting is resumable: the record is first marked DELETING (no more writes or
 commits; its ledgers listed as garbage), open ledgers are fenced so writers
 fail instead of writing into deleted ledgers, the ledgers are deleted, then the
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pyspark_ledger.errors import (InvalidConfigurationError, MetadataExistsError, MetadataVersionConflictError,
                                    NoSuchKeyError, NoSuchLedgerError)
@@ -25,6 +29,7 @@ from pyspark_ledger.log.inputs import check_partition_count, check_replication, 
 from pyspark_ledger.log.ledgers import delete_ledgers, fence_ledgers
 from pyspark_ledger.log.log_metadata import ACTIVE, DELETING, Replication, StreamRecord
 from pyspark_ledger.log.log_transitions import add_partitions, check_active, mark_deleting, new_stream, set_schema
+from pyspark_ledger.log.stream_password import check_record, stream_password_check, verify_password
 from pyspark_ledger.log.stream_store import (create_stream_record, delete_stream_record, list_stream_names,
                                              read_stream, update_stream)
 
@@ -62,7 +67,7 @@ def create_stream(ctx: LogContext, name: str, partitions: int, schema: Any = Non
     name = check_stream_name(name)
     replication = check_replication(ensemble_size, write_quorum, ack_quorum, digest)
     record = new_stream(name, check_partition_count(partitions), replication, check_schema(schema),
-                        uuid.uuid4().hex, ctx.now_ms())
+                        uuid.uuid4().hex, ctx.now_ms(), stream_password_check(ctx.password))
     try:
         create_stream_record(ctx.store, record)
     except MetadataExistsError:
@@ -89,17 +94,30 @@ def update_schema(ctx: LogContext, name: str, schema: Any, replace: bool = False
     schema_bytes = check_schema(schema)
     if schema_bytes is None:
         raise InvalidConfigurationError(f"update_schema of stream {name!r} needs a schema, got None")
-    stored, _ = update_stream(ctx.store, check_stream_name(name),
-                              lambda record: set_schema(record, schema_bytes, replace))
+    name = check_stream_name(name)
+    verify_password(ctx, name, write=True)
+    stored, _ = update_stream(ctx.store, name,
+                              _password_checked(ctx, lambda record: set_schema(record, schema_bytes, replace)))
     return StreamInfo.of(stored.value)
 
 
 def grow_partitions(ctx: LogContext, name: str, partitions: int) -> StreamInfo:
     """Add partitions so that the stream has ``partitions`` (never removes any)."""
     count = check_partition_count(partitions)
-    stored, _ = update_stream(ctx.store, check_stream_name(name),
-                              lambda record: None if record.partition_count == count else add_partitions(record, count))
+    name = check_stream_name(name)
+    verify_password(ctx, name, write=True)
+    stored, _ = update_stream(ctx.store, name, _password_checked(
+        ctx, lambda record: None if record.partition_count == count else add_partitions(record, count)))
     return StreamInfo.of(stored.value)
+
+
+def _password_checked(ctx: LogContext, change: Callable[[StreamRecord], StreamRecord | None]):
+    """``change`` as a transition that first checks the password against the record just read (a stream
+    deleted and created anew since ``verify_password`` included)."""
+    def transition(record: StreamRecord) -> StreamRecord | None:
+        check_record(ctx, record)
+        return change(record)
+    return transition
 
 
 def delete_stream(ctx: LogContext, name: str) -> None:

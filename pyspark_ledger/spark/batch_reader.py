@@ -81,9 +81,14 @@ class LedgerBatchReader(DataSourceReader):
 
 
 def stream_logs(options: ReadOptions) -> dict[int, PartitionLog]:
-    """What each partition's log holds now (open ledgers are asked for their LAC with the password)."""
+    """What each partition's log holds now (open ledgers are asked for their LAC with the password).
+
+    The password is first verified against the stream's check (UnauthorizedError naming the option).
+    """
+    streams = stream_client(options.metadata_service_uri, options.password_bytes, options.tls)
+    streams.verify_password(options.stream)
     try:
-        return stream_client(options.metadata_service_uri, options.password_bytes, options.tls).partition_logs(options.stream)
+        return streams.partition_logs(options.stream)
     except UnauthorizedError as exc:
         raise _wrong_password(options, exc) from exc
 

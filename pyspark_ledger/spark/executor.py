@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 #: Seconds before a slow read is also sent to the entry's next replica (see the module docstring).
 SPECULATIVE_READ_DELAY_S = 2.0
 
+#: How the cached StreamClients' errors name a password that is not the stream's.
+PASSWORD_OPTION = "option password"
+
 #: Set by Spark in the environment of Python workers that serve task after task.
 REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
 
@@ -92,7 +95,7 @@ def stream_client(uri: str, password: bytes | str = b"", tls=None) -> "StreamCli
         if cached is None:
             from pyspark_ledger.log.stream_client import StreamClient
             store, client = _ledger_client_locked(key[:2])
-            cached = StreamClient(store, password=key[2], client=client)
+            cached = StreamClient(store, password=key[2], client=client, password_name=PASSWORD_OPTION)
             _stream_clients[key] = cached
         return cached
 

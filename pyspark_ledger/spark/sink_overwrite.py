@@ -30,6 +30,7 @@ from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_wr
 from pyspark_ledger.log.log_metadata import StreamRecord
 from pyspark_ledger.log.log_transitions import already_committed, check_active, commit_batch, truncate_through
 from pyspark_ledger.log.retention import Cut, collect_garbage, log_ends
+from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def commit_replacing(ctx: LogContext, stream: str, writer_id: str, batch_id: int
                      ledgers: Mapping[int, Sequence[int]], *, remember_writer: bool = True) -> CommitResult:
     """Replace every partition's log by ``ledgers`` at once; see the module docstring."""
     writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
+    verify_password(ctx, stream, write=True)
     for _ in range(MAX_ATTEMPTS):
         record = check_active(read_stream(ctx.store, stream).value)
         batch = Replacement(writer_id, batch_id, check_ledger_ids(ledgers, record.partition_count, stream),
@@ -95,6 +97,7 @@ def _replace(record: StreamRecord, cuts: Mapping[int, Cut], batch: Replacement, 
 def _checked_replace(ctx: LogContext, record: StreamRecord, cuts: Mapping[int, Cut], batch: Replacement,
                      now_ms: int) -> StreamRecord | None:
     """``_replace``, then the new ledgers checked (exist, CLOSED) after the read the CAS expects."""
+    check_record(ctx, record)  # the stream may have been created anew, with another password
     after = _replace(record, cuts, batch, now_ms)
     if after is not None:
         check_closed(ctx, record.name, (ledger_id for ids in batch.ledgers.values() for ledger_id in ids))

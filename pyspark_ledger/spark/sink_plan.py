@@ -3,6 +3,9 @@
 ``plan_sink`` parses the options, turns the DataFrame's Spark schema into the
 Arrow schema a stream stores, and looks the stream up:
 
+- an existing stream must have the option password as its password (the
+  stream keeps a check of it: ``log.stream_password``), else UnauthorizedError
+  naming the option, before any task runs;
 - an existing stream fixes the schema the tasks conform their batches to
   (an incompatible DataFrame is refused here, naming every differing field),
   its replication and its partition count: task ``t`` writes partition
@@ -60,7 +63,7 @@ def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPl
     incoming = stored_schema(spark_to_arrow_schema(spark_schema))
     streams = stream_client(options.metadata_service_uri, options.password_bytes, options.tls)
     try:
-        info = streams.open_stream(options.stream)
+        info = streams.verify_password(options.stream, write=True)  # before any task creates a ledger
     except NoSuchKeyError:
         return _new_stream_plan(options, incoming, overwrite)
     schema = target_schema(streams, options.stream, info.arrow_schema(), incoming)

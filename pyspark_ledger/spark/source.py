@@ -9,7 +9,8 @@ hands over to the module that does the work:
 
 - ``schema()``: the stream's stored schema (plus ``_partition``, ``_ledger_id``,
   ``_entry_id`` with includeMetadata); a stream that does not exist, or was
-  never written through Spark, fails clearly;
+  never written through Spark, fails clearly, and so does a password that is
+  not the stream's (the stream keeps a check of it: ``log.stream_password``);
 - ``reader()`` -> ``batch_reader.LedgerBatchReader``;
 - ``streamReader()`` -> ``stream_admission.AdmissionControlledStreamReader`` (Spark 4.2+),
   ``stream_reader.LedgerStreamReader`` on older Sparks (``compat``);
@@ -84,7 +85,7 @@ def stream_read_schema(options: ReadOptions):
 
     client = stream_client(options.metadata_service_uri, options.password_bytes, options.tls)
     try:
-        info = client.open_stream(options.stream)
+        info = client.verify_password(options.stream)  # UnauthorizedError naming the option password
     except NoSuchKeyError as exc:
         raise NoSuchKeyError(
             f"stream {options.stream!r} does not exist in {options.metadata_service_uri}: check the option "

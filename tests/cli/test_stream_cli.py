@@ -31,3 +31,17 @@ def test_streams_show_missing_stream(sandbox):
     result = run_ledger("--metadata", sandbox.metadata_uri, "streams", "show", "no-such-stream")
     assert result.returncode == 1
     assert "stream 'no-such-stream' does not exist" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_streams_show_needs_the_streams_password(sandbox):
+    with StreamClient(sandbox.metadata_uri, password=b"s3cret") as streams:
+        streams.create_stream("guarded", 1)
+        with streams.open_writer("guarded", 0) as writer:
+            writer.append(b"one")
+    refused = run_ledger("--metadata", sandbox.metadata_uri, "streams", "show", "guarded", "--password", "wrong-pw-7")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "--password (or $LEDGER_PASSWORD) does not match the password of stream 'guarded'" in refused.stderr
+    assert "wrong-pw-7" not in refused.stderr and "s3cret" not in refused.stderr
+    shown = run_ledger("--metadata", sandbox.metadata_uri, "--json", "streams", "show", "guarded",
+                       env={"LEDGER_PASSWORD": "s3cret"})
+    assert [(l["partition"], l["entries"]) for l in json.loads(shown.stdout)["ledgers"]] == [(0, 1)]
