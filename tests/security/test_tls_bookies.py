@@ -197,7 +197,8 @@ def test_ledger_sandbox_tls_starts_serves_the_cli_and_stops(tmp_path):
         sandbox.wait_ready()
         exports = dict(line.strip().removeprefix("export ").split("=", 1)
                        for line in sandbox.lines if line.strip().startswith("export "))
-        assert set(exports) == {"LEDGER_METADATA", "LEDGER_TLS_CA", "LEDGER_TLS_CERT", "LEDGER_TLS_KEY"}
+        assert set(exports) == {"LEDGER_METADATA", "LEDGER_TLS_CA", "LEDGER_TLS_CERT", "LEDGER_TLS_KEY",
+                                "LEDGER_REPAIR_KEY"}
         assert "mutual TLS" in sandbox.output and '.option("tlsCa", ' in sandbox.output
         assert (tmp_path / "sb").stat().st_mode & 0o777 == 0o700
         done = ledger("simpletest", "-e", "3", "-w", "3", "-a", "2", "-n", "100", env=exports)
