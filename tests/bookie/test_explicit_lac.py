@@ -60,7 +60,8 @@ def test_write_lac_wakes_a_long_poll(bookie, client_for):
     client = client_for(bookie)
     add_entries(client, 903, 3)
     answers = []
-    poller = threading.Thread(target=lambda: answers.append(client.read_lac(903, previous=1, timeout=60, master_key=KEY)))
+    poller = threading.Thread(
+        target=lambda: answers.append(client.read_lac(903, previous=1, timeout=60, master_key=KEY)))
     poller.start()
     try:
         assert client.write_lac(903, KEY, 2).ok

@@ -34,7 +34,8 @@ def test_the_accepted_ranges():
 
 def test_check_add_at_every_boundary():
     """Every combination of boundary values: valid only when all four are, and the message names one of the
-    problems (a missing key is not one: it is a matter of authorization); the add stream's fast check (add_is_plain) agrees with the full check."""
+    problems (a missing key is not one: it is a matter of authorization); the add stream's fast check
+    (add_is_plain) agrees with the full check."""
     for ledger_id, entry_id, key, body in itertools.product(LEDGERS, ENTRIES, KEYS, BODIES):
         case = (ledger_id, entry_id, len(key), len(body))
         expected = [words for words in (LEDGERS[ledger_id], ENTRIES[entry_id], KEYS[key], BODIES[body]) if words]

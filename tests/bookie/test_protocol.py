@@ -192,7 +192,8 @@ def test_long_poll_returns_on_a_new_lac_and_at_the_timeout(client):
     timed_out = client.read_lac(109, previous=1, timeout=0.3, master_key=KEY)
     assert (timed_out.status, timed_out.last_add_confirmed) == (BookieStatus.OK, 1)
     answers = []
-    poller = threading.Thread(target=lambda: answers.append(client.read_lac(109, previous=1, timeout=60, master_key=KEY)))
+    poller = threading.Thread(
+        target=lambda: answers.append(client.read_lac(109, previous=1, timeout=60, master_key=KEY)))
     poller.start()
     try:
         add_all(client, [(109, 3, KEY, entry(109, 3))])  # its header carries LAC 2
