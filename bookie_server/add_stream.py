@@ -6,7 +6,9 @@ add's ids, master key and size: ``limits``), admits up to
 ``max_inflight_adds`` adds whose bytes fit the bookie-wide in-flight byte
 budget (``--max-inflight-bytes``; past it they are answered
 TOO_MANY_REQUESTS at once) and hands them to ``storage.add_entries`` as one
-batch. While the stream's own adds in flight hold ``--max-stream-inflight-bytes``
+batch. Every add needs its ledger's master key (``authorization``): one without is answered
+UNAUTHORIZED, except an administrator's recovery write-back of a ledger this bookie stores (the stream's
+caller is checked once, when it opens). While the stream's own adds in flight hold ``--max-stream-inflight-bytes``
 or more, the reader takes no next batch (gRPC flow control then holds the
 sender back). A batch with more than ``--max-batch-adds`` adds ends the
 stream with INVALID_ARGUMENT (answering each add would cost more than the
@@ -32,6 +34,7 @@ from typing import Callable, Iterator
 
 import grpc
 
+from bookie_server.authorization import missing_key, wrong_key
 from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
                                    InflightLimiter, StreamLimits, add_cost, check_add, check_batch,
                                    explain_bad_add, refusal_over_budget)
@@ -53,7 +56,8 @@ class AddStreamSession:
 
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str,
                  limits: StreamLimits, bookie_bytes: Budget | None = None, peer: str = "",
-                 on_bytes_freed: Callable[[int], None] | None = None, ledger_guard=None) -> None:
+                 on_bytes_freed: Callable[[int], None] | None = None, ledger_guard=None,
+                 admin: bool = False) -> None:
         self._storage = storage
         self._metrics = metrics
         self._bookie_id = bookie_id
@@ -68,6 +72,7 @@ class AddStreamSession:
         self._room = threading.Condition()
         self._peer = peer
         self._guard = ledger_guard  # bookie_server.ledger_guard.LedgerGuard or None
+        self._admin = admin  # the caller is an --admin-identity (decided once per stream)
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._reader_done = False
         self._rpc_done = False
@@ -198,7 +203,7 @@ class AddStreamSession:
         if status == pb.FENCED:
             return f"ledger {ledger_id} is fenced on bookie {self._bookie_id}: {where} was not added"
         if status == pb.UNAUTHORIZED:
-            return f"master key does not match the one stored for ledger {ledger_id}: {where} was not added"
+            return f"{wrong_key('add', ledger_id)} ({where} was not added)"
         if status == pb.READ_ONLY:
             return (f"bookie {self._bookie_id} is read-only ({self._storage.read_only or 'not taking adds'}): "
                     f"{where} was not added")
@@ -276,8 +281,16 @@ class AddStreamSession:
                     take((ledger_id, entry_id, master_key, body, add.recovery))
                     size += length
                 else:
-                    refused.append((ledger_id, entry_id, pb.BAD_REQUEST,
-                                    check_add(ledger_id, entry_id, master_key, body, max_size)))
+                    problem = check_add(ledger_id, entry_id, master_key, body, max_size)
+                    if problem is not None:
+                        refused.append((ledger_id, entry_id, pb.BAD_REQUEST, problem))
+                    else:  # well formed but without a key
+                        key = self._admin_key(ledger_id) if add.recovery else None
+                        if key is None:
+                            refused.append((ledger_id, entry_id, pb.UNAUTHORIZED, missing_key("add", ledger_id)))
+                        else:
+                            take((ledger_id, entry_id, key, body, True))
+                            size += length
             if ops and self._guard is not None:  # adds of ledgers with no state here: checked against metadata
                 kept = self._guard.filter_adds(ops, refused)
                 if len(kept) < len(ops):
@@ -289,6 +302,16 @@ class AddStreamSession:
             self._refuse(refused)
         if ops:
             self._submit(ops, started, cost)
+
+    def _admin_key(self, ledger_id: int) -> bytes | None:
+        """The stored key for an administrator's key-less recovery write-back of a ledger this bookie stores
+        (counted as an admin request), else None (the add is refused UNAUTHORIZED)."""
+        if not self._admin:
+            return None
+        key = self._storage.stored_key(ledger_id)
+        if key is not None:
+            self._metrics.admin_served("add")
+        return key
 
     def _admit(self, ops: list[tuple], refused: list, size: int) -> tuple[list[tuple], int]:
         """Take in-flight slots for ``ops``: the admitted ones and their cost (already charged with the whole
@@ -319,6 +342,8 @@ class AddStreamSession:
                   first[0], first[1], STATUS_NAMES.get(first[2]), first[3])
         for _, _, status, _ in refused:
             self._metrics.adds_refused(status, 1)
+            if status == pb.UNAUTHORIZED:
+                self._metrics.unauthorized("add")
         with self._room:  # unsent answers count against the stream's bytes: a client that reads no answers
             self._refusals_held += len(refused) * ADD_OVERHEAD_BYTES  # is not read from either
         self._results.put((_REFUSED, refused))
@@ -356,6 +381,9 @@ class AddStreamSession:
             stored_bytes = sum(map(len, map(_BODY, ops)))
         else:
             stored_bytes = sum(len(op[3]) for op, status in zip(ops, statuses) if status == pb.OK)
+            unauthorized = statuses.count(pb.UNAUTHORIZED)
+            if unauthorized:
+                self._metrics.unauthorized("add", unauthorized)
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
         self._results.put((_STORED, ops, statuses, error, cost))  # one put: one wake-up of the handler thread

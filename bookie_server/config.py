@@ -76,6 +76,7 @@ class ServerConfig:
     tls_cert: str | None = None       # with tls_key: serve TLS only
     tls_key: str | None = None
     tls_client_ca: str | None = None  # require client certificates signed by this CA (mutual TLS)
+    admin_identities: tuple[str, ...] = ()  # client certificate names served without ledger keys
     log_level: str = "INFO"
 
     @property
@@ -130,6 +131,13 @@ def _bookie_id(text: str) -> str:
     if not text or "/" in text or text.strip() != text:
         raise argparse.ArgumentTypeError(
             f"must be a non-empty id without '/' or surrounding spaces, got {text!r}")
+    return text
+
+
+def _identity(text: str) -> str:
+    if not text or text.strip() != text or len(text) > 1024 or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"must be a certificate name (printable, no surrounding spaces, at most 1024 characters), got {text!r}")
     return text
 
 
@@ -242,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tls-client-ca", default=None, metavar="FILE",
         help="require every caller to show a certificate signed by this PEM CA (mutual TLS); the names in it "
              "are the caller's identity (default: no client certificates)")
+    add("--admin-identity", dest="admin_identities", action="append", type=_identity, default=None,
+        metavar="NAME",
+        help="a client certificate name (CN or DNS/URI SAN) whose holder may read, read LAC, write LAC and fence "
+             "any ledger this bookie stores without its master key (repair and inspection tools); repeatable; "
+             "needs --tls-client-ca (default: none)")
     add("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level")
     return parser
 
@@ -268,7 +281,11 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     if args.tls_client_ca is not None and args.tls_cert is None:
         parser.error("argument --tls-client-ca: needs --tls-cert and --tls-key (client certificates are "
                      "checked only over TLS)")
+    if args.admin_identities and args.tls_client_ca is None:
+        parser.error("argument --admin-identity: needs --tls-client-ca (and --tls-cert, --tls-key): an identity "
+                     "is the name in a client certificate the bookie verified, which only mutual TLS gives")
     fields = vars(args)
+    fields["admin_identities"] = tuple(dict.fromkeys(args.admin_identities or ()))
     fields["bookie_id"] = fields["bookie_id"] or ""
     return ServerConfig(**fields)
 

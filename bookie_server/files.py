@@ -6,7 +6,9 @@ modules translate it into ``StorageError`` at their boundary.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import stat
 from pathlib import Path
 from typing import Sequence
 
@@ -77,6 +79,22 @@ def make_dirs(directory: Path) -> None:
         return
     directory.mkdir(parents=True, exist_ok=True)
     fsync_dir(directory.parent)
+
+
+def make_private_dir(directory: Path) -> None:
+    """Create ``directory`` (and parents) readable by its owner only (mode 0700). An existing one is left as it
+    is (never loosened, never tightened behind the operator's back); if others can read or enter it, a warning
+    names the chmod to run."""
+    if not directory.is_dir():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)  # mkdir's mode is masked by the umask; parents keep the umask's mode
+        fsync_dir(directory.parent)
+        return
+    mode = stat.S_IMODE(os.stat(directory).st_mode)
+    if mode & 0o077:
+        logging.getLogger(__name__).warning(
+            "directory %s is open to group or others (mode %o): it holds ledger entries and keys; run: chmod 700 %s",
+            directory, mode, directory)
 
 
 def numbered_files(directory: Path, suffix: str) -> list[tuple[int, Path]]:

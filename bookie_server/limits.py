@@ -13,7 +13,8 @@ Accepted ranges (the wire types are wider):
   2^39 × 40 bytes (header and smallest digest) = 20 TiB on every bookie of its ensemble, beyond any one
   bookie's disk; and every id up to it is storable by the index. LACs (ReadLac's previous_lac, WriteLac)
   are -1 .. ``MAX_ENTRY_ID``;
-- master key: 1 .. 64 bytes (the client derives 32-byte keys);
+- master key: at most 64 bytes (the client derives 32-byte keys); a missing key is not malformed but
+  unauthorized (``authorization``);
 - entry body: the 36-byte header and a 4-byte digest at least, ``--max-entry-size`` at most;
 - range read: first .. last within the entry ids, at most ``MAX_READ_ENTRIES`` entries; ``max_bytes``
   (0 = the server's limit) and a long poll's ``timeout_ms`` are capped at ``MAX_READ_BYTES`` and
@@ -63,9 +64,9 @@ def _entry_problem(name: str, entry_id: int, ledger_id: int, lowest: int = 0) ->
     return None
 
 
-def _key_problem(master_key: bytes, what: str) -> str | None:
-    if not master_key:
-        return f"{what} has an empty master key: derive one from the password"
+def _key_length_problem(master_key: bytes, what: str) -> str | None:
+    """A key over the limit is malformed (BAD_REQUEST); a missing one is a matter of authorization
+    (``authorization``: UNAUTHORIZED), not of form."""
     if len(master_key) > MAX_MASTER_KEY_BYTES:
         return f"{what} has a master key of {len(master_key)} bytes, over the limit of {MAX_MASTER_KEY_BYTES}"
     return None
@@ -92,7 +93,7 @@ def check_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes, max
     if len(body) < MIN_BODY_BYTES:
         return (f"entry {entry_id} of ledger {ledger_id} is {len(body)} bytes, shorter than the smallest "
                 f"encoded entry ({MIN_BODY_BYTES} bytes: header and digest)")
-    return _key_problem(master_key, f"add to ledger {ledger_id} entry {entry_id}")
+    return _key_length_problem(master_key, f"add to ledger {ledger_id} entry {entry_id}")
 
 
 def explain_bad_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes) -> str:
@@ -130,14 +131,12 @@ def check_read(first_entry_id: int, last_entry_id: int, ledger_id: int = 0, mast
     if span > MAX_READ_ENTRIES:
         return (f"a read of {span} entries ({first_entry_id}..{last_entry_id}) of ledger {ledger_id} is over the "
                 f"limit of {MAX_READ_ENTRIES} entries per read: read in smaller ranges")
-    if len(master_key) > MAX_MASTER_KEY_BYTES:
-        return _key_problem(master_key, f"read of ledger {ledger_id}")
-    return None
+    return _key_length_problem(master_key, f"read of ledger {ledger_id}")
 
 
-def check_read_lac(ledger_id: int, has_previous: bool, previous_lac: int) -> str | None:
+def check_read_lac(ledger_id: int, has_previous: bool, previous_lac: int, master_key: bytes = b"") -> str | None:
     """Why a ReadLac request is malformed, or None (its timeout is capped, see ``lac_wait_seconds``)."""
-    problem = _ledger_problem(ledger_id)
+    problem = _ledger_problem(ledger_id) or _key_length_problem(master_key, f"read_lac of ledger {ledger_id}")
     if problem is None and has_previous:
         problem = _entry_problem("previous_lac", previous_lac, ledger_id, lowest=-1)
     return problem
@@ -146,7 +145,7 @@ def check_read_lac(ledger_id: int, has_previous: bool, previous_lac: int) -> str
 def check_write_lac(ledger_id: int, master_key: bytes, last_add_confirmed: int) -> str | None:
     """Why a WriteLac request is malformed, or None."""
     return (_ledger_problem(ledger_id)
-            or _key_problem(master_key, f"write_lac of ledger {ledger_id}")
+            or _key_length_problem(master_key, f"write_lac of ledger {ledger_id}")
             or _entry_problem("last_add_confirmed", last_add_confirmed, ledger_id, lowest=-1))
 
 

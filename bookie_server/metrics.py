@@ -12,16 +12,24 @@ Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
 missing record and answered IO_ERROR; ``journal``: journal regions or
 entries skipped at start under ``--skip-journal-corruption``); load shedding: ``calls_refused_total{kind}``
 (calls refused at once past a cap: add streams, long polls, reads), ``memory_trims_total``
-(heap memory handed back after a burst of adds).
+(heap memory handed back after a burst of adds); authorization (``authorization.OPERATIONS``:
+add, read, fence, read_lac, write_lac): ``unauthorized_total{op}`` (requests refused UNAUTHORIZED: a missing
+or wrong master key), ``admin_requests_total{op}`` (requests served without the ledger's key because the
+caller is an ``--admin-identity``).
+
+With a TLS certificate (``serve_http(..., tls=ServerTls)``) /metrics is served over HTTPS with the bookie's
+certificate and key (no client certificate is asked for: scrapers see counts, never ledger data).
 """
 from __future__ import annotations
 
+import ssl
 import threading
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from bookie_server.authorization import OPERATIONS
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -73,6 +81,12 @@ class BookieMetrics:
         self._damage = {where: damage.labels(where=where) for where in DAMAGE_PLACES}
         self._refused = Counter("bookie_calls_refused", "Calls refused at once past a cap, by kind", ["kind"],
                                 registry=reg)
+        unauthorized = Counter("bookie_unauthorized", "Requests refused UNAUTHORIZED (missing or wrong master "
+                               "key), by operation", ["op"], registry=reg)
+        admin = Counter("bookie_admin_requests", "Requests served without the ledger's key on an administrator "
+                        "identity, by operation", ["op"], registry=reg)
+        self._unauthorized = {op: unauthorized.labels(op=op) for op in OPERATIONS}
+        self._admin = {op: admin.labels(op=op) for op in OPERATIONS}
         self._trims = Counter("bookie_memory_trims", "Heap memory handed back to the system after a burst",
                               registry=reg)
         self._http = None
@@ -129,6 +143,14 @@ class BookieMetrics:
     def call_refused(self, kind: str) -> None:
         self._refused.labels(kind=kind).inc()
 
+    def unauthorized(self, op: str, count: int = 1) -> None:
+        """Requests of ``op`` (one of ``authorization.OPERATIONS``) refused UNAUTHORIZED."""
+        self._unauthorized[op].inc(count)
+
+    def admin_served(self, op: str, count: int = 1) -> None:
+        """Requests of ``op`` served without the ledger's key, on an administrator identity."""
+        self._admin[op].inc(count)
+
     def memory_trimmed(self) -> None:
         self._trims.inc()
 
@@ -139,9 +161,24 @@ class BookieMetrics:
         self._streams.dec()
 
     # --- endpoint ----------------------------------------------------------------
-    def serve_http(self, host: str, port: int) -> int:
-        """Serve /metrics on host:port (0 = a free port) from a thread; returns the bound port."""
-        self._http = make_server(host, port, make_wsgi_app(self.registry), _ThreadingWSGIServer,
+    def serve_http(self, host: str, port: int, tls=None) -> int:
+        """Serve /metrics on host:port (0 = a free port) from a thread; returns the bound port. With ``tls``
+        (a ``ServerTls``) the endpoint speaks HTTPS only, with the bookie's certificate and key."""
+        server_class = _ThreadingWSGIServer
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+
+            class _TlsServer(_ThreadingWSGIServer):
+                def get_request(self):
+                    sock, address = super().get_request()
+                    return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+                def handle_error(self, request, client_address) -> None:
+                    """A client that fails the handshake (e.g. plain HTTP) is dropped without a traceback."""
+
+            server_class = _TlsServer
+        self._http = make_server(host, port, make_wsgi_app(self.registry), server_class,
                                  handler_class=_QuietHandler)
         self._http_thread = threading.Thread(target=self._http.serve_forever, args=(_HTTP_POLL_S,),
                                              name="bookie-metrics-http", daemon=True)

@@ -35,6 +35,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import pyspark_ledger
+from bookie_server.authorization import Authority
 from bookie_server.config import ServerConfig
 from bookie_server.cookie import plan_cookie
 from bookie_server.limits import (GRPC_MESSAGE_MARGIN, MAX_READ_BYTES, BookieBudgets, StreamLimits,
@@ -132,7 +133,8 @@ class BookieServer:
     def metrics_url(self) -> str | None:
         if self.metrics_port is None:
             return None
-        return f"http://{listen_address(self.config.host, self.metrics_port)}/metrics"
+        scheme = "https" if self.config.tls is not None else "http"
+        return f"{scheme}://{listen_address(self.config.host, self.metrics_port)}/metrics"
 
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
@@ -253,7 +255,8 @@ class BookieServer:
         self._trimmer = BurstTrimmer(budgets.inflight_bytes, on_trim=self.metrics.memory_trimmed)
         self._servicer = BookieServicer(self._storage, self.metrics, bookie_id=self.bookie_id,
                                         version=pyspark_ledger.__version__, limits=limits, budgets=budgets,
-                                        is_read_only=self._is_read_only, on_bytes_freed=self._trimmer.bytes_freed)
+                                        is_read_only=self._is_read_only, on_bytes_freed=self._trimmer.bytes_freed,
+                                        authority=Authority(config.admin_identities))
         pb_grpc.add_BookieServicer_to_server(self._servicer, self._grpc)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -292,7 +295,8 @@ class BookieServer:
 
     def _serve_metrics(self) -> None:
         try:
-            self.metrics_port = self.metrics.serve_http(self.config.host, self.config.metrics_port)
+            self.metrics_port = self.metrics.serve_http(self.config.host, self.config.metrics_port,
+                                                       tls=self.config.tls)
         except OSError as exc:
             raise InvalidConfigurationError(
                 f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}; "

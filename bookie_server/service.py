@@ -15,6 +15,25 @@ at once is capped per kind (``BookieBudgets``): open add streams
 (``--max-concurrent-reads``, both answered TOO_MANY_REQUESTS), each at once.
 The caps sum below the gRPC thread pool, so Info and health checks always
 find a thread.
+
+Authorization (``authorization``): every data operation (add, read, range
+read, fencing and recovery read, read-LAC and its long poll, write-LAC) needs
+the ledger's master key, compared in constant time with the one stored. A
+missing key is answered UNAUTHORIZED "... needs its master key", a wrong one
+UNAUTHORIZED "master key does not match ledger N" (never BAD_REQUEST, never
+data: refused answers carry LAC -1 and no entries), and both are counted in
+``bookie_unauthorized_total{op}``. A caller whose verified client certificate
+(mutual TLS) has a name listed with ``--admin-identity`` may leave the key
+out to read, read LAC, long-poll, write LAC and fence any ledger this bookie
+stores (repair and inspection tools; counted in
+``bookie_admin_requests_total{op}``); a key it does send must match. Adds
+always need the key, except an administrator's recovery write-back
+(``recovery=True``) of a ledger this bookie stores; an administrator's
+key-less fence of a ledger the bookie does not store is UNAUTHORIZED (no
+state is created without the key). A read or LAC read of a ledger the bookie
+has no state for answers NO_SUCH_LEDGER (it reveals nothing, and recovery
+counts it as a proven negative); first adds and fences of such ledgers go
+through the ledger guard (``ledger_guard``).
 """
 from __future__ import annotations
 
@@ -23,14 +42,16 @@ import threading
 import time
 from typing import Callable
 
-from bookie_server.add_stream import AddStreamSession
 import grpc
+
+from bookie_server.add_stream import AddStreamSession
+from bookie_server.authorization import Authority, admin_cannot_create, missing_key, wrong_key
 
 from bookie_server.limits import (MAX_FENCE_WAIT_S, BookieBudgets, StreamLimits, check_read, check_read_lac,
                                    check_write_lac, lac_wait_seconds, read_byte_budget, refusal_over_budget)
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage, LedgerView
-from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError, NoSuchLedgerError
+from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
@@ -44,8 +65,10 @@ class BookieServicer(pb_grpc.BookieServicer):
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str, version: str,
                  limits: StreamLimits, budgets: BookieBudgets,
                  is_read_only: Callable[[], bool] = lambda: False,
-                 on_bytes_freed: Callable[[int], None] | None = None) -> None:
+                 on_bytes_freed: Callable[[int], None] | None = None,
+                 authority: Authority | None = None) -> None:
         self._storage = storage
+        self._authority = authority if authority is not None else Authority()
         self._metrics = metrics
         self._bookie_id = bookie_id
         self._version = version
@@ -75,7 +98,8 @@ class BookieServicer(pb_grpc.BookieServicer):
         session = AddStreamSession(self._storage, self._metrics, bookie_id=self._bookie_id, limits=self._limits,
                                    bookie_bytes=self._budgets.inflight_bytes, peer=context.peer(),
                                    on_bytes_freed=self._on_bytes_freed,
-                                   ledger_guard=self.ledger_guard)
+                                   ledger_guard=self.ledger_guard,
+                                   admin=self._authority.caller_is_admin(context))
         with self._sessions_lock:
             self._sessions.add(session)
             if self._draining.is_set():
@@ -109,7 +133,7 @@ class BookieServicer(pb_grpc.BookieServicer):
         if not reads.try_take(1):
             return self._refused_read(pb.ReadResponse)
         try:
-            response = self._read(request)
+            response = self._read(request, context)
         except Exception as exc:  # noqa: BLE001 - answer, never crash
             _log.exception("read of ledger %d entries %d..%d failed", request.ledger_id,
                            request.first_entry_id, request.last_entry_id)
@@ -128,26 +152,52 @@ class BookieServicer(pb_grpc.BookieServicer):
         return response_type(status=pb.TOO_MANY_REQUESTS, message=message, last_add_confirmed=-1,
                              **({} if response_type is pb.WriteLacResponse else {"last_entry_id": -1}))
 
-    def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+    def _read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
         ledger_id = request.ledger_id
         problem = check_read(request.first_entry_id, request.last_entry_id, ledger_id, request.master_key)
         if problem is not None:
             return _no_view(pb.ReadResponse(status=pb.BAD_REQUEST, message=problem))
+        op = "fence" if request.fence else "read"
+        refusal, key = self._authorize(op, ledger_id, request.master_key, context)
+        if refusal is not None:
+            return _no_view(pb.ReadResponse(status=pb.UNAUTHORIZED, message=refusal))
         if request.fence:
-            status, message = self._fence(ledger_id, request.master_key)
+            status, message = self._fence(ledger_id, key)
+            if status == pb.UNAUTHORIZED:
+                self._metrics.unauthorized("fence")
+                return _no_view(pb.ReadResponse(status=status, message=message))
             if status != pb.OK:
                 return self._with_view(pb.ReadResponse(status=status, message=message), ledger_id)
-        elif request.master_key:
-            if self._storage.check_master_key(ledger_id, request.master_key) == pb.UNAUTHORIZED:
-                message = f"master key does not match the one stored for ledger {ledger_id}"
-                return self._with_view(pb.ReadResponse(status=pb.UNAUTHORIZED, message=message), ledger_id)
         response = self._read_entries(ledger_id, request.first_entry_id, request.last_entry_id,
-                                      read_byte_budget(request.max_bytes))
+                                      read_byte_budget(request.max_bytes), key)
+        if response.status == pb.UNAUTHORIZED:
+            self._metrics.unauthorized(op)
+            return _no_view(response)
         return self._with_view(response, ledger_id)
 
+    def _authorize(self, op: str, ledger_id: int, master_key: bytes, context) -> tuple[str | None, bytes | None]:
+        """(why the request is refused UNAUTHORIZED, None) or (None, the key to go on with).
+
+        A given key must match the stored one (a ledger the bookie has no state for passes here: NO_SUCH_LEDGER,
+        or the ledger guard, decides next). Without a key only an administrator goes on: with the stored key
+        (None if the ledger is not stored: a read then finds no ledger; a fence is refused)."""
+        if master_key:
+            if self._storage.check_master_key(ledger_id, master_key) == pb.UNAUTHORIZED:
+                self._metrics.unauthorized(op)
+                return wrong_key(op, ledger_id), None
+            return None, master_key
+        if not self._authority.caller_is_admin(context):
+            self._metrics.unauthorized(op)
+            return missing_key(op, ledger_id), None
+        stored = self._storage.stored_key(ledger_id)
+        if stored is None and op == "fence":
+            self._metrics.unauthorized(op)
+            return admin_cannot_create(op, ledger_id), None
+        if stored is not None:
+            self._metrics.admin_served(op)
+        return None, stored
+
     def _fence(self, ledger_id: int, master_key: bytes) -> tuple[int, str]:
-        if not master_key:
-            return pb.BAD_REQUEST, f"fencing ledger {ledger_id} needs its master key: set master_key"
         if self.ledger_guard is not None:  # an unknown ledger is created fenced only if its metadata allows
             status, message = self.ledger_guard.check_fence(ledger_id, master_key)
             if status != pb.OK:
@@ -163,16 +213,21 @@ class BookieServicer(pb_grpc.BookieServicer):
             _log.info("ledger %d fenced", ledger_id)
             return status, ""
         if status == pb.UNAUTHORIZED:
-            return status, f"master key does not match the one stored for ledger {ledger_id}: not fenced"
+            return status, f"{wrong_key('fence', ledger_id)}: not fenced"
         return status, f"fence of ledger {ledger_id} answered {pb.Status.Name(status)}"
 
-    def _read_entries(self, ledger_id: int, first: int, last: int, budget: int) -> pb.ReadResponse:
-        """Entries first..last, stopping at the first missing/unreadable one or the byte budget."""
+    def _read_entries(self, ledger_id: int, first: int, last: int, budget: int,
+                      master_key: bytes | None) -> pb.ReadResponse:
+        """Entries first..last, stopping at the first missing/unreadable one or the byte budget. Storage checks
+        ``master_key`` (None: an administrator's read of a ledger it does not store) under its lock."""
         response = pb.ReadResponse(status=pb.OK)
         total = 0
         for entry_id in range(first, last + 1):
             try:
-                body = self._storage.read_entry(ledger_id, entry_id)
+                body = self._storage.read_entry(ledger_id, entry_id, master_key)
+            except UnauthorizedError:  # the ledger appeared since the key was checked, with another key
+                del response.entries[:]
+                status, message = pb.UNAUTHORIZED, wrong_key("read", ledger_id)
             except NoSuchLedgerError:
                 status, message = pb.NO_SUCH_LEDGER, f"bookie {self._bookie_id} has no ledger {ledger_id}"
             except NoSuchEntryError:
@@ -209,10 +264,13 @@ class BookieServicer(pb_grpc.BookieServicer):
     # --- LAC ---------------------------------------------------------------------
     def ReadLac(self, request: pb.ReadLacRequest, context) -> pb.ReadLacResponse:
         ledger_id = request.ledger_id
-        problem = check_read_lac(ledger_id, request.has_previous, request.previous_lac)
+        problem = check_read_lac(ledger_id, request.has_previous, request.previous_lac, request.master_key)
         if problem is not None:
             return pb.ReadLacResponse(status=pb.BAD_REQUEST, message=problem, last_add_confirmed=-1,
                                       last_entry_id=-1)
+        refusal, key = self._authorize("read_lac", ledger_id, request.master_key, context)
+        if refusal is not None:
+            return _lac_refusal(refusal)
         polls = self._budgets.long_polls if request.has_previous else self._budgets.reads
         if not polls.try_take(1):
             if request.has_previous:
@@ -233,6 +291,9 @@ class BookieServicer(pb_grpc.BookieServicer):
         if view is None:
             return pb.ReadLacResponse(status=pb.NO_SUCH_LEDGER, last_add_confirmed=-1, last_entry_id=-1,
                                       message=f"bookie {self._bookie_id} has no ledger {ledger_id}")
+        if key is not None and self._storage.check_master_key(ledger_id, key) == pb.UNAUTHORIZED:
+            self._metrics.unauthorized("read_lac")  # the ledger appeared meanwhile, with another key
+            return _lac_refusal(wrong_key("read_lac", ledger_id))
         return self._with_view(pb.ReadLacResponse(status=pb.OK), ledger_id, view)
 
     def _long_poll(self, ledger_id: int, previous_lac: int, wait_s: float, context) -> LedgerView | None:
@@ -250,19 +311,27 @@ class BookieServicer(pb_grpc.BookieServicer):
         problem = check_write_lac(ledger_id, request.master_key, lac)
         if problem is not None:
             return _write_lac_answer(pb.BAD_REQUEST, problem)
+        refusal, key = self._authorize("write_lac", ledger_id, request.master_key, context)
+        if refusal is not None:
+            return _write_lac_answer(pb.UNAUTHORIZED, refusal)
+        if key is None:  # an administrator, and no such ledger here
+            return _write_lac_answer(pb.NO_SUCH_LEDGER, f"bookie {self._bookie_id} has no ledger {ledger_id}")
         reads = self._budgets.reads
         if not reads.try_take(1):
             return self._refused_read(pb.WriteLacResponse)
         try:
-            status, view = self._storage.write_lac(ledger_id, request.master_key, lac)
+            status, view = self._storage.write_lac(ledger_id, key, lac)
         except Exception as exc:  # noqa: BLE001 - answer, never crash
             _log.exception("write_lac of ledger %d failed", ledger_id)
             return _write_lac_answer(pb.IO_ERROR, f"bookie {self._bookie_id} failed: {exc}")
         finally:
             reads.give_back(1)
         messages = {pb.NO_SUCH_LEDGER: f"bookie {self._bookie_id} has no ledger {ledger_id}",
-                    pb.UNAUTHORIZED: f"master key does not match the one stored for ledger {ledger_id}",
+                    pb.UNAUTHORIZED: wrong_key("write_lac", ledger_id),
                     pb.BAD_REQUEST: f"ledger id {ledger_id} or its master key is malformed"}
+        if status == pb.UNAUTHORIZED:
+            self._metrics.unauthorized("write_lac")
+            view = None  # a refused request learns nothing of the ledger
         return _write_lac_answer(status, messages.get(status, ""), view)
 
     # --- info --------------------------------------------------------------------
@@ -300,6 +369,10 @@ def _no_view(response):
     response.last_add_confirmed = response.last_entry_id = -1
     response.fenced = False
     return response
+
+
+def _lac_refusal(message: str) -> pb.ReadLacResponse:
+    return pb.ReadLacResponse(status=pb.UNAUTHORIZED, message=message, last_add_confirmed=-1, last_entry_id=-1)
 
 
 def _write_lac_answer(status: int, message: str, view: LedgerView | None = None) -> pb.WriteLacResponse:

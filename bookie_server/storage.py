@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 
 from bookie_server.checkpoint import Checkpointer, read_mark
 from bookie_server.entry_log import EntryLocation, EntryLogger
-from bookie_server.files import lock_directory, make_dirs, unlock_directory
+from bookie_server.files import lock_directory, make_dirs, make_private_dir, unlock_directory
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
 from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
@@ -56,7 +56,7 @@ from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, ad
                                             running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
 from pyspark_ledger.errors import (CorruptStorageError, InvalidConfigurationError, NoSuchEntryError,
-                                   NoSuchLedgerError, StorageError)
+                                   NoSuchLedgerError, StorageError, UnauthorizedError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 __all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
@@ -96,7 +96,9 @@ class BookieStorage:
 
     def _open(self, on_journal_sync: Callable[[int, int, float], None] | None) -> None:
         config = self._config
-        for directory in (config.data_dir, config.journal_dir, config.entry_log_dir, config.index_dir):
+        for directory in (config.data_dir, config.journal_dir):  # private: entries, keys (owner only)
+            make_private_dir(directory)
+        for directory in (config.entry_log_dir, config.index_dir):
             make_dirs(directory)
         self._lock_fd = _lock(config)
         snapshot_path = config.data_dir / LEDGER_SNAPSHOT_NAME
@@ -241,13 +243,20 @@ class BookieStorage:
 
     # --- reads ------------------------------------------------------------------------
 
-    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        """The stored body; NoSuchLedger/NoSuchEntry only when truly absent, CorruptStorageError if damaged."""
+    def read_entry(self, ledger_id: int, entry_id: int, master_key: bytes | None = None) -> bytes:
+        """The stored body; NoSuchLedger/NoSuchEntry only when truly absent, CorruptStorageError if damaged.
+
+        With ``master_key`` it must match the ledger's (constant time, under the lock, so a ledger created
+        between a caller's key check and its read is never served to the wrong key), else UnauthorizedError.
+        """
         with self._lock:
             if self._closed:
                 raise StorageError("bookie storage is closed")
-            if not valid_ledger_id(ledger_id) or self._states.get(ledger_id) is None:
+            record = self._states.get(ledger_id) if valid_ledger_id(ledger_id) else None
+            if record is None:
                 raise NoSuchLedgerError(f"ledger {ledger_id} is not stored on this bookie")
+            if master_key is not None and not hmac.compare_digest(record.master_key, bytes(master_key)):
+                raise UnauthorizedError(f"master key does not match ledger {ledger_id}")
             try:
                 location = self._index.get(ledger_id, entry_id) if 0 <= entry_id < 2**63 else None
             except CorruptStorageError as exc:
@@ -289,6 +298,13 @@ class BookieStorage:
         """Whether the bookie holds state for the ledger: a lock-free hint (one dict lookup) for the ledger guard;
         storage still decides under its lock."""
         return self._states.get(ledger_id) is not None
+
+    def stored_key(self, ledger_id: int) -> bytes | None:
+        """The master key this bookie keeps for the ledger, None if it has no state for it (for requests an
+        administrator identity sends without the key: ``authorization``)."""
+        with self._lock:
+            record = self._states.get(ledger_id)
+        return None if record is None else record.master_key
 
     def check_master_key(self, ledger_id: int, master_key: bytes) -> int:
         with self._lock:

@@ -56,8 +56,8 @@ class StorageHandle:
     def add_entries(self, adds):
         return self.target.add_entries(adds)
 
-    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        return self.target.read_entry(ledger_id, entry_id)
+    def read_entry(self, ledger_id: int, entry_id: int, master_key: bytes | None = None) -> bytes:
+        return self.target.read_entry(ledger_id, entry_id, master_key)
 
     def ledger(self, ledger_id: int):
         return self.target.ledger(ledger_id)

@@ -219,22 +219,24 @@ class BookieClient:
         what = f"read of ledger {ledger_id} entries {first_entry_id}..{last}" + (" with fence" if fence else "")
         return request, what
 
-    def read_lac(self, ledger_id: int, previous: int | None = None, timeout: float = 10.0) -> LacResult:
-        """The bookie's LAC for the ledger; with ``previous``, wait up to ``timeout`` s for a higher one."""
-        request, deadline = self._lac_request(ledger_id, previous, timeout)
+    def read_lac(self, ledger_id: int, previous: int | None = None, timeout: float = 10.0, *,
+                 master_key: bytes = b"") -> LacResult:
+        """The bookie's LAC for the ledger; with ``previous``, wait up to ``timeout`` s for a higher one.
+        Bookies need the ledger's ``master_key`` (an ``--admin-identity`` caller may leave it out)."""
+        request, deadline = self._lac_request(ledger_id, previous, timeout, master_key)
         return self._unary("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", _lac_result)
 
     def read_lac_async(self, ledger_id: int, previous: int | None = None,
-                       timeout: float = 10.0) -> "Future[LacResult]":
+                       timeout: float = 10.0, *, master_key: bytes = b"") -> "Future[LacResult]":
         """``read_lac`` (or its long poll) without blocking a thread."""
-        request, deadline = self._lac_request(ledger_id, previous, timeout)
+        request, deadline = self._lac_request(ledger_id, previous, timeout, master_key)
         return self._unary_async("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", _lac_result)
 
-    def _lac_request(self, ledger_id: int, previous: int | None, timeout: float):
+    def _lac_request(self, ledger_id: int, previous: int | None, timeout: float, master_key: bytes):
         if previous is None:
-            return _message(pb.ReadLacRequest, ledger_id=ledger_id), None
+            return _message(pb.ReadLacRequest, ledger_id=ledger_id, master_key=master_key), None
         request = _message(pb.ReadLacRequest, ledger_id=ledger_id, has_previous=True, previous_lac=previous,
-                           timeout_ms=max(0, int(timeout * 1000)))
+                           timeout_ms=max(0, int(timeout * 1000)), master_key=master_key)
         return request, timeout + self.timeout
 
     def write_lac(self, ledger_id: int, master_key: bytes, last_add_confirmed: int,

@@ -43,8 +43,9 @@ class RangeFetch:
     """Reads the entries of one ``ReadBatch`` (see the module docstring)."""
 
     def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
-                 write_quorum: int, ack_quorum: int, *, copy: bool = True) -> None:
+                 write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes) -> None:
         self._ctx = ctx
+        self._key = master_key
         self._copy = copy
         self._ledger_id = ledger_id
         self._codec = codec
@@ -63,7 +64,8 @@ class RangeFetch:
     def _ask(self, bookie: str) -> None:
         config = self._ctx.config
         future = self._ctx.transport.read(bookie, self._ledger_id, self.batch.first_entry_id,
-                                          self.batch.last_entry_id, max_bytes=config.read_batch_bytes,
+                                          self.batch.last_entry_id, master_key=self._key,
+                                          max_bytes=config.read_batch_bytes,
                                           timeout=config.read_timeout_s)
         if config.speculative_read_delay_s is not None:
             self._timers.append(self._ctx.scheduler.call_later(config.speculative_read_delay_s,

@@ -38,13 +38,14 @@ def lac_answer(done: Future) -> LacAnswer:
     return LacAnswer.unknown(f"{result.status.name}: {result.message}")
 
 
-def read_lac(ctx: ClientContext, md: LedgerMetadata) -> int:
-    """The LAC of an open ledger, read with coverage from its current ensemble (no fencing)."""
+def read_lac(ctx: ClientContext, md: LedgerMetadata, key: bytes) -> int:
+    """The LAC of an open ledger, read with coverage from its current ensemble (no fencing); ``key`` is the
+    ledger's master key (bookies refuse LAC reads without it)."""
     ensemble = md.current_fragment.bookies
     answers: queue.Queue = queue.Queue()
     timeout = ctx.config.read_timeout_s
     for bookie in ensemble:
-        future = ctx.transport.read_lac(bookie, md.ledger_id, timeout=timeout)
+        future = ctx.transport.read_lac(bookie, md.ledger_id, timeout=timeout, master_key=key)
         future.add_done_callback(lambda done, bookie=bookie: answers.put((bookie, done)))
     lac_read = LacRead(ensemble, md.write_quorum, md.ack_quorum)
     deadline = time.monotonic() + timeout + _MARGIN_S
@@ -63,12 +64,13 @@ def read_lac(ctx: ClientContext, md: LedgerMetadata) -> int:
                                  f"of {', '.join(ensemble)} answered within {timeout} s", status="TIMEOUT")
 
 
-def poll_lac(ctx: ClientContext, md: LedgerMetadata, previous: int, wait_s: float) -> int:
+def poll_lac(ctx: ClientContext, md: LedgerMetadata, key: bytes, previous: int, wait_s: float) -> int:
     """Long poll: a LAC > ``previous`` as soon as one bookie reports one, else ``previous``."""
     ensemble = md.current_fragment.bookies
     answers: queue.Queue = queue.Queue()
     for bookie in ensemble:
-        future = ctx.transport.read_lac(bookie, md.ledger_id, previous=previous, timeout=wait_s)
+        future = ctx.transport.read_lac(bookie, md.ledger_id, previous=previous, timeout=wait_s,
+                                        master_key=key)
         future.add_done_callback(answers.put)
     deadline = time.monotonic() + wait_s + _MARGIN_S
     lac = previous

@@ -44,6 +44,7 @@ class LedgerReader:
         self._ctx = ctx
         self._md = md
         self._codec = EntryCodec(md.digest_type, password)
+        self._key = master_key(password)  # every read and LAC read carries it: bookies refuse them without
         self._lac = md.last_entry_id if md.is_closed else lac_floor(md)
 
     @property
@@ -84,7 +85,7 @@ class LedgerReader:
         """Re-read the metadata and the LAC (with coverage); returns the new ``last_add_confirmed``."""
         self._refresh_metadata()
         if not self._md.is_closed:
-            lac = read_lac(self._ctx, self._md)
+            lac = read_lac(self._ctx, self._md, self._key)
             self._refresh_metadata()  # see _refresh_metadata
             self._lac = advance_lac(self._lac, lac)
         return self.last_add_confirmed
@@ -105,7 +106,7 @@ class LedgerReader:
             if remaining <= 0:
                 return False
             wait = min(remaining, self._ctx.config.long_poll_timeout_s)
-            lac = poll_lac(self._ctx, self._md, self.last_add_confirmed, wait)
+            lac = poll_lac(self._ctx, self._md, self._key, self.last_add_confirmed, wait)
             self._refresh_metadata()
             self._lac = advance_lac(self._lac, lac)
         if self.last_add_confirmed < entry_id:
@@ -157,7 +158,7 @@ class LedgerReader:
     def _fetch(self, batch, copy: bool) -> RangeFetch:
         md = self._md
         return RangeFetch(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum,
-                          copy=copy).start()
+                          copy=copy, master_key=self._key).start()
 
 
 def _remainder(fetch: RangeFetch, entries: list[LedgerEntry]):

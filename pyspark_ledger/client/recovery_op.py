@@ -109,10 +109,9 @@ class RecoveryRun:
             self._when_done(future, lambda done, b=bookie: self._recovery.on_lac_answer(b, _fence_answer(done)))
 
     def _read(self, action: ReadEntry) -> None:
-        key = self._key if action.fence else b""
         for bookie in action.targets:
             future = self._ctx.transport.read(bookie, self._ledger_id, action.entry_id, action.entry_id,
-                                              fence=action.fence, master_key=key,
+                                              fence=action.fence, master_key=self._key,
                                               timeout=self._ctx.config.read_timeout_s)
             self._when_done(future, lambda done, b=bookie, e=action.entry_id: self._recovery.on_read_answer(
                 e, b, self._entry_answer(e, done)))

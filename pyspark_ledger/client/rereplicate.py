@@ -165,7 +165,7 @@ class _Copier:
             for source in sources_of(repair, entry_id, self._md.write_quorum, self._lost):
                 try:
                     result = self._ctx.transport.read(source, self._md.ledger_id, entry_id, wanted[-1],
-                                                      max_bytes=READ_BYTES, timeout=self._timeout
+                                                      master_key=self._key, max_bytes=READ_BYTES, timeout=self._timeout
                                                       ).result(self._timeout + 5.0)
                 except (BookieError, TimeoutError) as exc:
                     failures.append(f"{source}: {exc}")

@@ -3,7 +3,8 @@
 ``BookieTransport`` is everything the writer, reader and recovery use:
 ``send_adds`` (adds already encoded by ``add_wire.encode_add``, answered per
 received batch to an ``AddListener``), ``add`` (one add, a Future), fencing /
-range reads, LAC reads and explicit LAC writes (Futures), plus the list of
+range reads, LAC reads and explicit LAC writes (Futures; every one carries the
+ledger's master key, which bookies require), plus the list of
 registered bookies. Answers are the real result types of ``bookie_rpc`` /
 ``add_wire`` (and the wire's ``AddResult`` messages for ``send_adds``); a
 transport failure completes the future with a BookieError (an unknown
@@ -52,11 +53,11 @@ class BookieTransport(Protocol):
             recovery: bool = False) -> "Future[AddResult]": ...
 
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
-             fence: bool = False, master_key: bytes = b"", max_bytes: int = 0,
+             master_key: bytes, fence: bool = False, max_bytes: int = 0,
              timeout: float = 10.0) -> "Future[ReadResult]": ...
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
-                 timeout: float = 10.0) -> "Future[LacResult]": ...
+                 timeout: float = 10.0, *, master_key: bytes) -> "Future[LacResult]": ...
 
     def write_lac(self, bookie_id: str, ledger_id: int, master_key: bytes, last_add_confirmed: int,
                   timeout: float = 10.0) -> "Future[WriteLacResult]": ...
@@ -125,15 +126,16 @@ class GrpcTransport:
         return future
 
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
-             fence: bool = False, master_key: bytes = b"", max_bytes: int = 0,
+             master_key: bytes, fence: bool = False, max_bytes: int = 0,
              timeout: float = 10.0) -> "Future[ReadResult]":
         return self._call(bookie_id, lambda client: client.read_async(
             ledger_id, first_entry_id, last_entry_id, fence=fence, master_key=master_key,
             recovery=fence, max_bytes=max_bytes, timeout=timeout))
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
-                 timeout: float = 10.0) -> "Future[LacResult]":
-        return self._call(bookie_id, lambda client: client.read_lac_async(ledger_id, previous, timeout))
+                 timeout: float = 10.0, *, master_key: bytes) -> "Future[LacResult]":
+        return self._call(bookie_id, lambda client: client.read_lac_async(ledger_id, previous, timeout,
+                                                                          master_key=master_key))
 
     def write_lac(self, bookie_id: str, ledger_id: int, master_key: bytes, last_add_confirmed: int,
                   timeout: float = 10.0) -> "Future[WriteLacResult]":

@@ -48,10 +48,15 @@ def run_bookie_server(args: Sequence[str], timeout: float = START_TIMEOUT_S,
 
 
 def _flag_args(flags: Mapping[str, Any]) -> list[str]:
-    """``max_entry_size=10`` -> ``--max-entry-size 10``; True -> bare flag; False/None -> omitted."""
+    """``max_entry_size=10`` -> ``--max-entry-size 10``; True -> bare flag; False/None -> omitted; a list or
+    tuple -> the flag once per item."""
     args: list[str] = []
     for name, value in flags.items():
         if value is None or value is False:
+            continue
+        if isinstance(value, (list, tuple)):  # a repeatable flag: admin_identity=["a", "b"]
+            for item in value:
+                args += ["--" + name.replace("_", "-"), str(item)]
             continue
         args.append("--" + name.replace("_", "-"))
         if value is not True:
@@ -102,7 +107,7 @@ class BookieProcess:
         if self.is_running():
             raise BookieError(f"bookie {self.bookie_id} is already running (pid {self.pid})",
                               bookie_id=self.bookie_id, status="RUNNING")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # as the bookie makes it (owner only)
         command = [sys.executable, "-m", "bookie_server", *self.args()]
         self._stdout_offset = self._log_size(STDOUT_LOG)
         with open(self.data_dir / STDOUT_LOG, "ab") as out, open(self.data_dir / STDERR_LOG, "ab") as err:

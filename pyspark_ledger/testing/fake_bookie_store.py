@@ -4,8 +4,12 @@ Requests and answers are serialized protobuf messages (``bookie.proto``).
 Like the real bookie it reads the ledger id, entry id and LAC from the
 entry's header and stores the body as opaque bytes; a fence creates an
 unknown ledger fenced (F4); an add with another master key is UNAUTHORIZED
-and a plain add to a fenced ledger is FENCED. Not thread-safe: only the
-fake network's thread calls it.
+and a plain add to a fenced ledger is FENCED. Like the real bookie it
+authorizes every operation (``bookie_server.authorization``): an add, read,
+fence, LAC read or LAC write without the ledger's master key, or with another
+one, is UNAUTHORIZED and its answer carries no ledger state, so a client that
+forgets the key fails its tests. Not thread-safe: only the fake network's
+thread calls it.
 """
 from __future__ import annotations
 
@@ -64,7 +68,7 @@ class FakeBookie:
         if self.read_only:
             return pb.READ_ONLY, f"bookie {self.bookie_id} is read-only", False
         if not request.master_key:
-            return pb.BAD_REQUEST, "empty master key", False
+            return pb.UNAUTHORIZED, f"an add to ledger {request.ledger_id} needs its master key", False
         try:
             header = peek_header(request.body)
         except CorruptEntryError as exc:
@@ -88,31 +92,45 @@ class FakeBookie:
     def handle_read(self, data: bytes) -> bytes:
         request = pb.ReadRequest.FromString(data)
         response = self._read(request)
-        self._fill_view(response, request.ledger_id)
+        if response.status != pb.UNAUTHORIZED:
+            self._fill_view(response, request.ledger_id)
+        else:
+            response.last_add_confirmed = response.last_entry_id = -1
         return response.SerializeToString()
+
+    def refusal(self, ledger_id: int, master_key: bytes) -> str | None:
+        """Why a request with ``master_key`` is refused UNAUTHORIZED (missing, or not the stored one), else
+        None (an unknown ledger passes: NO_SUCH_LEDGER, or a fence's F4, decides next)."""
+        if not master_key:
+            return f"ledger {ledger_id} needs its master key"
+        ledger = self.ledgers.get(ledger_id)
+        if ledger is not None and not hmac.compare_digest(ledger.master_key, master_key):
+            return f"master key does not match ledger {ledger_id}"
+        return None
 
     def _read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         first, last = request.first_entry_id, request.last_entry_id
         if first < 0 or last < first:
             return pb.ReadResponse(status=pb.BAD_REQUEST, message=f"bad range {first}..{last}")
         ledger = self.ledgers.get(request.ledger_id)
+        refusal = self.refusal(request.ledger_id, request.master_key)
+        if refusal is not None:
+            return pb.ReadResponse(status=pb.UNAUTHORIZED, message=refusal)
         if request.fence:
-            if not request.master_key:
-                return pb.ReadResponse(status=pb.BAD_REQUEST, message="fencing needs the master key")
             if ledger is None:
                 ledger = self.ledgers[request.ledger_id] = FakeLedger(request.master_key)
-            elif not hmac.compare_digest(ledger.master_key, request.master_key):
-                return pb.ReadResponse(status=pb.UNAUTHORIZED, message="master key does not match: not fenced")
             ledger.fenced = True
-        elif request.master_key and ledger is not None and not hmac.compare_digest(ledger.master_key,
-                                                                                    request.master_key):
-            return pb.ReadResponse(status=pb.UNAUTHORIZED, message="master key does not match")
         if ledger is None:
             return pb.ReadResponse(status=pb.NO_SUCH_LEDGER, message=f"no ledger {request.ledger_id}")
         return _entries(ledger, first, last, request.max_bytes or MAX_READ_BYTES)
 
-    def handle_read_lac(self, data: bytes) -> tuple[bytes, pb.ReadLacRequest]:
+    def handle_read_lac(self, data: bytes) -> tuple[bytes, pb.ReadLacRequest | None]:
+        """The answer and the parsed request; None instead of the request when it was refused (no waiting)."""
         request = pb.ReadLacRequest.FromString(data)
+        refusal = self.refusal(request.ledger_id, request.master_key)
+        if refusal is not None:
+            return pb.ReadLacResponse(status=pb.UNAUTHORIZED, message=refusal, last_add_confirmed=-1,
+                                      last_entry_id=-1).SerializeToString(), None
         return self.lac_answer(request.ledger_id), request
 
     def lac_answer(self, ledger_id: int) -> bytes:

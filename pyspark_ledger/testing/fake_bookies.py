@@ -153,7 +153,7 @@ class FakeTransport:
                                   _add_result))
 
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
-             fence: bool = False, master_key: bytes = b"", max_bytes: int = 0,
+             master_key: bytes, fence: bool = False, max_bytes: int = 0,
              timeout: float = 10.0) -> "Future[ReadResult]":
         data = pb.ReadRequest(ledger_id=ledger_id, first_entry_id=first_entry_id, last_entry_id=last_entry_id,
                               fence=fence, recovery=fence, master_key=master_key,
@@ -162,10 +162,10 @@ class FakeTransport:
                                   last_entry_id, fence, data, timeout, _read_result))
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
-                 timeout: float = 10.0) -> "Future[LacResult]":
+                 timeout: float = 10.0, *, master_key: bytes) -> "Future[LacResult]":
         fields = {} if previous is None else {"has_previous": True, "previous_lac": previous,
                                               "timeout_ms": int(timeout * 1000)}
-        data = pb.ReadLacRequest(ledger_id=ledger_id, **fields).SerializeToString()
+        data = pb.ReadLacRequest(ledger_id=ledger_id, master_key=master_key, **fields).SerializeToString()
         wait = timeout + 5.0 if previous is not None else timeout
         return self._send(Request("lac", bookie_id, ledger_id, -1, -1, previous is not None, data, wait,
                                   _lac_result))

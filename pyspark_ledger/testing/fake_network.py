@@ -227,7 +227,7 @@ class FakeNetwork:
                 self._wake_waiters(request.bookie_id, request.ledger_id)
         elif request.op == "lac":
             data, parsed = bookie.handle_read_lac(request.data)
-            if parsed.has_previous and bookie.last_add_confirmed(parsed.ledger_id) <= parsed.previous_lac:
+            if parsed is not None and parsed.has_previous and bookie.last_add_confirmed(parsed.ledger_id) <= parsed.previous_lac:
                 self._waiters.setdefault((request.bookie_id, request.ledger_id), []).append(
                     (request, parsed.previous_lac))
                 self._later(parsed.timeout_ms / 1000.0, lambda: self._end_poll(request))
@@ -326,8 +326,10 @@ def write_lac(bookie, data: bytes) -> tuple[bytes, bool]:
     """A fake bookie's WriteLac (as ``bookie_server``): keep max(LAC, given); whether the LAC went up."""
     request = pb.WriteLacRequest.FromString(data)
     ledger = bookie.ledgers.get(request.ledger_id)
-    if not request.master_key or request.last_add_confirmed < -1:
+    if request.last_add_confirmed < -1:
         status = pb.BAD_REQUEST
+    elif not request.master_key:
+        status = pb.UNAUTHORIZED
     elif ledger is None:
         status = pb.NO_SUCH_LEDGER
     elif not hmac.compare_digest(ledger.master_key, request.master_key):
@@ -337,8 +339,9 @@ def write_lac(bookie, data: bytes) -> tuple[bytes, bool]:
     advanced = status == pb.OK and request.last_add_confirmed > ledger.last_add_confirmed
     if advanced:
         ledger.last_add_confirmed = request.last_add_confirmed
-    response = pb.WriteLacResponse(status=status, last_add_confirmed=-1 if ledger is None
-                                   else ledger.last_add_confirmed, fenced=ledger is not None and ledger.fenced)
+    shown = ledger if status == pb.OK else None  # a refused request learns nothing of the ledger
+    response = pb.WriteLacResponse(status=status, last_add_confirmed=-1 if shown is None
+                                   else shown.last_add_confirmed, fenced=shown is not None and shown.fenced)
     return response.SerializeToString(), advanced
 
 

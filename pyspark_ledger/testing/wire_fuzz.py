@@ -208,7 +208,8 @@ def read_lac_requests(seed_ledgers: Sequence[int] = ()
     if seed_ledgers:
         targets = st.one_of(targets, st.sampled_from(sorted(seed_ledgers)))
     return st.builds(pb.ReadLacRequest, ledger_id=targets, has_previous=st.booleans(),
-                     previous_lac=entry_ids(), timeout_ms=edge_or_any(EDGE_TIMEOUTS_MS, 0, 2**32 - 1))
+                     previous_lac=entry_ids(), timeout_ms=edge_or_any(EDGE_TIMEOUTS_MS, 0, 2**32 - 1),
+                     master_key=master_keys(huge=1024 * 1024))
 
 
 def write_lac_requests(seed_keys: dict[int, bytes] | None = None

@@ -47,7 +47,7 @@ def test_one_send_is_one_batch_answered_by_one_listener_call(bookie, client_for)
             stream.send(951, [(0, encoder.encode(0, entry(951, 0)))] * 2, recorder.listener)
     assert recorder.batches == [[(950, e, pb.OK) for e in range(200)]]
     assert recorder.failures == []
-    assert client.read(950, 0, 199).entries == tuple((e, entry(950, e)) for e in range(200))
+    assert client.read(950, 0, 199, master_key=KEY).entries == tuple((e, entry(950, e)) for e in range(200))
 
 
 def test_large_and_small_adds_mixed_in_one_send_are_all_stored(bookie, client_for):
@@ -60,7 +60,8 @@ def test_large_and_small_adds_mixed_in_one_send_are_all_stored(bookie, client_fo
         wait_until(lambda: recorder.answered() == len(sizes), 30, "every add to be answered")
     assert sorted(result for batch in recorder.batches for result in batch) == \
         [(953, e, pb.OK) for e in range(len(sizes))]
-    assert [client.read(953, e).entries for e in range(len(sizes))] == [((e, body),) for e, body in enumerate(bodies)]
+    assert [client.read(953, e, master_key=KEY).entries for e in range(len(sizes))] == [
+        ((e, body),) for e, body in enumerate(bodies)]
 
 
 def test_a_broken_stream_reports_every_unanswered_add_once(make_bookie, client_for):

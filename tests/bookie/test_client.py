@@ -28,11 +28,11 @@ def test_a_killed_bookie_fails_pending_adds_and_reads_as_unavailable(make_bookie
         late.result(30)
     assert failed.value.bookie_id == bookie.bookie_id
     with pytest.raises(BookieUnavailableError) as unreachable:
-        client.read(700, 0, timeout=5)
+        client.read(700, 0, timeout=5, master_key=KEY)
     assert unreachable.value.bookie_id == bookie.bookie_id and "read of ledger 700" in str(unreachable.value)
     assert stream.closed
     bookie.start()  # the same client reconnects to the restarted bookie
-    assert client.read(700, 0).entries == ((0, entry(700, 0)),)
+    assert client.read(700, 0, master_key=KEY).entries == ((0, entry(700, 0)),)
     with client.add_stream() as again:
         assert again.add(700, 1, KEY, entry(700, 1)).result(30).ok
 
@@ -48,7 +48,7 @@ def test_a_frozen_bookie_times_out_then_answers_when_resumed(make_bookie, client
         with pytest.raises(InvalidConfigurationError, match="already in flight"):
             stream.add(701, 1, KEY, entry(701, 1))
         with pytest.raises(BookieUnavailableError) as timed_out:
-            client.read(701, 0, timeout=0.5)
+            client.read(701, 0, timeout=0.5, master_key=KEY)
         assert timed_out.value.status == "TIMEOUT"
     finally:
         os.kill(bookie.pid, signal.SIGCONT)
@@ -82,8 +82,8 @@ def test_bad_arguments_are_refused_before_anything_is_sent(make_bookie, client_f
             stream.add(1, 0, KEY, "text")
         assert stream.add(703, 0, KEY, entry(703, 0)).result(30).ok
     with pytest.raises(InvalidConfigurationError):
-        client.read(-5, 0)
-    assert client.read(703, 0).status == BookieStatus.OK
+        client.read(-5, 0, master_key=KEY)
+    assert client.read(703, 0, master_key=KEY).status == BookieStatus.OK
     for address in ("no-port", "host:", ":3181", "host:99999", "host:http"):
         with pytest.raises(InvalidConfigurationError, match="host:port"):
             parse_address(address)

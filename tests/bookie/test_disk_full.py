@@ -10,6 +10,7 @@ import pytest
 from bookie_server.disk_monitor import OVERRIDE_ENV, DiskMonitor, DiskPolicy, read_only_decision
 from bookie_server.config import parse_args
 from pyspark_ledger.client import BookieStatus, LedgerClient
+from pyspark_ledger.entry import master_key
 from pyspark_ledger.errors import InvalidConfigurationError, NotEnoughBookiesError
 
 from .conftest import KEY, entry, wait_until
@@ -91,7 +92,7 @@ def test_B5_a_full_disk_makes_a_real_bookie_read_only_and_back(make_bookie, meta
         with client.add_stream() as stream:
             refused = stream.add(7, 0, KEY, entry(7, 0)).result(30)
         assert refused.status == BookieStatus.READ_ONLY and "97.0% full" in refused.message
-        assert client.read(writer.ledger_id, 0).entries[0][0] == 0  # reads go on
+        assert client.read(writer.ledger_id, 0, master_key=master_key(b"pw")).entries[0][0] == 0  # reads go on
 
         assert writer.append(b"after") == 1  # READ_ONLY is a bookie failure: the ensemble changes
         # Entry 1 may be confirmed by the two others before the READ_ONLY answer arrives: wait for the change.

@@ -49,7 +49,7 @@ def assert_entries_read_back(client: BookieClient, ledger_id: int, expected: dic
     found: dict[int, bytes] = {}
     next_id, last = 0, max(expected)
     while next_id <= last:
-        reply = client.read(ledger_id, next_id, last)
+        reply = client.read(ledger_id, next_id, last, master_key=KEY)
         assert reply.status == BookieStatus.OK, (ledger_id, next_id, reply.status, reply.message)
         found.update(reply.entries)
         next_id = reply.entries[-1][0] + 1
@@ -93,7 +93,7 @@ def test_crash_inside_a_checkpoint_restores_every_acknowledged_entry(make_bookie
     bookie.start()
     reader = client_for(bookie)
     assert_entries_read_back(reader, 300, {e: entry(300, e) for e in range(500)})
-    assert reader.read_lac(300).last_add_confirmed == 498
+    assert reader.read_lac(300, master_key=KEY).last_add_confirmed == 498
 
 
 def test_fence_survives_a_kill9_restart(make_bookie, client_for):
@@ -107,7 +107,7 @@ def test_fence_survives_a_kill9_restart(make_bookie, client_for):
     bookie.kill()
     bookie.start()
     after = client_for(bookie)
-    lac = after.read_lac(400)
+    lac = after.read_lac(400, master_key=KEY)
     assert lac.fenced is True and lac.last_entry_id == 0
     with after.add_stream() as stream:
         assert stream.add(400, 1, KEY, entry(400, 1)).result(30).status == BookieStatus.FENCED
@@ -135,12 +135,12 @@ def test_corrupt_entry_log_bytes_read_as_io_error_never_no_such_entry(make_booki
     assert damaged == 1, f"victim entry not found exactly once in {logs}"
     bookie.start()
     reader = client_for(bookie)
-    reply = reader.read(500, 1)
+    reply = reader.read(500, 1, master_key=KEY)
     assert reply.status == BookieStatus.IO_ERROR, reply
     assert "ledger 500 entry 1" in reply.message
-    whole = reader.read(500, 0, 2)  # a range stops before the unreadable entry, still OK for entry 0
+    whole = reader.read(500, 0, 2, master_key=KEY)  # a range stops before the unreadable entry, still OK for entry 0
     assert whole.status == BookieStatus.OK and [e for e, _ in whole.entries] == [0]
-    assert reader.read(500, 2).entries == ((2, entry(500, 2)),)
+    assert reader.read(500, 2, master_key=KEY).entries == ((2, entry(500, 2)),)
 
 
 def test_journal_garbage_in_the_middle_stops_startup_unless_skipped(make_bookie, client_for):
@@ -162,5 +162,5 @@ def test_journal_garbage_in_the_middle_stops_startup_unless_skipped(make_bookie,
     assert "journal" in failure[0] and "--skip-journal-corruption" in failure[0]
     bookie.flags["skip_journal_corruption"] = True
     bookie.start()
-    reply = client_for(bookie).read(800, 0, 59)
+    reply = client_for(bookie).read(800, 0, 59, master_key=KEY)
     assert reply.status == BookieStatus.OK and reply.entries[0] == (0, entry(800, 0))

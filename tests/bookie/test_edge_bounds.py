@@ -57,7 +57,8 @@ def add(ledger_id, entry_id, key=KEY, body=None):
 def still_serves(stub, ledger_id: int = 900) -> None:
     results = send_batch(stub, [add(ledger_id, 0)])
     assert results[(ledger_id, 0)].status == pb.OK, results
-    read = stub.Read(pb.ReadRequest(ledger_id=ledger_id, first_entry_id=0, last_entry_id=0), timeout=10)
+    read = stub.Read(pb.ReadRequest(ledger_id=ledger_id, first_entry_id=0, last_entry_id=0, master_key=KEY),
+                     timeout=10)
     assert read.status == pb.OK and read.entries[0].body == entry(ledger_id, 0)
 
 
@@ -73,9 +74,11 @@ def test_add_stream_bounds_every_field(stub):
     adds = [add(ledger_id, entry_id) for ledger_id, entry_id in bad]
     adds += [add(505, 0, key=b"k" * (MAX_MASTER_KEY_BYTES + 1)), add(506, 0, key=b""),
              add(507, 0, body=b"x" * 39), add(508, 0, body=b"x" * (MAX_ENTRY_SIZE + 1))]
-    bad.update({(505, 0): f"limit of {MAX_MASTER_KEY_BYTES}", (506, 0): "empty master key",
+    bad.update({(505, 0): f"limit of {MAX_MASTER_KEY_BYTES}",
                 (507, 0): "shorter than the smallest", (508, 0): "--max-entry-size"})
     results = send_batch(stub, adds)
+    assert results[(506, 0)].status == pb.UNAUTHORIZED  # a missing key is not malformed: it is unauthorized
+    assert "needs its master key" in results[(506, 0)].message
     for key, words in bad.items():
         assert results[key].status == pb.BAD_REQUEST, (key, results[key])
         assert words in results[key].message, (key, results[key].message)
@@ -96,7 +99,7 @@ def test_the_largest_accepted_entry_id_is_stored_and_survives_a_restart(tmp_path
             stub = pb_grpc.BookieStub(channel)
             for ledger_id, entry_id in ((601, MAX_ENTRY_ID), (602, 0), (602, 1)):
                 read = stub.Read(pb.ReadRequest(ledger_id=ledger_id, first_entry_id=entry_id,
-                                                last_entry_id=entry_id), timeout=10)
+                                                last_entry_id=entry_id, master_key=KEY), timeout=10)
                 assert read.status == pb.OK, read
                 assert read.entries[0].body == entry(ledger_id, entry_id)
             assert send_batch(stub, [add(603, 0)])[(603, 0)].status == pb.OK
@@ -132,15 +135,16 @@ def test_read_bounds_every_field(stub):
         (dict(first_entry_id=-5, last_entry_id=0), "negative"),
         (dict(first_entry_id=3, last_entry_id=2), "below first_entry_id"),
         (dict(first_entry_id=0, last_entry_id=0, master_key=b"k" * 65), f"limit of {MAX_MASTER_KEY_BYTES}"),
-        (dict(first_entry_id=0, last_entry_id=0, fence=True), "needs its master key"),
     ]
     for fields, words in cases:
         reply = stub.Read(pb.ReadRequest(ledger_id=520, **fields), timeout=10)
         assert reply.status == pb.BAD_REQUEST and words in reply.message, (fields, reply)
     reply = stub.Read(pb.ReadRequest(ledger_id=MAX_LEDGER_ID + 1, first_entry_id=0, last_entry_id=0), timeout=10)
     assert reply.status == pb.BAD_REQUEST and "ledger ids are 0.." in reply.message
+    reply = stub.Read(pb.ReadRequest(ledger_id=520, first_entry_id=0, last_entry_id=0, fence=True), timeout=10)
+    assert reply.status == pb.UNAUTHORIZED and "needs its master key" in reply.message
     reply = stub.Read(pb.ReadRequest(ledger_id=520, first_entry_id=0, last_entry_id=MAX_READ_ENTRIES - 1,
-                                     max_bytes=2**64 - 1), timeout=10)
+                                     max_bytes=2**64 - 1, master_key=KEY), timeout=10)
     assert reply.status == pb.OK and len(reply.entries) == 1  # the widest range, and max_bytes capped
     still_serves(stub, 520)
 
@@ -154,8 +158,10 @@ def test_read_lac_bounds_every_field(stub):
         assert reply.status == pb.BAD_REQUEST and words in reply.message, (previous, reply)
     reply = stub.ReadLac(pb.ReadLacRequest(ledger_id=2**64 - 1), timeout=10)
     assert reply.status == pb.BAD_REQUEST and "ledger ids are 0.." in reply.message
+    reply = stub.ReadLac(pb.ReadLacRequest(ledger_id=530, master_key=b"k" * 65), timeout=10)
+    assert reply.status == pb.BAD_REQUEST and f"limit of {MAX_MASTER_KEY_BYTES}" in reply.message
     reply = stub.ReadLac(pb.ReadLacRequest(ledger_id=530, has_previous=True, previous_lac=5,
-                                           timeout_ms=300), timeout=10)
+                                           timeout_ms=300, master_key=KEY), timeout=10)
     assert reply.status == pb.OK  # the timeout ran out: a normal answer
     still_serves(stub, 530)
 
@@ -164,7 +170,6 @@ def test_write_lac_bounds_every_field(stub):
     still_serves(stub, 540)
     cases = [(dict(master_key=KEY, last_add_confirmed=-2), "below -1"),
              (dict(master_key=KEY, last_add_confirmed=MAX_ENTRY_ID + 1), f"limit of {MAX_ENTRY_ID}"),
-             (dict(master_key=b"", last_add_confirmed=0), "empty master key"),
              (dict(master_key=b"k" * 65, last_add_confirmed=0), f"limit of {MAX_MASTER_KEY_BYTES}")]
     for fields, words in cases:
         reply = stub.WriteLac(pb.WriteLacRequest(ledger_id=540, **fields), timeout=10)
@@ -172,6 +177,8 @@ def test_write_lac_bounds_every_field(stub):
     reply = stub.WriteLac(pb.WriteLacRequest(ledger_id=MAX_LEDGER_ID + 1, master_key=KEY, last_add_confirmed=0),
                           timeout=10)
     assert reply.status == pb.BAD_REQUEST and "ledger ids are 0.." in reply.message
+    reply = stub.WriteLac(pb.WriteLacRequest(ledger_id=540, last_add_confirmed=0), timeout=10)
+    assert reply.status == pb.UNAUTHORIZED and "needs its master key" in reply.message
     reply = stub.WriteLac(pb.WriteLacRequest(ledger_id=540, master_key=KEY, last_add_confirmed=0), timeout=10)
     assert reply.status == pb.OK and reply.last_add_confirmed == 0
     still_serves(stub, 540)

@@ -66,7 +66,7 @@ class Hostile:
         return calls
 
     def open_long_polls(self, count: int, ledger_id: int, previous: int, timeout_ms: int = 60_000) -> list:
-        calls = [self.stub().ReadLac.future(pb.ReadLacRequest(ledger_id=ledger_id, has_previous=True,
+        calls = [self.stub().ReadLac.future(pb.ReadLacRequest(ledger_id=ledger_id, has_previous=True, master_key=KEY,
                                                               previous_lac=previous, timeout_ms=timeout_ms),
                                             timeout=90) for _ in range(count)]
         self._calls += calls
@@ -122,7 +122,7 @@ def test_past_the_stream_cap_streams_are_refused_at_once_and_health_still_answer
                 add_one(stub, 1)
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "limit of 20 open add streams (--max-add-streams)" in refused.value.details()
-            read = stub.Read(pb.ReadRequest(ledger_id=1, first_entry_id=0, last_entry_id=0),
+            read = stub.Read(pb.ReadRequest(ledger_id=1, first_entry_id=0, last_entry_id=0, master_key=KEY),
                              timeout=ANSWER_DEADLINE_S)
             assert read.status == pb.NO_SUCH_LEDGER  # reads have their own threads
     # the hostile streams ended: their slots are free again
@@ -145,7 +145,7 @@ def test_long_polls_past_their_cap_are_refused_at_once_and_do_not_block_others(m
             assert len(refused) == 90 and {reply.status for reply in refused} == {pb.TOO_MANY_REQUESTS}
             assert "limit of 10 long polls served at once (--max-long-polls)" in refused[0].message
             answers_health_and_info(bookie.address)
-            read = stub.Read(pb.ReadRequest(ledger_id=5, first_entry_id=0, last_entry_id=0),
+            read = stub.Read(pb.ReadRequest(ledger_id=5, first_entry_id=0, last_entry_id=0, master_key=KEY),
                              timeout=ANSWER_DEADLINE_S)
             assert read.status == pb.OK
             assert add_one(stub, 5, 1).status == pb.OK

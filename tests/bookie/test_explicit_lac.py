@@ -19,31 +19,32 @@ def add_entries(client, ledger_id: int, count: int) -> None:
 def test_write_lac_raises_the_lac_and_never_lowers_it(bookie, client_for):
     client = client_for(bookie)
     add_entries(client, 900, 5)
-    assert client.read_lac(900).last_add_confirmed == 3
+    assert client.read_lac(900, master_key=KEY).last_add_confirmed == 3
     raised = client.write_lac(900, KEY, 4)
     assert (raised.status, raised.last_add_confirmed, raised.fenced) == (BookieStatus.OK, 4, False)
-    assert client.read_lac(900).last_add_confirmed == 4
-    assert client.read(900, 0).last_add_confirmed == 4
+    assert client.read_lac(900, master_key=KEY).last_add_confirmed == 4
+    assert client.read(900, 0, master_key=KEY).last_add_confirmed == 4
     lower = client.write_lac(900, KEY, 1)
     assert lower.ok and lower.last_add_confirmed == 4
-    assert client.read_lac(900).last_add_confirmed == 4
+    assert client.read_lac(900, master_key=KEY).last_add_confirmed == 4
 
 
 def test_write_lac_statuses(bookie, client_for, raw_stub):
     client = client_for(bookie)
     unknown = client.write_lac(901, KEY, 0)
     assert unknown.status == BookieStatus.NO_SUCH_LEDGER and "901" in unknown.message
-    assert client.read_lac(901).status == BookieStatus.NO_SUCH_LEDGER  # not created by the WriteLac
+    assert client.read_lac(901, master_key=KEY).status == BookieStatus.NO_SUCH_LEDGER  # not created by the WriteLac
     add_entries(client, 901, 3)
     wrong = client.write_lac(901, WRONG_KEY, 2)
     assert wrong.status == BookieStatus.UNAUTHORIZED and "master key" in wrong.message
-    assert client.read_lac(901).last_add_confirmed == 1
+    assert client.read_lac(901, master_key=KEY).last_add_confirmed == 1
     stub = raw_stub(bookie)
     no_key = stub.WriteLac(pb.WriteLacRequest(ledger_id=901, last_add_confirmed=2), timeout=30)
-    assert no_key.status == pb.BAD_REQUEST and "master key" in no_key.message
+    assert no_key.status == pb.UNAUTHORIZED and "needs its master key" in no_key.message
+    assert no_key.last_add_confirmed == -1
     below = stub.WriteLac(pb.WriteLacRequest(ledger_id=901, master_key=KEY, last_add_confirmed=-2), timeout=30)
     assert below.status == pb.BAD_REQUEST and "-2" in below.message
-    assert client.read_lac(901).last_add_confirmed == 1
+    assert client.read_lac(901, master_key=KEY).last_add_confirmed == 1
 
 
 def test_a_fenced_ledger_still_accepts_write_lac(bookie, client_for):
@@ -59,7 +60,8 @@ def test_write_lac_wakes_a_long_poll(bookie, client_for):
     client = client_for(bookie)
     add_entries(client, 903, 3)
     answers = []
-    poller = threading.Thread(target=lambda: answers.append(client.read_lac(903, previous=1, timeout=60)))
+    poller = threading.Thread(
+        target=lambda: answers.append(client.read_lac(903, previous=1, timeout=60, master_key=KEY)))
     poller.start()
     try:
         assert client.write_lac(903, KEY, 2).ok

@@ -14,12 +14,14 @@ from bookie_server.files import numbered_files
 from bookie_server.index import LedgerIndex
 from pyspark_ledger.client import BookieStatus, LedgerClient
 
+from pyspark_ledger.entry import master_key
 from tests.conftest import backend_uri
 
 from .conftest import scrape, wait_until
 
 GC_FLAGS = {"gc_interval": 0.2, "checkpoint_interval": 0.2, "entry_log_size": 64 * 1024}
 ENTRIES = 120
+PW_KEY = master_key(b"pw")  # the ledgers' password: bookies serve raw reads only with its key
 
 
 @pytest.fixture(params=["sqlite", "zookeeper"])
@@ -36,7 +38,7 @@ def raw_entries(client, ledger_id: int) -> dict[int, bytes]:
     """Every stored entry of the ledger on one bookie, as stored (encoded)."""
     found: dict[int, bytes] = {}
     while len(found) < ENTRIES:
-        reply = client.read(ledger_id, len(found), ENTRIES - 1)
+        reply = client.read(ledger_id, len(found), ENTRIES - 1, master_key=PW_KEY)
         assert reply.status == BookieStatus.OK, (ledger_id, len(found), reply.status, reply.message)
         found.update(reply.entries)
     return found
@@ -68,7 +70,7 @@ def test_a_deleted_ledger_leaves_the_bookies_and_the_other_stays_readable(make_b
 
         ledgers.delete_ledger(doomed, b"pw")
         for bookie, client in zip(bookies, clients):
-            wait_until(lambda: client.read(doomed, 0).status == BookieStatus.NO_SUCH_LEDGER,
+            wait_until(lambda: client.read(doomed, 0, master_key=PW_KEY).status == BookieStatus.NO_SUCH_LEDGER,
                        what="NO_SUCH_LEDGER for the deleted ledger")
             wait_until(lambda: not index_file(bookie, doomed).exists() and not logs_holding_only(bookie, doomed),
                        what="the deleted ledger's index file and entry logs to go")
@@ -87,7 +89,7 @@ def test_a_deleted_ledger_leaves_the_bookies_and_the_other_stays_readable(make_b
         bookies[1].start()
         for bookie, expected in zip(bookies, stored):
             client = client_for(bookie)
-            assert client.read(doomed, 0).status == BookieStatus.NO_SUCH_LEDGER
+            assert client.read(doomed, 0, master_key=PW_KEY).status == BookieStatus.NO_SUCH_LEDGER
             assert raw_entries(client, kept) == expected  # byte for byte, on each bookie
             assert not index_file(bookie, doomed).exists() and index_file(bookie, kept).exists()
 
@@ -99,9 +101,10 @@ def test_a_bookie_with_gc_off_keeps_everything(make_bookie, metadata_uri, client
         wait_until(lambda: len(ledgers.bookies()) == 2, what="both bookies registered")
         doomed = write_ledger(ledgers, "doomed")
         ledgers.delete_ledger(doomed, b"pw")
-        wait_until(lambda: client_for(other).read(doomed, 0).status == BookieStatus.NO_SUCH_LEDGER,
+        wait_until(lambda: client_for(other).read(doomed, 0, master_key=PW_KEY).status == BookieStatus.NO_SUCH_LEDGER,
                    what="the collecting bookie to delete it")
-        assert client_for(bookie).read(doomed, 0).status == BookieStatus.OK  # --gc-interval 0: never collected
+        # --gc-interval 0: never collected
+        assert client_for(bookie).read(doomed, 0, master_key=PW_KEY).status == BookieStatus.OK
         assert "garbage collection off" in (bookie.data_dir / "bookie-stderr.log").read_text()
         assert not any(name.startswith("bookie_gc_passes_total") for name in scrape(bookie.metrics_url))
         assert "garbage collection every 0.2 s" in (other.data_dir / "bookie-stderr.log").read_text()
@@ -126,11 +129,11 @@ def test_copies_re_replicated_away_from_a_returning_bookie_are_collected(make_bo
 
         away.start()
         client = client_for(away)
-        wait_until(lambda: client.read(moved, 0).status == BookieStatus.NO_SUCH_LEDGER, timeout=30,
+        wait_until(lambda: client.read(moved, 0, master_key=PW_KEY).status == BookieStatus.NO_SUCH_LEDGER, timeout=30,
                    what="the returning bookie to collect its left-over copies")
         log_text = (away.data_dir / "bookie-stderr.log").read_text()
         assert f"deleted the left-over copies of 1 ledgers [{moved}]" in log_text
         if away_id in ledgers.ledger_metadata(kept).fragments[0].bookies:
-            assert client.read(kept, 0).status == BookieStatus.OK, "a ledger still naming it stays"
+            assert client.read(kept, 0, master_key=PW_KEY).status == BookieStatus.OK, "a ledger still naming it stays"
         assert [entry.data for entry in ledgers.open_ledger(moved, b"pw").read()] == \
             [f"moved entry {index} ".encode() * 60 for index in range(ENTRIES)]

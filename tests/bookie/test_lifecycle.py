@@ -106,7 +106,7 @@ def test_sigterm_answers_every_inflight_add_and_exits_0(make_bookie, client_for)
     assert set(refused) <= {BookieStatus.READ_ONLY}
     assert all(isinstance(f.exception(), BookieError) for f in futures if f.exception() is not None)
     bookie.start()
-    reply = client_for(bookie).read(600, 0, len(acked) - 1)
+    reply = client_for(bookie).read(600, 0, len(acked) - 1, master_key=KEY)
     assert reply.entries == tuple((e, entry(600, e)) for e in acked)
 
 

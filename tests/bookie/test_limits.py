@@ -20,7 +20,7 @@ LEDGERS = {0: None, 1: None, MAX_LEDGER_ID: None, MAX_LEDGER_ID + 1: "ledger id"
 ENTRIES = {0: None, 1: None, MAX_ENTRY_ID: None, MAX_ENTRY_ID + 1: "over this bookie's limit",
            2**40: "over this bookie's limit", 2**62: "over this bookie's limit", 2**63 - 1: "over this bookie's limit",
            -1: "negative", -(2**63): "negative"}
-KEYS = {b"": "empty master key", b"k": None, b"k" * MAX_MASTER_KEY_BYTES: None,
+KEYS = {b"": None, b"k": None, b"k" * MAX_MASTER_KEY_BYTES: None,
         b"k" * (MAX_MASTER_KEY_BYTES + 1): f"limit of {MAX_MASTER_KEY_BYTES}"}
 BODIES = {b"": "shorter than the smallest", b"x" * (MIN_BODY_BYTES - 1): "shorter than the smallest",
           b"x" * MIN_BODY_BYTES: None, b"x" * MAX_SIZE: None, b"x" * (MAX_SIZE + 1): "--max-entry-size"}
@@ -34,7 +34,8 @@ def test_the_accepted_ranges():
 
 def test_check_add_at_every_boundary():
     """Every combination of boundary values: valid only when all four are, and the message names one of the
-    problems; the add stream's fast check (add_is_plain) agrees with the full check."""
+    problems (a missing key is not one: it is a matter of authorization); the add stream's fast check
+    (add_is_plain) agrees with the full check."""
     for ledger_id, entry_id, key, body in itertools.product(LEDGERS, ENTRIES, KEYS, BODIES):
         case = (ledger_id, entry_id, len(key), len(body))
         expected = [words for words in (LEDGERS[ledger_id], ENTRIES[entry_id], KEYS[key], BODIES[body]) if words]
@@ -43,7 +44,8 @@ def test_check_add_at_every_boundary():
             assert problem is None, case
         else:
             assert problem is not None and any(words in problem for words in expected), (case, problem)
-        assert add_is_plain(ledger_id, entry_id, key, body, MAX_SIZE) == (problem is None), case
+        # a missing key is no malformation (the add stream answers it UNAUTHORIZED), but it is not plain either
+        assert add_is_plain(ledger_id, entry_id, key, body, MAX_SIZE) == (problem is None and bool(key)), case
 
 
 def test_add_messages_name_the_limit():
@@ -113,7 +115,7 @@ def test_check_read_lac(ledger_id, has_previous, previous, words):
 
 @pytest.mark.parametrize("ledger_id,key,lac,words", [
     (1, KEY, -1, None), (1, KEY, MAX_ENTRY_ID, None), (1, KEY, -2, "below -1"),
-    (1, KEY, MAX_ENTRY_ID + 1, "over this bookie's limit"), (1, b"", 3, "empty master key"),
+    (1, KEY, MAX_ENTRY_ID + 1, "over this bookie's limit"), (1, b"", 3, None),
     (1, b"k" * (MAX_MASTER_KEY_BYTES + 1), 3, f"limit of {MAX_MASTER_KEY_BYTES}"),
     (MAX_LEDGER_ID + 1, KEY, 3, "ledger id"), (0, b"k", 0, None),
 ])

@@ -86,21 +86,21 @@ def test_info_names_the_bookie_and_its_limits(client, shared_bookie):
 def test_adds_read_back_as_range_and_single_entries(client):
     results = add_all(client, [(101, e, KEY, entry(101, e)) for e in range(20)])
     assert all(result.ok for result in results)
-    whole = client.read(101, 0, 19)
+    whole = client.read(101, 0, 19, master_key=KEY)
     assert whole.status == BookieStatus.OK
     assert whole.entries == tuple((e, entry(101, e)) for e in range(20))
     assert (whole.last_add_confirmed, whole.last_entry_id, whole.fenced) == (18, 19, False)
-    assert client.read(101, 7).entries == ((7, entry(101, 7)),)
+    assert client.read(101, 7, master_key=KEY).entries == ((7, entry(101, 7)),)
     # a range stops early at the first missing entry; a missing first entry is NO_SUCH_ENTRY
-    assert [e for e, _ in client.read(101, 15, 40).entries] == list(range(15, 20))
-    missing = client.read(101, 20)
+    assert [e for e, _ in client.read(101, 15, 40, master_key=KEY).entries] == list(range(15, 20))
+    missing = client.read(101, 20, master_key=KEY)
     assert missing.status == BookieStatus.NO_SUCH_ENTRY and missing.last_entry_id == 19
-    assert client.read(999_999, 0).status == BookieStatus.NO_SUCH_LEDGER
+    assert client.read(999_999, 0, master_key=KEY).status == BookieStatus.NO_SUCH_LEDGER
 
 
 def test_range_read_respects_max_bytes(client):
     add_all(client, [(102, e, KEY, entry(102, e, b"x" * 1000)) for e in range(10)])
-    limited = client.read(102, 0, 9, max_bytes=3500)
+    limited = client.read(102, 0, 9, max_bytes=3500, master_key=KEY)
     assert limited.status == BookieStatus.OK
     assert [e for e, _ in limited.entries] == [0, 1, 2]
 
@@ -113,14 +113,14 @@ def test_fence_of_unknown_ledger_creates_it_fenced(client):
     normal, recovery = add_all(client, [(103, 0, KEY, entry(103, 0)), (103, 1, KEY, entry(103, 1), True)])
     assert normal.status == BookieStatus.FENCED and "fenced" in normal.message
     assert recovery.status == BookieStatus.OK
-    assert client.read(103, 0).status == BookieStatus.NO_SUCH_ENTRY
-    assert client.read(103, 1).entries == ((1, entry(103, 1)),)
+    assert client.read(103, 0, master_key=KEY).status == BookieStatus.NO_SUCH_ENTRY
+    assert client.read(103, 1, master_key=KEY).entries == ((1, entry(103, 1)),)
 
 
 def test_fence_needs_a_master_key(client):
     reply = client.read(104, 0, fence=True)
-    assert reply.status == BookieStatus.BAD_REQUEST and "master key" in reply.message
-    assert client.read_lac(104).status == BookieStatus.NO_SUCH_LEDGER
+    assert reply.status == BookieStatus.UNAUTHORIZED and "needs its master key" in reply.message
+    assert client.read_lac(104, master_key=KEY).status == BookieStatus.NO_SUCH_LEDGER
 
 
 def test_wrong_master_key_is_unauthorized_and_writes_nothing(client):
@@ -128,12 +128,12 @@ def test_wrong_master_key_is_unauthorized_and_writes_nothing(client):
     assert add_all(client, [(105, 0, KEY, entry(105, 0))])[0].ok
     (wrong,) = add_all(client, [(105, 1, WRONG_KEY, entry(105, 1))])
     assert wrong.status == BookieStatus.UNAUTHORIZED and "master key" in wrong.message
-    assert client.read(105, 1).status == BookieStatus.NO_SUCH_ENTRY
+    assert client.read(105, 1, master_key=KEY).status == BookieStatus.NO_SUCH_ENTRY
     fence = client.read(105, 0, fence=True, master_key=WRONG_KEY)
     assert fence.status == BookieStatus.UNAUTHORIZED and fence.fenced is False
     assert client.read(105, 0, master_key=WRONG_KEY).status == BookieStatus.UNAUTHORIZED
     assert client.read(105, 0, master_key=KEY).entries == ((0, entry(105, 0)),)
-    lac = client.read_lac(105)
+    lac = client.read_lac(105, master_key=KEY)
     assert (lac.last_entry_id, lac.fenced) == (0, False)
 
 
@@ -142,7 +142,7 @@ def test_oversize_entry_is_a_bad_request_naming_size_and_limit(client):
     (result,) = add_all(client, [(106, 0, KEY, body)])
     assert result.status == BookieStatus.BAD_REQUEST
     assert str(len(body)) in result.message and str(MAX_ENTRY) in result.message
-    assert client.read(106, 0).status == BookieStatus.NO_SUCH_LEDGER
+    assert client.read(106, 0, master_key=KEY).status == BookieStatus.NO_SUCH_LEDGER
 
 
 def test_adds_beyond_the_inflight_limit_get_too_many_requests(stub):
@@ -159,7 +159,6 @@ def test_malformed_adds_are_bad_requests_and_the_bookie_keeps_serving(stub, clie
         pb.AddRequest(ledger_id=108, entry_id=1, master_key=KEY, body=b"garbage, not an entry"),
         pb.AddRequest(ledger_id=108, entry_id=2, master_key=KEY, body=b""),
         pb.AddRequest(ledger_id=108, entry_id=-1, master_key=KEY, body=entry(108, 0)),
-        pb.AddRequest(ledger_id=108, entry_id=3, master_key=b"", body=entry(108, 3)),
         pb.AddRequest(ledger_id=108, entry_id=4, master_key=KEY, body=entry(108, 5)),
         pb.AddRequest(ledger_id=2**64 - 1, entry_id=2**63 - 1, master_key=KEY, body=good),
         pb.AddRequest(ledger_id=108, entry_id=2**63 - 1, master_key=KEY, body=entry(108, 2**63 - 1)[:30]),
@@ -170,7 +169,6 @@ def test_malformed_adds_are_bad_requests_and_the_bookie_keeps_serving(stub, clie
         assert result.status == pb.BAD_REQUEST, result
         assert result.message
     assert "negative" in results[(108, -1)].message
-    assert "empty master key" in results[(108, 3)].message
     assert "names ledger 108 entry 5" in results[(108, 4)].message
     # unparsable protobuf on the wire: that call fails, the bookie does not
     raw = grpc.insecure_channel(client.address)
@@ -181,20 +179,21 @@ def test_malformed_adds_are_bad_requests_and_the_bookie_keeps_serving(stub, clie
             list(call(iter([b"\xff\xff\xff\xff\x0f not protobuf"]), timeout=30))
     finally:
         raw.close()
-    bad_read = client.read(108, 5, 2)
+    bad_read = client.read(108, 5, 2, master_key=KEY)
     assert bad_read.status == BookieStatus.BAD_REQUEST and "below" in bad_read.message
-    assert client.read(108, -3).status == BookieStatus.BAD_REQUEST
+    assert client.read(108, -3, master_key=KEY).status == BookieStatus.BAD_REQUEST
     assert add_all(client, [(108, 0, KEY, good)])[0].ok
-    assert client.read(108, 0).entries == ((0, good),)
+    assert client.read(108, 0, master_key=KEY).entries == ((0, good),)
 
 
 def test_long_poll_returns_on_a_new_lac_and_at_the_timeout(client):
     add_all(client, [(109, e, KEY, entry(109, e)) for e in range(3)])  # LAC 1
-    assert client.read_lac(109).last_add_confirmed == 1
-    timed_out = client.read_lac(109, previous=1, timeout=0.3)
+    assert client.read_lac(109, master_key=KEY).last_add_confirmed == 1
+    timed_out = client.read_lac(109, previous=1, timeout=0.3, master_key=KEY)
     assert (timed_out.status, timed_out.last_add_confirmed) == (BookieStatus.OK, 1)
     answers = []
-    poller = threading.Thread(target=lambda: answers.append(client.read_lac(109, previous=1, timeout=60)))
+    poller = threading.Thread(
+        target=lambda: answers.append(client.read_lac(109, previous=1, timeout=60, master_key=KEY)))
     poller.start()
     try:
         add_all(client, [(109, 3, KEY, entry(109, 3))])  # its header carries LAC 2
@@ -225,7 +224,7 @@ def test_concurrent_streams_are_group_committed(client, shared_bookie):
 
 def test_metrics_endpoint_exposes_the_bookie_metrics(client, shared_bookie):
     add_all(client, [(120, 0, KEY, entry(120, 0))])
-    client.read(120, 0)
+    client.read(120, 0, master_key=KEY)
     samples = scrape(shared_bookie.metrics_url)
     for name in ('bookie_add_requests_total{status="OK"}', 'bookie_read_requests_total{status="OK"}',
                  "bookie_add_latency_seconds_count", "bookie_read_latency_seconds_count",

@@ -97,7 +97,7 @@ def add_until_refused(client: BookieClient, ledger_id: int, limit: int = 2000) -
 
 def assert_reads(client: BookieClient, ledger_id: int, acked: list[int]) -> None:
     for entry_id in acked:
-        reply = client.read(ledger_id, entry_id)
+        reply = client.read(ledger_id, entry_id, master_key=KEY)
         assert reply.ok and reply.entries == ((entry_id, entry(ledger_id, entry_id, BODY)),), (entry_id, reply)
 
 

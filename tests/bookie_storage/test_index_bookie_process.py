@@ -20,7 +20,7 @@ def entry(ledger_id: int, entry_id: int) -> bytes:
 
 
 def read_one(client: BookieClient, ledger_id: int, entry_id: int):
-    return client.read(ledger_id, entry_id, entry_id)
+    return client.read(ledger_id, entry_id, entry_id, master_key=KEY)
 
 
 def test_bookie_survives_huge_entry_ids_and_answers_index_damage_as_an_error(tmp_path):

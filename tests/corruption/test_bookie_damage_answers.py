@@ -44,10 +44,10 @@ def test_a_damaged_entry_log_record_is_an_io_error_and_counted(make_bookie, clie
             file.truncate(offset + 30)
     bookie.start()
     client = client_for(bookie)
-    answer = client.read(1, 5, 5)
+    answer = client.read(1, 5, 5, master_key=KEY)
     assert answer.status == BookieStatus.IO_ERROR and not answer.entries
     assert "ledger 1 entry 5 is unreadable" in answer.message
-    assert client.read(1, 4, 4).entries == ((4, entry(1, 4)),)
+    assert client.read(1, 4, 4, master_key=KEY).entries == ((4, entry(1, 4)),)
     assert scrape(bookie.metrics_url)[READ_DAMAGE] == 1
     assert "is unreadable" in (bookie.data_dir / "bookie-stderr.log").read_text()
 
@@ -67,4 +67,4 @@ def test_damage_to_an_acknowledged_journal_record_stops_the_start(make_bookie, c
     bookie.start()
     assert scrape(bookie.metrics_url)[JOURNAL_DAMAGE] >= 1
     client = client_for(bookie)
-    assert [client.read(1, e, e).entries for e in (0, 9)] == [((0, entry(1, 0)),), ((9, entry(1, 9)),)]
+    assert [client.read(1, e, e, master_key=KEY).entries for e in (0, 9)] == [((0, entry(1, 0)),), ((9, entry(1, 9)),)]

@@ -125,8 +125,9 @@ def _check_read(target: FuzzTarget, request: pb.ReadRequest, response: pb.ReadRe
     payloads = target.seed.get(request.ledger_id)
     if payloads is None:
         return
-    if request.master_key and request.master_key != SEED_KEY and (
-            response.status not in (pb.UNAUTHORIZED, pb.BAD_REQUEST) or response.entries):
+    if request.master_key != SEED_KEY and (  # a missing key is refused like a wrong one
+            response.status not in (pb.UNAUTHORIZED, pb.BAD_REQUEST) or response.entries
+            or response.last_add_confirmed != -1):
         target.fail("wrong key served", f"{_status_name(response.status)} (not UNAUTHORIZED) to {what}")
     for entry in response.entries:
         try:
@@ -165,7 +166,12 @@ def send_read_lac(target: FuzzTarget, request: pb.ReadLacRequest) -> None:
     except grpc.RpcError as exc:
         _grpc_outcome(target, exc, "ReadLac", may_wait, what)
         return
-    _check_status(target, pb.ReadLacResponse.FromString(data).status, what)
+    response = pb.ReadLacResponse.FromString(data)
+    _check_status(target, response.status, what)
+    if request.ledger_id in target.seed and request.master_key != SEED_KEY and (
+            response.status not in (pb.UNAUTHORIZED, pb.BAD_REQUEST) or response.last_add_confirmed != -1):
+        target.fail("wrong key served", f"ReadLac without the key answered {_status_name(response.status)} "
+                    f"with LAC {response.last_add_confirmed}: {what}")
 
 
 def send_write_lac(target: FuzzTarget, request: pb.WriteLacRequest) -> None:

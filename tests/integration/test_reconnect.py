@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pyspark_ledger.client.ledger_client import LedgerClient
+from pyspark_ledger.entry import master_key
 from pyspark_ledger.errors import BookieUnavailableError, RecoveryError
 from pyspark_ledger.metadata.model import CLOSED
 from tests.integration.conftest import CONFIG, PASSWORD, payload, wait_until
@@ -40,7 +41,8 @@ def open_ledger_and_kill(bookies, make_client):
     refusals = []
     end = time.monotonic() + 2.0
     while time.monotonic() < end:
-        future = client._ctx.transport.read(victim.bookie_id, writer.ledger_id, 0, 0, timeout=2.0)
+        future = client._ctx.transport.read(victim.bookie_id, writer.ledger_id, 0, 0, timeout=2.0,
+                                            master_key=master_key(PASSWORD))
         try:
             future.result(10)
         except BookieUnavailableError as exc:
@@ -74,7 +76,7 @@ def test_the_client_that_saw_the_refusal_also_reconnects_at_once(bookies, make_c
     victim.start()
     assert read_all(seen, ledger_id) == [payload(i) for i in range(ENTRIES)]
     assert victim.bookie_id in seen.ledger_metadata(ledger_id).fragments[-1].bookies
-    future = seen._ctx.transport.read(victim.bookie_id, ledger_id, 0, 0, timeout=5.0)
+    future = seen._ctx.transport.read(victim.bookie_id, ledger_id, 0, 0, timeout=5.0, master_key=master_key(PASSWORD))
     assert future.result(10).ok
 
 

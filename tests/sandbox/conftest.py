@@ -184,7 +184,7 @@ def write_entries(bookie_id: str, ledger_id: int, count: int, metadata_uri: str)
 def read_payloads(bookie_id: str, ledger_id: int, count: int) -> list[bytes]:
     """Read entries 0..count-1 back from one bookie and decode their payloads."""
     with BookieClient(bookie_id, timeout=30.0) as client:
-        result = client.read(ledger_id, 0, count - 1)
+        result = client.read(ledger_id, 0, count - 1, master_key=KEY)
     assert result.ok, result.message
     return [CODEC.decode(body, ledger_id, entry_id).payload for entry_id, body in result.entries]
 
