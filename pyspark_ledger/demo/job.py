@@ -20,6 +20,7 @@ Spark log, and the summary or the error says where it is.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -116,6 +117,9 @@ def _start_sandbox(config: DemoConfig, reporter, cleanup: ExitStack):
     from pyspark_ledger.sandbox import Sandbox
 
     where = config.data_dir or "a temporary dir"
+    ignored = _drop_client_tls_env()
+    if ignored:
+        reporter.say(f"ignoring {', '.join(ignored)}: the demo's own sandbox speaks plaintext on 127.0.0.1")
     reporter.say(f"starting a sandbox: {config.bookies} bookie processes and the metadata store in {where}")
     reporter.say(f"  ({WHY_FOUR})")
     sandbox = Sandbox(config.bookies, config.data_dir, announce=lambda line: reporter.say("  " + line))
@@ -123,6 +127,14 @@ def _start_sandbox(config: DemoConfig, reporter, cleanup: ExitStack):
     sandbox.start()
     reporter.say(f"  metadataServiceUri = {sandbox.metadata_uri}")
     return sandbox
+
+
+def _drop_client_tls_env() -> list[str]:
+    """Remove LEDGER_TLS_* from this process's environment (and so from Spark's workers it starts): clients
+    take TLS settings from there by default, and the demo's sandbox is plaintext."""
+    from pyspark_ledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY
+
+    return [name for name in (ENV_CA, ENV_CERT, ENV_KEY) if os.environ.pop(name, None)]
 
 
 @dataclass

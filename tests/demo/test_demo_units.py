@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -277,3 +278,15 @@ def test_a_signal_is_acted_on_only_at_check_and_a_second_one_at_once():
         with pytest.raises(KeyboardInterrupt):  # Python runs the handler right after os.kill returns
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_demo_ignores_client_tls_settings_its_plaintext_sandbox_cannot_use(monkeypatch):
+    from pyspark_ledger.client.config import ClientConfig
+    from pyspark_ledger.demo.job import _drop_client_tls_env
+
+    monkeypatch.setenv("LEDGER_TLS_CA", "/nonexistent/ca.pem")
+    monkeypatch.delenv("LEDGER_TLS_CERT", raising=False)
+    monkeypatch.setenv("LEDGER_TLS_KEY", "")
+    assert ClientConfig().tls.enabled
+    assert _drop_client_tls_env() == ["LEDGER_TLS_CA"]
+    assert "LEDGER_TLS_CA" not in os.environ and not ClientConfig().tls.enabled
