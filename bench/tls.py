@@ -1,6 +1,6 @@
-"""Benchmark the cost of TLS: the same appends over plaintext and mutual TLS, interleaved in one run.
+"""Benchmark the cost of TLS: the same appends and Spark reads over plaintext and mutual TLS, interleaved in one run.
 
-Usage: ``python bench/tls.py [--seconds 4] [--repetitions 5] [--quick] [--out FILE]``.
+Usage: ``python bench/tls.py [--seconds 4] [--repetitions 5] [--rows 300000] [--quick] [--out FILE]``.
 
 Starts two clusters of 3 real bookie processes each (SQLite metadata in a temporary directory): one in
 plaintext, one with mutual TLS (certificates from ``security.certs.write_tls_files``, made for this run).
@@ -9,9 +9,23 @@ so that both see the same machine. Each run writes one new ledger (E=Qw=3, Qa=2)
 with many adds in flight: 1 KiB entries (4,000 in flight) and 1 MiB entries (32 in flight), for
 ``--seconds``. Reported per size and transport: the median and the range (min..max) over the repetitions of
 entries/s, MB/s and p50/p99 latency (``append_async`` to confirmation), and the median ratio mTLS /
-plaintext. ``--quick``: 1 s runs, 2 repetitions (a smoke run, not a measurement). Prints one JSON
-document (and writes it with ``--out``). Bookies and client share this machine's cores (see the load
-averages): the figures compare the two transports, they are not the system's limits.
+plaintext.
+
+Then a Spark read (a local session started as ``bench/spark_io.py`` starts its own, after the appends):
+``--rows`` rows of ``bench/spark_io.py``'s input (``id bigint``, ``payload string`` of 100 random hex
+characters), cached once, are written once to one stream on each cluster (E=Qw=3, Qa=2, the same rows on
+both; the mTLS one with the options ``tlsCa``, ``tlsCert``, ``tlsKey``), after an untimed small write to
+each cluster that starts Spark's Python workers and their clients. After one warm-up read per cluster,
+whole-stream batch reads into Spark's ``noop`` sink (every row materialized) alternate plaintext, mTLS,
+... ``--repetitions`` times each. Reported per transport: median and range of rows/s and MB/s (MB: the
+rows' 108 bytes of data each, as in ``bench/spark_io.py``), of the seconds, and of the share of the
+machine's cores kept busy; and the median ratio mTLS / plaintext. Each write is timed once (not a
+measurement: one run).
+
+``--quick``: 1 s append runs, a 20,000-row stream, 1 repetition (a smoke run of a few minutes, not a
+measurement). Prints one JSON document (and writes it with ``--out``). Bookies, client and Spark share
+this machine's cores (see the load averages): the figures compare the two transports, they are not the
+system's limits.
 """
 from __future__ import annotations
 
@@ -29,15 +43,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replication import drive_writer  # noqa: E402
+from spark_io import PAYLOAD_BYTES, ROW_BYTES, Run, make_input, timed  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.security.certs import write_tls_files  # noqa: E402
 from pyspark_ledger.security.tls import ClientTls  # noqa: E402
+from pyspark_ledger.spark import executor  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
+from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 SIZES = {"1KiB": (KiB, 4_000), "1MiB": (MiB, 32)}
 METRICS = ("entries_per_s", "mb_per_s", "p50_ms", "p99_ms")
+READ_METRICS = ("rows_per_s", "mb_per_s", "seconds", "share_of_all_cores_busy")
 PASSWORD = b"bench-tls"
+STREAM = "bench-tls"
+PARTITIONS = 2  # input partitions, hence stream partitions (Spark runs local[2])
+QUICK_ROWS = 20_000
+WARM_UP_ROWS = 1_000  # of the untimed write that starts Spark's Python workers
 
 
 def one_run(uri: str, tls: ClientTls | None, size: int, inflight: int, seconds: float) -> dict:
@@ -46,18 +68,68 @@ def one_run(uri: str, tls: ClientTls | None, size: int, inflight: int, seconds: 
         writer = client.create_ledger(3, 3, 2, password=PASSWORD)
         result = drive_writer(writer, size, seconds, inflight)
         writer.close()
-        client.delete_ledger(writer.ledger_id)
+        client.delete_ledger(writer.ledger_id, PASSWORD)
     return result
 
 
-def summary(runs: list[dict]) -> dict:
+def summary(runs: list[dict], metrics: tuple[str, ...] = METRICS) -> dict:
     """Median and range of each metric over the repetitions."""
     return {metric: {"median": round(statistics.median(run[metric] for run in runs), 3),
                      "min": min(run[metric] for run in runs), "max": max(run[metric] for run in runs)}
-            for metric in METRICS}
+            for metric in metrics}
 
 
-def run(seconds: float, repetitions: int) -> dict:
+def ratios(summarized: dict, metrics: tuple[str, ...]) -> dict:
+    """mTLS's median over plaintext's, per metric."""
+    return {metric: round(summarized["mtls"][metric]["median"] / summarized["plaintext"][metric]["median"], 3)
+            for metric in metrics if summarized["plaintext"][metric]["median"]}
+
+
+def read_figures(rows: int, run: Run) -> dict:
+    cores = os.cpu_count() or 1
+    return {"seconds": round(run.seconds, 3), "rows_per_s": round(rows / run.seconds),
+            "mb_per_s": round(rows * ROW_BYTES / run.seconds / 1e6, 1),
+            "share_of_all_cores_busy": round(run.machine_cpu_s / (run.seconds * cores), 2)}
+
+
+def spark_reads(spark, options: dict[str, dict], rows: int, repetitions: int) -> dict:
+    """Write the same ``rows`` once to a stream on each cluster (``options`` per transport: how Spark reaches
+    it), then time whole-stream reads into ``noop``, alternating the transports, after one warm-up each."""
+    def write(source, reach: dict) -> None:
+        source.write.format("ledger").mode("append").options(
+            **reach, ensembleSize="3", writeQuorum="3", ackQuorum="2").save()
+
+    warm = spark.range(0, WARM_UP_ROWS, numPartitions=PARTITIONS).selectExpr("id", "'warm-up' AS payload")
+    for reach in options.values():  # starts Spark's Python workers and each cluster's clients: not timed
+        write(warm, {**reach, "stream": f"{reach['stream']}-warm-up"})
+    frame = make_input(spark, rows, PARTITIONS)
+    writes, readings = {}, {}
+    for transport, reach in options.items():
+        write_run = timed(lambda reach=reach: write(frame, reach))
+        writes[transport] = read_figures(rows, write_run)
+        readings[transport] = spark.read.format("ledger").options(**reach).load()
+    frame.unpersist()
+    for transport, reading in readings.items():
+        counted = reading.count()  # also the warm-up of this cluster's reads
+        if counted != rows:
+            raise RuntimeError(f"the {transport} stream holds {counted} rows, not {rows}")
+        reading.write.format("noop").mode("overwrite").save()
+    runs: dict[str, list[dict]] = {transport: [] for transport in readings}
+    for _ in range(repetitions):
+        for transport, reading in readings.items():
+            run = timed(lambda reading=reading: reading.write.format("noop").mode("overwrite").save())
+            runs[transport].append(read_figures(rows, run))
+    summarized = {transport: summary(done, READ_METRICS) for transport, done in runs.items()}
+    return {"rows": rows, "row": f"id bigint + payload string of {PAYLOAD_BYTES} characters",
+            "mb": f"{ROW_BYTES} bytes per row", "stream_partitions": PARTITIONS,
+            "read_input_partitions": {transport: reading.rdd.getNumPartitions()
+                                      for transport, reading in readings.items()},
+            "sink": "noop", "order": "interleaved: plaintext, mtls, plaintext, ...",
+            "write_once": writes, **summarized, "mtls_over_plaintext": ratios(summarized, READ_METRICS),
+            "runs": runs}
+
+
+def run(seconds: float, repetitions: int, rows: int) -> dict:
     result: dict = {"benchmark": "tls", "cpus": os.cpu_count(), "python": platform.python_version(),
                     "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, "seconds_per_run": seconds,
                     "repetitions": repetitions, "order": "interleaved: plaintext, mtls, plaintext, ...",
@@ -79,12 +151,21 @@ def run(seconds: float, repetitions: int) -> dict:
                     runs["plaintext"].append(one_run(plain_uri, None, size, inflight, seconds))
                     runs["mtls"].append(one_run(mtls_uri, tls, size, inflight, seconds))
                 summarized = {transport: summary(done) for transport, done in runs.items()}
-                result["sizes"][name] = {
-                    "inflight": inflight, **summarized,
-                    "mtls_over_plaintext": {metric: round(summarized["mtls"][metric]["median"]
-                                                          / summarized["plaintext"][metric]["median"], 3)
-                                            for metric in METRICS if summarized["plaintext"][metric]["median"]},
-                    "runs": runs}
+                result["sizes"][name] = {"inflight": inflight, **summarized,
+                                         "mtls_over_plaintext": ratios(summarized, METRICS), "runs": runs}
+            reach = {"plaintext": {"metadataServiceUri": plain_uri},
+                     "mtls": {"metadataServiceUri": mtls_uri, "tlsCa": str(files.ca),
+                              "tlsCert": str(files.client_cert), "tlsKey": str(files.client_key)}}
+            reach = {transport: {**options, "stream": STREAM, "password": PASSWORD.decode()}
+                     for transport, options in reach.items()}
+            spark = local_spark_session("tls-bench")
+            try:
+                result["spark_version"] = spark.version
+                result["spark_read"] = spark_reads(spark, reach, rows, repetitions)
+            finally:
+                for uri in (plain_uri, mtls_uri):
+                    executor.close_all(uri)
+                stop_spark_session(spark)
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return result
 
@@ -93,14 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each measured run (default 4)")
     parser.add_argument("--repetitions", type=int, default=5, help="runs per size and transport (default 5)")
-    parser.add_argument("--quick", action="store_true", help="1 s runs, 2 repetitions: a smoke run")
+    parser.add_argument("--rows", type=int, default=300_000,
+                        help="rows of the stream each Spark read reads (default 300000)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"1 s runs, {QUICK_ROWS} rows, 1 repetition: a smoke run")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.repetitions < 1:
-        parser.error("--seconds must be > 0 and --repetitions >= 1")
-    seconds, repetitions = (1.0, 2) if args.quick else (args.seconds, args.repetitions)
+    if args.seconds <= 0 or args.repetitions < 1 or args.rows < 1:
+        parser.error("--seconds must be > 0, --repetitions >= 1 and --rows >= 1")
+    seconds, repetitions, rows = (1.0, 1, QUICK_ROWS) if args.quick else (args.seconds, args.repetitions, args.rows)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    text = json.dumps(run(seconds, repetitions), indent=2)
+    text = json.dumps(run(seconds, repetitions, rows), indent=2)
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n")
