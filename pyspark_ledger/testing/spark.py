@@ -70,6 +70,8 @@ def stop_spark_session(spark) -> None:
     """Stop ``spark`` and the JVM gateway process pyspark launched for it (bounded wait)."""
     from pyspark import SparkContext
 
+    if SparkContext._gateway is None:  # another fixture sharing this session (getOrCreate) stopped it already
+        return
     spark.stop()
     gateway = SparkContext._gateway
     if gateway is None:
