@@ -123,3 +123,13 @@ def test_the_right_password_reads_whole_and_writes_on(spark, cluster, written):
     stream, ids = written
     options(spark.range(50, 60).write.format("ledger").mode("append"), cluster, RIGHT).save(stream)
     assert read_ids(spark, cluster, stream) == ids + list(range(50, 60))
+
+
+def test_the_password_option_does_not_show_in_the_query_plan(spark, cluster, written):
+    """The threat model says so: a read's plan (``explain``, the query execution Spark logs and shows in its UI)
+    does not carry the password option's value."""
+    name, _ = written
+    frame = options(spark.read.format("ledger"), cluster, RIGHT).load(name)
+    plans = frame._jdf.queryExecution().toString()
+    assert "ledger" in plans.lower() or "Python" in plans, plans[:500]
+    assert RIGHT not in plans, "the password shows in the query plan"
