@@ -144,3 +144,8 @@ class DataLossError(LedgerError):
     """Entries a reader was due to read are no longer in the log (truncated, or the
     stream was recreated; the Spark option failOnDataLoss=false skips ahead instead),
     or no surviving replica of an entry can be read (re-replication)."""
+
+
+class LedgerInUseError(LedgerError):
+    """A ledger a stream's log refers to would be deleted: refused unless forced (``--force``), naming the
+    stream, partition and range it would break."""

@@ -10,7 +10,7 @@ from typing import Iterator
 from pyspark_ledger.cli.authority_args import add_repair_key_arg
 from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.cli.output import print_json, print_record, print_table
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError, NoSuchLedgerError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerInUseError, MetadataError, NoSuchLedgerError
 from pyspark_ledger.metadata import open_metadata_store, parse_metadata_uri
 from pyspark_ledger.metadata.uri import SqliteTarget
 from pyspark_ledger.metadata.model import LedgerMetadata
@@ -33,6 +33,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAct
     delete.add_argument("ledger_id", type=int)
     delete.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD"), metavar="P",
                         help="the ledger's password (default: $LEDGER_PASSWORD)")
+    delete.add_argument("--force", action="store_true",
+                        help="delete it even if a stream's log refers to it (that range of the stream is then "
+                             "lost; readers fail, or skip it with failOnDataLoss=false)")
     add_repair_key_arg(delete)
     delete.set_defaults(handler=cmd_ledgers_delete)
     return actions
@@ -137,12 +140,26 @@ def cmd_ledgers_show(args: argparse.Namespace) -> int:
 
 
 def cmd_ledgers_delete(args: argparse.Namespace) -> int:
+    """Delete one ledger; refused (LedgerInUseError) if a stream's log refers to it, unless ``--force``."""
     from pyspark_ledger import LedgerClient
+    from pyspark_ledger.log.stream_refs import describe_uses, ledger_uses
 
     with metadata_store(args) as store, LedgerClient(store, client_config(args)) as client:
+        client.ledger_metadata(args.ledger_id)  # NoSuchLedgerError first, before any scan of the streams
+        uses = ledger_uses(store, args.ledger_id)
+        if uses and not args.force:
+            raise LedgerInUseError(
+                f"ledger {args.ledger_id} is part of {describe_uses(uses)}; deleting it loses that range of the "
+                f"stream for good. Not deleted: delete the stream (ledger streams delete NAME) or truncate it "
+                f"instead, or pass --force to delete the ledger anyway")
         client.delete_ledger(args.ledger_id, None if args.password is None else args.password.encode())
+    broke = [{"stream": use.stream, "partition": use.partition, "ledger_seq": use.ledger_seq,
+              "from": str(use.start), "to": str(use.end)} for use in uses]
     if args.json:
-        print_json({"deleted": args.ledger_id})
+        print_json({"deleted": args.ledger_id, "broke": broke})
     else:
         print(f"deleted ledger {args.ledger_id}")
+        if uses:
+            print(f"warning: this lost {describe_uses(uses)}; readers of the stream now fail on that range, or "
+                  "skip it with failOnDataLoss=false; `ledger streams repair NAME` drops what can be dropped")
     return 0

@@ -1,4 +1,5 @@
-"""``ledger streams list | show NAME | gc NAME``: the streams of the log layer, their ledgers, orphan sweeps."""
+"""``ledger streams list | show | gc | delete | repair``: the streams of the log layer, their ledgers, orphan
+sweeps, deleting a stream, and dropping lost ledgers from its record."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,30 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     add_repair_key_arg(gc)
     gc.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     gc.set_defaults(handler=cmd_gc)
+
+    delete = actions.add_parser(
+        "delete", help="delete a stream and all its ledgers; needs its --password or the cluster's --repair-key")
+    delete.add_argument("name", metavar="STREAM", help="the stream to delete")
+    _authority_args(delete, "deletes it and its ledgers")
+    delete.set_defaults(handler=cmd_delete)
+
+    repair = actions.add_parser(
+        "repair", help="drop from a stream's record the lost ledgers (metadata deleted) at the head of its logs",
+        description="List the ledgers of STREAM whose metadata is gone and drop those at the head of a "
+                    "partition's log (as a truncation: positions keep their meaning). A lost ledger after an "
+                    "intact one is kept listed, since dropping it would renumber the later ledgers; readers "
+                    "skip it with failOnDataLoss=false.")
+    repair.add_argument("name", metavar="STREAM", help="the stream to repair")
+    repair.add_argument("--dry-run", action="store_true", help="list the lost ledgers, change nothing")
+    _authority_args(repair, "changes its record")
+    repair.set_defaults(handler=cmd_repair)
+
+
+def _authority_args(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""), metavar="P",
+                        help=f"the stream's password, which {what} (default: $LEDGER_PASSWORD, else empty)")
+    add_repair_key_arg(parser)
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
 
 
 def _stream_client(store, args: argparse.Namespace | None = None):
@@ -124,3 +149,35 @@ def _orphan_row(orphan, sweep) -> dict:
     return {"ledger_id": orphan.ledger_id, "partition": orphan.partition, "state": orphan.state,
             "entries": None if orphan.entries < 0 else orphan.entries,
             "bytes": None if orphan.length < 0 else orphan.length, "age_s": round(orphan.age_s), "action": action}
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
+        streams.delete_stream(args.name)
+    if args.json:
+        print_json({"deleted": args.name})
+    else:
+        print(f"deleted stream {args.name!r} and its ledgers")
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    with metadata_store(args) as store, _stream_client(store, args) as streams:
+        result = streams.repair_stream(args.name, dry_run=args.dry_run)
+    drop = "would drop" if result.dry_run else "dropped"
+    rows = [{"partition": lost.partition, "ledger_id": lost.ledger_id, "ledger_seq": lost.ledger_seq,
+             "range": f"{lost.start} up to {lost.end}",
+             "action": drop if lost.dropped else "kept (intact ledgers follow: readers skip it with "
+                                                 "failOnDataLoss=false)"}
+            for lost in result.lost]
+    if args.json:
+        print_json({"stream": result.stream, "dry_run": result.dry_run, "lost": rows})
+        return 0
+    if not rows:
+        print(f"stream {result.stream!r}: no lost ledger; nothing to repair")
+        return 0
+    print_table(rows, ["partition", "ledger_id", "ledger_seq", "range", "action"])
+    dropped = sum(1 for lost in result.lost if lost.dropped)
+    print(f"\nstream {result.stream!r}: {drop} {dropped} of {len(rows)} lost ledger(s); the entries they held "
+          "are gone")
+    return 0

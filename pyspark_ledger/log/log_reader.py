@@ -14,9 +14,16 @@ the partition, the position and where the log now starts: it was truncated
 away (retention, overwrite), it lies beyond the end of the log, or the stream
 was deleted and created anew since the reader started. The end slot of the
 newest truncated ledger is not lost: that ledger had been read to its end.
+
+A ledger the log still lists but whose metadata is gone (deleted by hand,
+``ledger ledgers delete --force``) is *lost*: with ``fail_on_data_loss``
+(the default) the reader raises DataLossError naming the ledger and the
+positions it held; without, it logs a warning naming the stream, partition,
+ledger and the range skipped, and reads on from the next ledger.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -27,11 +34,12 @@ from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.log_metadata import StreamRecord
 from pyspark_ledger.log.log_transitions import check_active
-from pyspark_ledger.log.log_views import partition_log
+from pyspark_ledger.log.log_views import is_lost, partition_log
 from pyspark_ledger.log.positions import EARLIEST, LogPosition, parse_position
 from pyspark_ledger.log.stream_password import verify_password
 from pyspark_ledger.log.stream_store import read_stream
 
+log = logging.getLogger(__name__)
 DEFAULT_POLL_INTERVAL_S = 0.1
 
 
@@ -48,11 +56,14 @@ class LogReader:
     """Reads a partition's log from ``start`` (EARLIEST, LATEST or a position); see the module docstring."""
 
     def __init__(self, ctx: LogContext, stream: str, partition: int, start=EARLIEST, *,
-                 poll_interval_s: float = DEFAULT_POLL_INTERVAL_S) -> None:
+                 poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, fail_on_data_loss: bool = True) -> None:
+        if not isinstance(fail_on_data_loss, bool):
+            raise InvalidConfigurationError(f"fail_on_data_loss must be True or False, got {fail_on_data_loss!r}")
         if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, (int, float)) or poll_interval_s <= 0:
             raise InvalidConfigurationError(f"poll_interval_s must be a number of seconds > 0, got {poll_interval_s!r}")
         self._ctx, self.stream, self.partition = ctx, stream, partition
         self._poll_interval_s = poll_interval_s
+        self._fail_on_data_loss = fail_on_data_loss
         self._readers: dict[int, LedgerReader] = {}
         record = check_active(verify_password(ctx, stream, write=False))
         check_partition(partition, record.partition_count, stream)
@@ -145,6 +156,19 @@ class LogReader:
             raise DataLossError(f"{where}: the position {position} lies beyond the end of the log (its next ledger "
                                 f"is {part.next_seq}); was the stream deleted and written anew?")
 
+    def _skip_lost(self, ledger_id: int) -> None:
+        """The position's ledger is lost: raise DataLossError, or warn and move to the next ledger."""
+        position = self._position
+        after = position.next_ledger()
+        what = (f"stream {self.stream!r} partition {self.partition}: ledger {ledger_id} (sequence number "
+                f"{position.ledger_seq} of the log) is lost (its metadata was deleted), so positions {position} "
+                f"up to {after} cannot be read")
+        if self._fail_on_data_loss:
+            raise DataLossError(f"{what}. Read with fail_on_data_loss=False to skip that range, or drop the lost "
+                                f"ledger from the stream (ledger streams repair {self.stream})")
+        log.warning("%s; skipping them (fail_on_data_loss=False)", what)
+        self._position = after
+
     def _current_reader(self, record: StreamRecord) -> LedgerReader | None:
         ref = record.partition(self.partition).ledger_at(self._position.ledger_seq)
         if ref is None:
@@ -160,7 +184,14 @@ class LogReader:
     def _readable_span(self, record: StreamRecord) -> tuple[int, int, int] | None:
         """(ledger id, first, last) readable at the position, moving past read-out closed ledgers."""
         while True:
-            reader = self._current_reader(record)
+            try:
+                reader = self._current_reader(record)
+            except NoSuchLedgerError:
+                ledger_id = record.partition(self.partition).ledger_at(self._position.ledger_seq).ledger_id
+                if not is_lost(self._ctx, record, self.partition, ledger_id):
+                    raise  # truncated away meanwhile: the caller reads the record again
+                self._skip_lost(ledger_id)
+                continue
             if reader is None:
                 return None
             position, last = self._position, reader.last_add_confirmed

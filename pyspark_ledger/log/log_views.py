@@ -12,12 +12,18 @@ An open ledger's byte length is not known to readers; it is estimated from
 the mean entry size of the partition's closed ledgers (0 if there is none).
 Ends of closed ledgers never change and are cached in the ``cache`` dict the
 caller owns.
+
+A ledger whose metadata is gone while the stream's record, read again, still
+lists it was not truncated away (truncation takes a ledger out of the record
+before deleting it) but deleted by hand: it is *lost*. Its span says so
+(``LedgerSpan.lost``, no readable entry) and the spans go on with the next
+ledger; readers then fail naming it, or skip its range (failOnDataLoss).
 """
 from __future__ import annotations
 
 from typing import MutableMapping
 
-from pyspark_ledger.errors import MetadataError, NoSuchLedgerError
+from pyspark_ledger.errors import MetadataError, NoSuchKeyError, NoSuchLedgerError
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.ledgers import LedgerEnd, readable_end
 from pyspark_ledger.log.log_metadata import StreamRecord
@@ -54,12 +60,29 @@ def partition_log(ctx: LogContext, record: StreamRecord, partition: int,
     part = record.partition(partition)
     spans: list[LedgerSpan] = []
     for seq, ref in part.with_seqs():
-        end = ledger_end(ctx, ref.ledger_id, cache)
+        try:
+            end = ledger_end(ctx, ref.ledger_id, cache)
+        except NoSuchLedgerError:
+            if not is_lost(ctx, record, partition, ref.ledger_id):
+                raise  # truncated away meanwhile: the caller reads the record again
+            spans.append(LedgerSpan(seq, ref.ledger_id, -1, 0, lost=True))
+            continue
         length = end.length if end.closed else _estimate(spans, end.last_entry_id + 1)
         spans.append(LedgerSpan(seq, ref.ledger_id, end.last_entry_id, length))
         if not end.closed:
             break
     return PartitionLog(tuple(spans), next_ledger_seq=part.next_seq, truncated_end=part.truncated_end)
+
+
+def is_lost(ctx: LogContext, record: StreamRecord, partition: int, ledger_id: int) -> bool:
+    """Whether a ledger found gone is still in the partition's log of the stream's record as stored now
+    (same incarnation): then it was deleted under the stream, not truncated away."""
+    try:
+        current = read_stream(ctx.store, record.name).value
+    except NoSuchKeyError:
+        return False
+    return (current.uid == record.uid and partition < current.partition_count
+            and current.partition(partition).seq_of(ledger_id) is not None)
 
 
 def ledger_end(ctx: LogContext, ledger_id: int, cache: EndCache | None = None) -> LedgerEnd:

@@ -28,7 +28,7 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import InvalidConfigurationError
-from pyspark_ledger.log import commits, log_views, orphans, retention, stream_password, streams
+from pyspark_ledger.log import commits, log_views, orphans, retention, stream_password, stream_repair, streams
 from pyspark_ledger.log.context import DEFAULT_PASSWORD_NAME, LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.ledgers import create_stream_ledger
@@ -100,7 +100,12 @@ class StreamClient:
         return streams.list_streams(self._ctx)
 
     def delete_stream(self, name: str) -> None:
+        """Delete the stream and its ledgers; needs its password or a client holding the repair key."""
         streams.delete_stream(self._ctx, name)
+
+    def repair_stream(self, name: str, *, dry_run: bool = False) -> stream_repair.RepairResult:
+        """Drop the lost ledgers (metadata gone) at the head of each partition's log (``stream_repair``)."""
+        return stream_repair.repair_stream(self._ctx, name, dry_run=dry_run)
 
     def set_schema(self, name: str, schema: Any, replace: bool = False) -> streams.StreamInfo:
         return streams.update_schema(self._ctx, name, schema, replace)
@@ -116,8 +121,10 @@ class StreamClient:
         return open_log_writer(self._ctx, stream, partition, policy, is_leader=is_leader)
 
     def open_reader(self, stream: str, partition: int, start=EARLIEST, *,
-                    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S) -> LogReader:
-        return LogReader(self._ctx, stream, partition, start, poll_interval_s=poll_interval_s)
+                    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, fail_on_data_loss: bool = True) -> LogReader:
+        """A reader of one partition's log; ``fail_on_data_loss=False`` skips lost ledgers with a warning."""
+        return LogReader(self._ctx, stream, partition, start, poll_interval_s=poll_interval_s,
+                         fail_on_data_loss=fail_on_data_loss)
 
     def partition_logs(self, stream: str) -> dict[int, PartitionLog]:
         """What each partition's log holds now, for read planning."""

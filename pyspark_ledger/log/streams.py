@@ -13,7 +13,8 @@ Deleting is resumable: the record is first marked DELETING (no more writes or
 commits; its ledgers listed as garbage), open ledgers are fenced so writers
 fail instead of writing into deleted ledgers, the ledgers are deleted, then the
 record. If that is interrupted, ``delete_stream`` again finishes it; until then
-the name cannot be created anew and ``list_streams`` omits it.
+the name cannot be created anew and ``list_streams`` omits it. Deleting needs
+the stream's password, or a client holding the cluster's repair key.
 """
 from __future__ import annotations
 
@@ -121,8 +122,14 @@ def _password_checked(ctx: LogContext, change: Callable[[StreamRecord], StreamRe
 
 
 def delete_stream(ctx: LogContext, name: str) -> None:
-    """Delete the stream and its ledgers (resumable; see the module docstring)."""
+    """Delete the stream and its ledgers (resumable; see the module docstring).
+
+    Needs the stream's password (UnauthorizedError otherwise, nothing changed), or a client holding the
+    cluster's repair key, which opens every ledger of the stream.
+    """
     name = check_stream_name(name)
+    if ctx.client.repair_key_id is None:
+        verify_password(ctx, name, write=False)
     for attempt in range(MAX_DELETE_ATTEMPTS):
         try:
             marked, _ = update_stream(ctx.store, name,
@@ -133,7 +140,7 @@ def delete_stream(ctx: LogContext, name: str) -> None:
             return  # another deleter finished it
         garbage = marked.value.garbage
         open_ids = [ledger_id for ledger_id in garbage if _is_open(ctx, ledger_id)]
-        fence_ledgers(ctx.client, open_ids, ctx.password)
+        _fence(ctx, open_ids)
         delete_ledgers(ctx.client, garbage, ctx.password)
         try:
             delete_stream_record(ctx.store, name, marked.version)
@@ -142,6 +149,18 @@ def delete_stream(ctx: LogContext, name: str) -> None:
         log.info("deleted stream %r and its %d ledgers", name, len(garbage))
         return
     raise MetadataExistsError(f"stream {name!r} kept changing while it was being deleted; try again")
+
+
+def _fence(ctx: LogContext, ledger_ids: list[int]) -> None:
+    """Fence the open ledgers with the stream's password, or with the repair key the client holds."""
+    if ctx.client.repair_key_id is None:
+        fence_ledgers(ctx.client, ledger_ids, ctx.password)
+        return
+    for ledger_id in ledger_ids:
+        try:
+            ctx.client.recover_ledger(ledger_id, None, passwords=[ctx.password])
+        except NoSuchLedgerError:
+            continue
 
 
 def _state(ctx: LogContext, name: str) -> str | None:

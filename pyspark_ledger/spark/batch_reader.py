@@ -3,7 +3,8 @@
 ``spark.read.format("ledger")`` makes a ``LedgerBatchReader``. Its
 ``partitions()`` runs in Spark's planner process: it resolves startingOffsets
 and endingOffsets against each partition's log (``planning``), checks the
-start for data loss (failOnDataLoss), and cuts the entries between them into
+start for data loss (failOnDataLoss) and the ledgers between start and end
+for ledgers lost under the stream (failing, or skipping them with a warning), and cuts the entries between them into
 ``LedgerRangePartition`` input partitions, one ledger's entry range each, of
 at most ``SPLIT_BYTES``, of even size (so one big ledger is read by several
 tasks, none of them a small leftover). Only
@@ -34,7 +35,8 @@ from pyspark_ledger.log.positions import LogPosition
 from pyspark_ledger.spark.arrow_codec import decode_batch
 from pyspark_ledger.spark.executor import ledger_client, stream_client
 from pyspark_ledger.spark.options import ReadOptions
-from pyspark_ledger.spark.planning import PartitionLog, ReadRange, check_position, plan_ranges, resolve_offsets
+from pyspark_ledger.spark.planning import (PartitionLog, ReadRange, check_lost, check_position, plan_ranges,
+                                           resolve_offsets)
 from pyspark_ledger.spark.schema import METADATA_FIELDS, add_metadata_columns, conform_batch, spark_to_arrow_schema
 
 log = logging.getLogger(__name__)
@@ -120,9 +122,18 @@ def plan_batch(options: ReadOptions, logs: Mapping[int, PartitionLog]) -> list[R
             raise InvalidConfigurationError(
                 f"options startingOffsets and endingOffsets put partition {partition} of stream "
                 f"{options.stream!r} at {starts[partition]} and {stop}: the end is before the start")
+        skip_lost(options, partition, begin, stop, partition_log)
         ranges += plan_ranges(partition, begin, stop, partition_log,
                               max_entries_per_range=entries_per_split(partition_log))
     return ranges
+
+
+def skip_lost(options: ReadOptions, partition: int, begin: LogPosition, stop: LogPosition,
+              partition_log: PartitionLog) -> None:
+    """Fail on the driver naming a lost ledger between ``begin`` and ``stop`` (failOnDataLoss), else warn."""
+    for warning in check_lost(options.stream, partition, begin, stop, partition_log,
+                              fail_on_data_loss=options.fail_on_data_loss):
+        log.warning("%s", warning)
 
 
 def start_position(options: ReadOptions, partition: int, position: LogPosition,

@@ -33,6 +33,7 @@ class LedgerSpan:
     ledger_id: int
     last_entry_id: int
     length: int = 0  # bytes of entries 0..last_entry_id (from metadata or entry headers)
+    lost: bool = False  # the log refers to it but its metadata is gone (deleted by hand): nothing readable
 
     @property
     def entry_count(self) -> int:
@@ -40,7 +41,9 @@ class LedgerSpan:
 
     @property
     def end(self) -> LogPosition:
-        """The slot after its last readable entry."""
+        """The slot after its last readable entry (a lost ledger: the start of the next ledger)."""
+        if self.lost:
+            return LogPosition(self.ledger_seq + 1, 0)
         return LogPosition(self.ledger_seq, self.last_entry_id + 1)
 
     def bytes_for(self, entries: int) -> int:
@@ -181,6 +184,29 @@ def check_position(partition: int, position: LogPosition, log: PartitionLog, *,
                     f"{message}; continuing from {resume_at} (failOnDataLoss=false)")
 
 
+def lost_spans(start: LogPosition, end: LogPosition, log: PartitionLog) -> list[LedgerSpan]:
+    """The lost ledgers (``LedgerSpan.lost``) a read from ``start`` up to ``end`` would cross."""
+    return [span for span in log.spans
+            if span.lost and start.ledger_seq <= span.ledger_seq < end.ledger_seq]
+
+
+def check_lost(stream: str, partition: int, start: LogPosition, end: LogPosition, log: PartitionLog, *,
+               fail_on_data_loss: bool) -> list[str]:
+    """Raise DataLossError naming the first lost ledger between ``start`` and ``end`` (fail_on_data_loss);
+    else the warnings to log, one per lost ledger skipped."""
+    warnings = []
+    for span in lost_spans(start, end, log):
+        first = start if start.ledger_seq == span.ledger_seq else LogPosition(span.ledger_seq, 0)
+        what = (f"stream {stream!r} partition {partition}: ledger {span.ledger_id} (sequence number "
+                f"{span.ledger_seq} of the log) is lost (its metadata was deleted), so positions {first} up to "
+                f"{span.end} cannot be read")
+        if fail_on_data_loss:
+            raise DataLossError(f"{what}. Set the option failOnDataLoss=false to skip that range, or drop the "
+                                f"lost ledger from the stream (ledger streams repair {stream})")
+        warnings.append(f"{what}; skipping them (failOnDataLoss=false)")
+    return warnings
+
+
 def _why_missing(position: LogPosition, log: PartitionLog) -> tuple[str, LogPosition] | None:
     """Why ``log`` does not hold ``position``, and the position to continue from."""
     if position in (log.end, log.truncated_end):
@@ -194,6 +220,8 @@ def _why_missing(position: LogPosition, log: PartitionLog) -> tuple[str, LogPosi
     span = log.span(position.ledger_seq)
     if span is None:
         return f"the log has no ledger with sequence number {position.ledger_seq}", log.start
+    if span.lost:
+        return None  # reported by check_lost for the range read
     if position.entry_id > span.entry_count:
         return (f"ledger {position.ledger_seq} of the log ends at entry {span.last_entry_id}, "
                 f"before the position {position}", span.end)

@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from pyspark_ledger.spark.batch_reader import (LedgerRangePartition, check_password, entries_per_split, read_partition,
-                                               stream_logs)
+                                               skip_lost, stream_logs)
 from pyspark_ledger.spark.offsets import StreamOffset
 from pyspark_ledger.spark.options import ReadOptions
 from pyspark_ledger.spark.planning import PartitionLog, check_offset, plan_ranges, resolve_offsets
@@ -72,6 +72,7 @@ class LedgerStreamReader(DataSourceStreamReader):
             if until <= position:
                 continue
             partition_log = logs[partition]
+            skip_lost(self.options, partition, position, until, partition_log)
             ranges += plan_ranges(partition, position, until, partition_log,
                                   max_entries_per_range=entries_per_split(partition_log))
         check_password(self.options, ranges)

@@ -18,6 +18,7 @@ pytest.importorskip("pyspark.sql.datasource")
 from pyspark_ledger.client.config import ClientConfig  # noqa: E402
 from pyspark_ledger.client.ledger_client import LedgerClient  # noqa: E402
 from pyspark_ledger.log.stream_client import StreamClient  # noqa: E402
+from pyspark_ledger.log.stream_store import read_stream  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
 from pyspark_ledger.spark.arrow_codec import encode_batch  # noqa: E402
@@ -205,6 +206,19 @@ def test_a_truncated_start_fails_or_skips_ahead_by_failondataloss(spark, cluster
     got = seqs(load(spark, cluster, offsets_stream, startingOffsets='{"0": "0:2"}', failOnDataLoss=False).collect())
     assert got == rows_of(0, 0, 2, seq_base=10) + rows_of(1, 0, 3)
     assert seqs(load(spark, cluster, offsets_stream).collect()) == got
+
+
+def test_a_ledger_deleted_under_the_stream_fails_naming_it_or_is_skipped(spark, cluster, streams, offsets_stream):
+    lost = read_stream(streams.context.store, offsets_stream).value.partition(0).ledgers[0].ledger_id
+    streams.client.delete_ledger(lost, PASSWORD)  # by hand (ledger ledgers delete --force)
+    with pytest.raises(Exception) as caught:
+        load(spark, cluster, offsets_stream).collect()
+    assert f"ledger {lost} (sequence number 0 of the log) is lost" in str(caught.value)
+    assert "positions 0:0 up to 1:0 cannot be read" in str(caught.value)
+    assert "kept being deleted" not in str(caught.value)
+
+    got = seqs(load(spark, cluster, offsets_stream, failOnDataLoss=False).collect())
+    assert got == rows_of(0, 0, 2, seq_base=10) + rows_of(1, 0, 3)
 
 
 # --- only confirmed entries -------------------------------------------------------------------------------------------
