@@ -66,7 +66,7 @@ def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
 def noop_registrations(ports: list[int], directory: Path, name: str):
     """A SQLite metadata store (its URI) in which the no-op servers are registered as bookies."""
     uri = f"sqlite:///{directory}/noop-metadata-{name}.db?lease_seconds=30"
-    store = open_metadata_store(uri)
+    store = open_metadata_store(uri, create=True)  # a new store for the no-op bookies
     registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port})
                      for port in ports]
     try:

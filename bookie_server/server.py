@@ -166,7 +166,7 @@ class BookieServer:
     def _open_metadata(self) -> None:
         from pyspark_ledger.metadata import open_metadata_store
 
-        self._store = open_metadata_store(self.config.metadata_uri)
+        self._store = open_metadata_store(self.config.metadata_uri, create=True)  # a first start creates it
         self._cookie_plan = plan_cookie(self._store, self.config.data_dir, self.bookie_id,
                                         self.config.allow_new_data_dir)
 

@@ -34,6 +34,11 @@ class MetadataExistsError(MetadataError):
     """Something was created that already exists."""
 
 
+class NoSuchMetadataStoreError(MetadataError):
+    """No metadata store at the URI (a missing SQLite file, a ZooKeeper chroot without the layout);
+    opening for a read or a client never creates one: bookies and the sandbox do."""
+
+
 class NoSuchLedgerError(LedgerError):
     """The ledger does not exist (in the metadata store, or on a bookie)."""
 

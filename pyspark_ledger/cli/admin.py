@@ -10,9 +10,8 @@ from typing import Iterator
 from pyspark_ledger.cli.authority_args import add_repair_key_arg
 from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.cli.output import print_json, print_record, print_table
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerInUseError, MetadataError, NoSuchLedgerError
-from pyspark_ledger.metadata import open_metadata_store, parse_metadata_uri
-from pyspark_ledger.metadata.uri import SqliteTarget
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerInUseError, NoSuchLedgerError
+from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import MetadataStore
 
@@ -48,13 +47,7 @@ def metadata_store(args: argparse.Namespace) -> Iterator[MetadataStore]:
             "no metadata store given: pass --metadata URI or set LEDGER_METADATA "
             "(e.g. sqlite:///tmp/ledger/metadata.db or zk://127.0.0.1:2181/ledgers)"
         )
-    target = parse_metadata_uri(args.metadata)
-    if isinstance(target, SqliteTarget) and not os.path.exists(target.path):
-        raise MetadataError(
-            f"metadata store {args.metadata} does not exist: check the path, or start a cluster first "
-            "(bookie-server --metadata URI creates it)"
-        )
-    store = open_metadata_store(args.metadata)
+    store = open_metadata_store(args.metadata)  # create=False: NoSuchMetadataStoreError, nothing made
     try:
         yield store
     finally:

@@ -16,18 +16,22 @@ from pyspark_ledger.metadata.store import (BookieRegistration, MetadataStore, Re
 from pyspark_ledger.metadata.uri import SqliteTarget, ZooKeeperTarget, parse_metadata_uri
 
 
-def open_metadata_store(uri: str) -> MetadataStore:
-    """Connect to (or create) the store named by ``uri``.
+def open_metadata_store(uri: str, *, create: bool = False) -> MetadataStore:
+    """Connect to the store named by ``uri``; with ``create=True``, create it if missing.
 
+    Only what sets a cluster up creates a store: a bookie's start and the sandbox.
+    Clients, Spark reads and writes and the ``ledger`` CLI open with ``create=False``
+    and get NoSuchMetadataStoreError, naming the path, when there is none (a
+    mistyped path must not become a new, empty store).
     InvalidConfigurationError if the URI is malformed; MetadataError if the
     store cannot be opened or reached.
     """
     target = parse_metadata_uri(uri)
     if isinstance(target, SqliteTarget):
         from pyspark_ledger.metadata.sqlite import SqliteMetadataStore
-        return SqliteMetadataStore(target)
+        return SqliteMetadataStore(target, create=create)
     from pyspark_ledger.metadata.zookeeper import ZooKeeperMetadataStore
-    return ZooKeeperMetadataStore(target)
+    return ZooKeeperMetadataStore(target, create=create)
 
 
 __all__ = ["BookieRegistration", "MetadataStore", "Registration", "SqliteTarget", "Versioned",

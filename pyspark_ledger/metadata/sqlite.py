@@ -36,10 +36,10 @@ log = logging.getLogger(__name__)
 class SqliteMetadataStore(MetadataStore):
     """MetadataStore over one SQLite file shared by the processes of one machine."""
 
-    def __init__(self, target: SqliteTarget) -> None:
+    def __init__(self, target: SqliteTarget, *, create: bool = False) -> None:
         self.uri = target.uri
         self._target = target
-        self._db = SqliteDatabase(target.path, target.uri)
+        self._db = SqliteDatabase(target.path, target.uri, create=create)
         self._poller = SqliteWatchPoller(self._db, target.poll_interval, self.bookies)
         self._registrations: dict[str, SqliteRegistration] = {}
         self._lock = threading.Lock()

@@ -6,6 +6,10 @@ is on disk when it returns), a busy timeout, and ``BEGIN IMMEDIATE`` for every
 read-modify-write so compare-and-set checks and writes are atomic across
 processes. Every sqlite3/OS error leaves as a ``MetadataError`` naming the URI.
 
+Only an opening with ``create=True`` (bookies, the sandbox) creates the file
+and its directories; any other opening of a missing or empty file raises
+``NoSuchMetadataStoreError`` naming the path and creates nothing.
+
 The file is readable by its owner only: a new one is created mode 0600 before
 SQLite opens it (SQLite gives its -wal and -shm files the same mode), in
 directories created mode 0700. An existing file is never chmod'ed; if group
@@ -20,8 +24,9 @@ import sqlite3
 import stat
 import threading
 from typing import Iterator
+from urllib.parse import quote
 
-from pyspark_ledger.errors import MetadataError
+from pyspark_ledger.errors import MetadataError, NoSuchMetadataStoreError
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
@@ -60,18 +65,19 @@ CREATE TABLE IF NOT EXISTS counters (
 class SqliteDatabase:
     """A locked connection to the metadata file with translated errors."""
 
-    def __init__(self, path: str, uri: str) -> None:
+    def __init__(self, path: str, uri: str, *, create: bool = False) -> None:
         self.path = path
         self.uri = uri
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         with self._translated("open"):
-            _make_private_directories(os.path.dirname(path) or "/")
-            _create_private_file(path)
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS,
-                                   isolation_level=None, check_same_thread=False)
+            if create:
+                _make_private_directories(os.path.dirname(path) or "/")
+                _create_private_file(path)
+            conn = self._connect(create)
             try:
-                self._prepare(conn)
+                _warn_if_open_to_others(path)
+                self._prepare(conn, create)
             except BaseException:
                 conn.close()
                 raise
@@ -121,8 +127,30 @@ class SqliteDatabase:
             raise MetadataError(f"metadata store {self.uri} is closed")
         return self._conn
 
-    def _prepare(self, conn: sqlite3.Connection) -> None:
+    def _connect(self, create: bool) -> sqlite3.Connection:
+        """Open the file; without ``create``, SQLite's ``mode=rw`` refuses a missing one (no race)."""
+        if create:
+            return sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECONDS,
+                                   isolation_level=None, check_same_thread=False)
+        try:
+            return sqlite3.connect(f"file:{quote(self.path)}?mode=rw", uri=True,
+                                   timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.OperationalError as exc:
+            if os.path.exists(self.path):
+                raise
+            raise self._missing("the file does not exist") from exc
+
+    def _missing(self, problem: str) -> NoSuchMetadataStoreError:
+        return NoSuchMetadataStoreError(
+            f"no metadata store at {self.path} ({self.uri}): {problem}; nothing was created. Check "
+            "the path (sqlite:/// and an absolute path), or create the store by starting a bookie "
+            "(bookie-server --metadata URI) or a sandbox (ledger sandbox start)")
+
+    def _prepare(self, conn: sqlite3.Connection, create: bool) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+        if not create and conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+            raise self._missing("the file exists but is not (yet) a pyspark-ledger metadata store")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise MetadataError(f"{self.path} cannot use the WAL journal (got {mode!r}); "
@@ -180,12 +208,15 @@ def _make_private_directories(directory: str) -> None:
 
 
 def _create_private_file(path: str) -> None:
-    """Create the database file mode 0600, or warn if an existing one is open to others."""
+    """Create the database file mode 0600 if it is missing."""
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-        return
     except FileExistsError:
         pass
+
+
+def _warn_if_open_to_others(path: str) -> None:
+    """Warn (and change nothing) if group or others may read the database file."""
     mode = stat.S_IMODE(os.stat(path).st_mode)
     if mode & 0o077:
         log.warning("the metadata file %s has mode %04o: group or others may read it; run: "

@@ -1,7 +1,8 @@
 """A kazoo session for one ZooKeeper metadata store, with errors translated.
 
-Connects (bounded), creates the chroot and the layout's roots if missing,
-runs every request with a bounded wait, and turns every kazoo exception into
+Connects (bounded); with ``create=True`` (bookies) creates the chroot and the
+layout's roots if missing, otherwise raises NoSuchMetadataStoreError when the
+chroot has no ``/ledgers`` (and creates nothing); runs every request with a bounded wait, and turns every kazoo exception into
 the ``pyspark_ledger.errors`` tree with a message naming the URI. It owns the
 store's one background task thread, which runs watch refreshes and user
 callbacks, and the reconnect hooks: after the connection comes back (same or
@@ -29,7 +30,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from pyspark_ledger.errors import (LedgerError, MetadataError, MetadataExistsError,
-                                   MetadataUnauthorizedError, MetadataVersionConflictError)
+                                   MetadataUnauthorizedError, MetadataVersionConflictError,
+                                   NoSuchMetadataStoreError)
 from pyspark_ledger.metadata import layout
 from pyspark_ledger.metadata.uri import ZooKeeperTarget
 from pyspark_ledger.metadata.zk_security import AUTH_ENV, kazoo_options, resolve_credentials
@@ -43,7 +45,7 @@ RECONNECT_MAX_DELAY = 1.0  # kazoo's default backoff grows to 60 s; reconnect wi
 class ZooKeeperSession:
     """One kazoo client, chrooted, with bounded calls and reconnect hooks."""
 
-    def __init__(self, target: ZooKeeperTarget) -> None:
+    def __init__(self, target: ZooKeeperTarget, *, create: bool = False) -> None:
         self.uri = target.uri
         self._tls = target.tls
         self._credentials = resolve_credentials(target)
@@ -58,7 +60,7 @@ class ZooKeeperSession:
         self.client = KazooClient(hosts=target.connect_string, timeout=target.session_timeout,
                                   connection_retry=reconnect,
                                   **kazoo_options(target, self._credentials))
-        self._connect(target.chroot)
+        self._connect(target.chroot, create)
 
     @property
     def session_id(self) -> int | None:
@@ -118,7 +120,7 @@ class ZooKeeperSession:
         if self._closed:
             raise MetadataError(f"{what}: metadata store {self.uri} is closed")
 
-    def _connect(self, chroot: str) -> None:
+    def _connect(self, chroot: str, create: bool) -> None:
         connect_timeout = self.op_timeout
         try:
             self.client.start(timeout=connect_timeout)
@@ -130,6 +132,8 @@ class ZooKeeperSession:
                 f"cannot connect to ZooKeeper at {self.uri} within {connect_timeout:g} s; "
                 f"check that ZooKeeper is running and the host:port list is right; {hint}") from exc
         try:
+            if not create:
+                self._check_exists(chroot)
             if chroot:
                 self.call(f"create chroot {chroot}", self.client.ensure_path_async, chroot)
                 self.client.chroot = chroot  # every later path is relative to it
@@ -141,6 +145,15 @@ class ZooKeeperSession:
             self.client.close()
             raise
         self.client.add_listener(self._on_state)
+
+    def _check_exists(self, chroot: str) -> None:
+        """NoSuchMetadataStoreError unless the chroot holds the layout (before anything is created)."""
+        where = chroot + layout.LEDGERS
+        if self.call(f"look for {where}", self.client.exists_async, where) is None:
+            raise NoSuchMetadataStoreError(
+                f"no metadata store at {self.uri}: ZooKeeper has no {where}; nothing was created. "
+                "Check the chroot, or create the store by starting a bookie "
+                "(bookie-server --metadata URI)")
 
     def _check_access(self) -> None:
         """Fail now if the roots cannot be read; warn if credentials are set but the roots are open."""

@@ -1,6 +1,6 @@
 """The ZooKeeper metadata store: ``zk://host:port[,host:port]/chroot?session_timeout=10``.
 
-For clusters, through kazoo. The chroot is created if missing. Layout under
+For clusters, through kazoo. The chroot is created if missing when opened with create=True (bookies). Layout under
 it (see ``layout``)::
 
     /ledgers/000/0000/0000/0000/L0042   ledger metadata, hierarchical (<= 10,000 per dir)
@@ -45,9 +45,10 @@ log = logging.getLogger(__name__)
 class ZooKeeperMetadataStore(MetadataStore):
     """MetadataStore over a ZooKeeper ensemble (one kazoo session per store)."""
 
-    def __init__(self, target: ZooKeeperTarget, *, id_roll_at: int = ROLL_AT) -> None:
+    def __init__(self, target: ZooKeeperTarget, *, id_roll_at: int = ROLL_AT,
+                 create: bool = False) -> None:
         self.uri = target.uri
-        self._session = ZooKeeperSession(target)
+        self._session = ZooKeeperSession(target, create=create)
         self._client = self._session.client
         self._ids = ZooKeeperIdGenerator(self._session, roll_at=id_roll_at)
         self._registrations: list[ZooKeeperRegistration] = []

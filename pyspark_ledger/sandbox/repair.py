@@ -16,7 +16,7 @@ def ensure_repair_key(data_dir: Path, metadata_uri: str) -> Path | None:
     """The path of the cluster's repair key file in ``data_dir`` (made and registered if the cluster has
     none); None when the cluster's key was made elsewhere (its file is not here)."""
     path = data_dir / REPAIR_KEY_FILE
-    with open_metadata_store(metadata_uri) as store:
+    with open_metadata_store(metadata_uri, create=True) as store:  # the sandbox creates its store
         registered = read_repair_public_key(store)
         if registered is None:
             key = load_private_key(str(path)) if path.exists() else _new_key(path)

@@ -6,6 +6,10 @@ Arrow schema a stream stores, and looks the stream up:
 - an existing stream must have the option password as its password (the
   stream keeps a check of it: ``log.stream_password``), else UnauthorizedError
   naming the option, before any task runs;
+- enough writable bookies must be registered for the ensemble size (the
+  stream's, or option ``ensembleSize`` for a new one), else NotEnoughBookiesError
+  naming E, how many are live and what to do (``sink_bookies``); the quorum
+  rules were checked with the options (``options``);
 - an existing stream fixes the schema the tasks conform their batches to
   (an incompatible DataFrame is refused here, naming every differing field),
   its replication and its partition count: task ``t`` writes partition
@@ -34,6 +38,7 @@ from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.arrow_codec import DEFAULT_MAX_ENTRY_BYTES
 from pyspark_ledger.spark.executor import stream_client
 from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY, WriteOptions
+from pyspark_ledger.spark.sink_bookies import check_bookies_for_write
 from pyspark_ledger.spark.schema import check_compatible, spark_to_arrow_schema, stored_schema
 
 
@@ -65,7 +70,12 @@ def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPl
     try:
         info = streams.verify_password(options.stream, write=True)  # before any task creates a ledger
     except NoSuchKeyError:
-        return _new_stream_plan(options, incoming, overwrite)
+        plan = _new_stream_plan(options, incoming, overwrite)
+        check_bookies_for_write(streams.context.store, plan.uri, plan.stream, plan.replication,
+                                stream_exists=False)
+        return plan
+    check_bookies_for_write(streams.context.store, options.metadata_service_uri, options.stream,
+                            info.replication, stream_exists=True)
     schema = target_schema(streams, options.stream, info.arrow_schema(), incoming)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=schema,
                     replication=info.replication, partition_count=info.partitions, exists=True,

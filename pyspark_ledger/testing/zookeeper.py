@@ -4,7 +4,7 @@ Runs Debian's ZooKeeper (``apt-get install zookeeper``) with ``java``, on a
 free port of 127.0.0.1 only, with its data in a temporary directory::
 
     with ZooKeeperServer() as zookeeper:
-        store = open_metadata_store(zookeeper.uri("/my-test", session_timeout=2))
+        store = open_metadata_store(zookeeper.uri("/my-test", session_timeout=2), create=True)
 
 ``start()`` waits (bounded) until the server answers ``ruok`` with ``imok`` and
 serves clients.

@@ -43,7 +43,7 @@ def metadata_uri(tmp_path) -> str:
 
 @pytest.fixture
 def metadata_store(metadata_uri):
-    store = open_metadata_store(metadata_uri)
+    store = open_metadata_store(metadata_uri, create=True)
     try:
         yield store
     finally:

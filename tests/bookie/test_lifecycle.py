@@ -66,7 +66,7 @@ def test_zookeeper_registration_vanishes_after_kill9(tmp_path):
     with ZooKeeperServer(tmp_path / "zk") as zookeeper:
         uri = zookeeper.uri("/bookie-test", session_timeout=1)
         bookie = BookieProcess(tmp_path / "bookie", uri)
-        store = open_metadata_store(uri)
+        store = open_metadata_store(uri, create=True)
         try:
             bookie.start()
             assert bookie.bookie_id in store.bookies()

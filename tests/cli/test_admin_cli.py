@@ -25,7 +25,7 @@ def run_ledger(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 @pytest.fixture()
 def store_uri(tmp_path):
     uri = f"sqlite:///{tmp_path}/metadata.db"
-    with open_metadata_store(uri) as store:
+    with open_metadata_store(uri, create=True) as store:
         first = store.new_ledger_id()
         store.create_ledger(LedgerMetadata(first, 3, 3, 2, (Fragment(0, ENSEMBLE),), ctime_ms=1_700_000_000_000,
                                            custom_metadata={"app": b"demo"}, password_check=password_check(b"pw")))
@@ -92,7 +92,7 @@ def test_bookies_lists_registrations(store_uri):
 @pytest.mark.parametrize("args,code,message", [
     (("ledgers", "list"), 2, "no metadata store given"),
     (("--metadata", "mysql://x/y", "ledgers", "list"), 2, "mysql://x/y"),
-    (("--metadata", "sqlite:////nonexistent/dir/m.db", "bookies"), 1, "does not exist"),
+    (("--metadata", "sqlite:////nonexistent/dir/m.db", "bookies"), 1, "no metadata store at /nonexistent/dir/m.db"),
     (("--metadata", "sqlite:////tmp/x.db", "ledgers", "show", "abc"), 2, "invalid int value"),
     ((), 2, "usage: ledger"),
 ])
@@ -101,3 +101,14 @@ def test_bad_input_gives_a_clear_error(args, code, message):
     assert result.returncode == code
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [("bookies",), ("ledgers", "list"), ("ledgers", "show", "0"),
+                                     ("ledgers", "read", "0"), ("streams", "list"),
+                                     ("streams", "show", "events")])
+def test_read_only_commands_on_a_missing_store_name_the_path_and_create_nothing(tmp_path, command):
+    path = tmp_path / "typo" / "metadata.db"
+    result = run_ledger("--metadata", f"sqlite://{path}", *command)
+    assert result.returncode == 1, result.stderr
+    assert f"no metadata store at {path}" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == [], "the read created files"

@@ -21,7 +21,7 @@ FAST = dict(add_timeout_s=5.0, read_timeout_s=5.0, close_timeout_s=5.0, recovery
 @pytest.fixture
 def store(tmp_path):
     """A real SQLite store, wrapped so tests can intercept compare-and-sets."""
-    inner = open_metadata_store(f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2&poll_interval=0.1")
+    inner = open_metadata_store(f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2&poll_interval=0.1", create=True)
     hooked = HookedStore(inner)
     try:
         yield hooked

@@ -36,7 +36,7 @@ def open_store(store_uri):
     stores = []
 
     def make(**params):
-        stores.append(open_metadata_store(store_uri(**params)))
+        stores.append(open_metadata_store(store_uri(**params), create=True))
         return stores[-1]
 
     yield make

@@ -10,7 +10,7 @@ from pyspark_ledger.metadata.model import Fragment, LedgerMetadata, master_key_c
 
 
 def test_new_ledgers_carry_a_check_of_their_master_key(tmp_path):
-    with open_metadata_store(f"sqlite:///{tmp_path}/m.db") as store:
+    with open_metadata_store(f"sqlite:///{tmp_path}/m.db", create=True) as store:
         created = create_ledger(store, ("b1", "b2"), 2, 1, "crc32c", b"pw", None, 3)
         stored = store.read_ledger(created.value.ledger_id).value
     assert stored.master_key_check == created.value.master_key_check

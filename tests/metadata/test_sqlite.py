@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pyspark_ledger.errors import MetadataError
+from pyspark_ledger.errors import MetadataError, NoSuchMetadataStoreError
 from pyspark_ledger.metadata import open_metadata_store
 from tests.metadata.helpers import ledger, wait_until
 
@@ -18,7 +18,7 @@ def db_path(tmp_path):
 
 @pytest.fixture
 def sqlite_store(db_path):
-    store = open_metadata_store(f"sqlite://{db_path}?lease_seconds=1&poll_interval=0.05")
+    store = open_metadata_store(f"sqlite://{db_path}?lease_seconds=1&poll_interval=0.05", create=True)
     yield store
     store.close()
 
@@ -43,7 +43,7 @@ def test_file_and_parent_directories_are_created_in_wal_mode(sqlite_store, db_pa
 
 
 def test_data_survives_closing_and_reopening(db_path):
-    with open_metadata_store(f"sqlite://{db_path}") as first:
+    with open_metadata_store(f"sqlite://{db_path}", create=True) as first:
         first_id = first.new_ledger_id()
         first.create_ledger(ledger(first_id))
         first.create("streams/s", b"v")
@@ -100,14 +100,14 @@ def test_a_directory_in_place_of_the_file_is_reported(tmp_path):
 
 
 def test_a_file_from_a_newer_schema_is_refused(db_path):
-    open_metadata_store(f"sqlite://{db_path}").close()
+    open_metadata_store(f"sqlite://{db_path}", create=True).close()
     _execute(db_path, "PRAGMA user_version = 99")
     with pytest.raises(MetadataError, match="newer"):
         open_metadata_store(f"sqlite://{db_path}")
 
 
 def test_poll_and_heartbeat_threads_are_joined_on_close(db_path):
-    store = open_metadata_store(f"sqlite://{db_path}?poll_interval=0.05")
+    store = open_metadata_store(f"sqlite://{db_path}?poll_interval=0.05", create=True)
     store.watch_bookies(lambda bookies: None)
     store.register_bookie("b1")
 
@@ -118,3 +118,18 @@ def test_poll_and_heartbeat_threads_are_joined_on_close(db_path):
     assert ours() == ["bookie-lease-b1", f"metadata-poll-{db_path}"]
     store.close()
     assert ours() == []
+
+
+def test_opening_a_missing_file_names_the_path_and_creates_nothing(tmp_path):
+    path = tmp_path / "no" / "such" / "metadata.db"
+    with pytest.raises(NoSuchMetadataStoreError, match=f"no metadata store at {path}"):
+        open_metadata_store(f"sqlite://{path}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_file_is_not_taken_for_a_store_nor_made_into_one(tmp_path):
+    path = tmp_path / "metadata.db"
+    path.touch()
+    with pytest.raises(NoSuchMetadataStoreError, match="not \\(yet\\) a pyspark-ledger metadata store"):
+        open_metadata_store(f"sqlite://{path}")
+    assert path.stat().st_size == 0 and [p.name for p in tmp_path.iterdir()] == ["metadata.db"]

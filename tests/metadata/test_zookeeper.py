@@ -6,7 +6,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from pyspark_ledger.errors import MetadataError
+from pyspark_ledger.errors import MetadataError, NoSuchMetadataStoreError
 from pyspark_ledger.metadata import open_metadata_store, parse_metadata_uri
 from pyspark_ledger.metadata.layout import ledger_path
 from pyspark_ledger.metadata.zookeeper import ZooKeeperMetadataStore
@@ -35,7 +35,7 @@ def raw(zookeeper_server, chroot):
 
 @pytest.fixture
 def zk_store(zookeeper_server, chroot):
-    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2))
+    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True)
     yield store
     store.close()
 
@@ -55,7 +55,7 @@ def test_ledgers_land_in_their_hierarchical_znodes(zk_store, raw):
 
 def test_a_nested_chroot_is_created(zookeeper_server):
     nested = f"/deep-{uuid.uuid4().hex[:8]}/a/b"
-    with open_metadata_store(zookeeper_server.uri(nested)) as store:
+    with open_metadata_store(zookeeper_server.uri(nested), create=True) as store:
         store.create("k", b"v")
     client = KazooClient(hosts=zookeeper_server.connect_string, timeout=5)
     client.start(timeout=10)
@@ -75,7 +75,7 @@ def test_stray_znodes_under_ledgers_are_ignored(zk_store, raw):
 
 def test_ids_stay_unique_when_the_sequence_rolls_to_a_new_bucket(zookeeper_server, chroot, raw):
     target = parse_metadata_uri(zookeeper_server.uri(chroot))
-    stores = [ZooKeeperMetadataStore(target, id_roll_at=4) for _ in range(2)]
+    stores = [ZooKeeperMetadataStore(target, id_roll_at=4, create=True) for _ in range(2)]
     try:
         ids = [stores[i % 2].new_ledger_id() for i in range(24)]
     finally:
@@ -121,7 +121,7 @@ def test_outage_gives_a_clear_error_and_the_store_recovers(tmp_path):
         pytest.skip(f"needs ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
     with ZooKeeperServer(tmp_path / "zk") as server:
         uri = server.uri("/outage", session_timeout=2)
-        with open_metadata_store(uri) as store:
+        with open_metadata_store(uri, create=True) as store:
             store.create("k", b"v")
             store.register_bookie("b1")
             server.stop()
@@ -142,5 +142,20 @@ def _readable(store, key):
 def test_unreachable_zookeeper_is_reported_with_the_uri():
     uri = f"zk://127.0.0.1:{free_port()}/x?session_timeout=1"
     with pytest.raises(MetadataError, match="cannot connect to ZooKeeper") as caught:
-        open_metadata_store(uri)
+        open_metadata_store(uri, create=True)
     assert uri in str(caught.value)
+
+
+def test_opening_a_missing_chroot_without_create_names_it_and_creates_nothing(zookeeper_server, chroot):
+    uri = zookeeper_server.uri(chroot, session_timeout=2)
+    with pytest.raises(NoSuchMetadataStoreError, match=f"ZooKeeper has no {chroot}/ledgers"):
+        open_metadata_store(uri)
+    client = KazooClient(hosts=zookeeper_server.connect_string, timeout=5)
+    client.start(timeout=10)
+    try:
+        assert client.exists(chroot) is None, "the read created the chroot"
+    finally:
+        client.stop()
+        client.close()
+    open_metadata_store(uri, create=True).close()
+    open_metadata_store(uri).close()  # once created, a plain open finds it

@@ -55,7 +55,7 @@ def kazoo(zookeeper_server):
 def protected(zookeeper_server, chroot, monkeypatch):
     """A store with credentials, holding a ledger, an id, a bookie registration and a stream key."""
     monkeypatch.setenv(AUTH_ENV, f"{USER}:{PASSWORD}")
-    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2))
+    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True)
     monkeypatch.delenv(AUTH_ENV)
     ledger_id = store.new_ledger_id()
     store.create_ledger(ledger(ledger_id))
@@ -122,7 +122,7 @@ def test_the_store_with_the_credentials_works_end_to_end(protected, zookeeper_se
     assert set(store.bookies()) == {"bookie-1:3181"}
     assert store.children("streams") == ["orders"]
     monkeypatch.setenv(AUTH_ENV, f"{USER}:{PASSWORD}")
-    other = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2))
+    other = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True)
     try:
         assert other.read_ledger(ledger_id).value.custom_metadata == {"owner": b"acl-test"}
         assert other.new_ledger_id() != ledger_id
@@ -137,7 +137,7 @@ def test_a_store_without_the_right_credentials_fails_at_open_in_one_line(protect
     if auth:
         monkeypatch.setenv(AUTH_ENV, auth)
     with pytest.raises(MetadataUnauthorizedError) as caught:
-        open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2))
+        open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True)
     message = str(caught.value)
     assert "\n" not in message
     assert "protected by digest ACLs" in message and AUTH_ENV in message
@@ -151,7 +151,7 @@ def test_the_credentials_may_come_from_a_private_file(protected, zookeeper_serve
     auth = tmp_path / "zk.auth"
     auth.write_text(f"{USER}:{PASSWORD}\n")
     auth.chmod(0o600)
-    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2, auth_file=str(auth)))
+    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2, auth_file=str(auth)), create=True)
     try:
         assert store.read_ledger(ledger_id).value.ledger_id == ledger_id
     finally:
@@ -161,7 +161,7 @@ def test_the_credentials_may_come_from_a_private_file(protected, zookeeper_serve
 def test_without_credentials_the_store_creates_open_znodes_as_before(zookeeper_server, chroot, kazoo,
                                                                      monkeypatch):
     monkeypatch.delenv(AUTH_ENV, raising=False)
-    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2))
+    store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True)
     try:
         ledger_id = store.new_ledger_id()
         store.create_ledger(ledger(ledger_id))
@@ -178,10 +178,10 @@ def test_without_credentials_the_store_creates_open_znodes_as_before(zookeeper_s
 def test_credentials_on_an_open_tree_warn_and_protect_new_znodes(zookeeper_server, chroot, kazoo,
                                                                  monkeypatch, caplog):
     monkeypatch.delenv(AUTH_ENV, raising=False)
-    open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2)).close()
+    open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True).close()
     monkeypatch.setenv(AUTH_ENV, f"{USER}:{PASSWORD}")
     with caplog.at_level(logging.WARNING, logger="pyspark_ledger.metadata.zk_session"):
-        store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2))
+        store = open_metadata_store(zookeeper_server.uri(chroot, session_timeout=2), create=True)
     try:
         assert "created without ACLs" in caplog.text and PASSWORD not in caplog.text
         store.create("streams/new", b"x")

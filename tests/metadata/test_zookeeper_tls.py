@@ -52,7 +52,7 @@ def chroot():
 def test_the_store_works_over_the_secure_port(tls_zookeeper, chroot):
     uri = tls_zookeeper.secure_uri(chroot, session_timeout=2)
     assert "tls=1" in uri and f":{tls_zookeeper.secure_port}/" in uri
-    store = open_metadata_store(uri)
+    store = open_metadata_store(uri, create=True)
     try:
         ledger_id = store.new_ledger_id()
         store.create_ledger(ledger(ledger_id))
@@ -65,21 +65,21 @@ def test_the_store_works_over_the_secure_port(tls_zookeeper, chroot):
 
 def test_tls_and_digest_acls_together(tls_zookeeper, chroot, monkeypatch):
     monkeypatch.setenv(AUTH_ENV, "tls-user:tls-pw")
-    store = open_metadata_store(tls_zookeeper.secure_uri(chroot, session_timeout=2))
+    store = open_metadata_store(tls_zookeeper.secure_uri(chroot, session_timeout=2), create=True)
     try:
         store.create("streams/s", b"v")
     finally:
         store.close()
     monkeypatch.delenv(AUTH_ENV)
     with pytest.raises(MetadataError, match="digest ACLs"):
-        open_metadata_store(tls_zookeeper.secure_uri(chroot, session_timeout=2))
+        open_metadata_store(tls_zookeeper.secure_uri(chroot, session_timeout=2), create=True)
 
 
 def test_a_plaintext_store_on_the_secure_port_fails_in_bounded_time_saying_tls(tls_zookeeper, chroot):
     uri = f"zk://127.0.0.1:{tls_zookeeper.secure_port}{chroot}?session_timeout=1"
     started = time.monotonic()
     with pytest.raises(MetadataError) as caught:
-        open_metadata_store(uri)
+        open_metadata_store(uri, create=True)
     assert time.monotonic() - started < BOUND_S
     message = str(caught.value)
     assert "\n" not in message and "cannot connect" in message and "tls=1" in message
@@ -89,7 +89,7 @@ def test_a_server_certificate_from_another_ca_is_refused(tls_zookeeper, pki, chr
     uri = tls_zookeeper.secure_uri(chroot, session_timeout=1, tls_ca=str(pki["other_ca"]))
     started = time.monotonic()
     with pytest.raises(MetadataError, match="tls_ca"):
-        open_metadata_store(uri)
+        open_metadata_store(uri, create=True)
     assert time.monotonic() - started < BOUND_S
 
 
@@ -97,7 +97,7 @@ def test_tls_to_the_plaintext_port_fails_in_bounded_time(tls_zookeeper, pki, chr
     uri = tls_zookeeper.uri(chroot, session_timeout=1, tls=1, tls_ca=str(pki["ca"]))
     started = time.monotonic()
     with pytest.raises(MetadataError, match="secureClientPort"):
-        open_metadata_store(uri)
+        open_metadata_store(uri, create=True)
     assert time.monotonic() - started < BOUND_S
 
 
@@ -105,10 +105,10 @@ def test_a_server_requiring_client_certificates_takes_tls_cert_and_key(pki, tmp_
     tls = ZooKeeperTls(pki["server_cert"], pki["server_key"], pki["ca"], client_auth="need")
     with ZooKeeperServer(tmp_path / "zk", tls=tls) as server:
         with pytest.raises(MetadataError, match="cannot connect"):
-            open_metadata_store(server.secure_uri("/mtls", session_timeout=1))
+            open_metadata_store(server.secure_uri("/mtls", session_timeout=1), create=True)
         store = open_metadata_store(server.secure_uri("/mtls", session_timeout=2,
                                                       tls_cert=str(pki["client_cert"]),
-                                                      tls_key=str(pki["client_key"])))
+                                                      tls_key=str(pki["client_key"])), create=True)
         try:
             store.create("k", b"v")
             assert store.get("k").value == b"v"
