@@ -16,7 +16,7 @@ from bookie_server.index import LedgerIndex
 from bookie_server.store_record import STORE_FILE
 from pyspark_ledger.client import BookieStatus, LedgerClient
 from pyspark_ledger.entry import master_key
-from pyspark_ledger.errors import BookieError, MetadataError
+from pyspark_ledger.errors import BookieError, DataDirectoryError, InvalidConfigurationError, MetadataError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.instance import INSTANCE_KEY, read_instance_id
 from tests.conftest import unique_chroot
@@ -190,3 +190,34 @@ def test_a_bookie_refuses_a_new_zookeeper_chroot_and_starts_on_its_own(request, 
             read_ledger(ledgers, ledger_id)
     finally:
         bookie.kill()
+
+
+def test_a_bookie_from_before_instance_ids_records_its_store_only_when_the_store_holds_its_cookie(tmp_path):
+    from bookie_server.cookie import plan_cookie
+
+    data_dir = tmp_path / "bookie"
+    with open_metadata_store(f"sqlite://{tmp_path}/own.db") as own, \
+            open_metadata_store(f"sqlite://{tmp_path}/new.db") as new:
+        plan_cookie(own, data_dir, "b:1").commit()
+        (data_dir / STORE_FILE).unlink()  # as a bookie made before instance ids left its data dir
+        with pytest.raises(DataDirectoryError, match="is not the store the data of bookie b:1"):
+            plan_cookie(new, data_dir, "b:1", allow_new_data_dir=True)
+        assert not (data_dir / STORE_FILE).exists() and new.children("cookies") == []
+        plan_cookie(own, data_dir, "b:1").commit()  # its cookie matches: the store is its own, recorded now
+        assert json.loads((data_dir / STORE_FILE).read_text())["instance_id"] == read_instance_id(own)
+
+
+def test_adopt_metadata_store_moves_a_bookie_to_the_store_it_names_only(tmp_path):
+    from bookie_server.cookie import plan_cookie
+
+    data_dir = tmp_path / "bookie"
+    with open_metadata_store(f"sqlite://{tmp_path}/own.db") as own, \
+            open_metadata_store(f"sqlite://{tmp_path}/new.db") as new:
+        plan_cookie(own, data_dir, "b:1").commit()
+        with pytest.raises(InvalidConfigurationError, match="does not name metadata store"):
+            plan_cookie(new, data_dir, "b:1", adopt_store=read_instance_id(own))
+        plan_cookie(new, data_dir, "b:1", adopt_store=read_instance_id(new)).commit()
+        assert json.loads((data_dir / STORE_FILE).read_text())["instance_id"] == read_instance_id(new)
+        assert new.children("cookies") == ["b:1"]
+        with pytest.raises(DataDirectoryError, match="is not the store the data of bookie b:1"):
+            plan_cookie(own, data_dir, "b:1")  # moved: the old store is now the foreign one
