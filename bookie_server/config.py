@@ -62,6 +62,7 @@ class ServerConfig:
     gc_overreplicated_wait_s: float = 86_400.0
     exit_with_parent: bool = False
     allow_new_data_dir: bool = False
+    adopt_metadata_store: str | None = None
     verify_new_ledgers: bool = True
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
@@ -141,6 +142,16 @@ def _identity(text: str) -> str:
     return text
 
 
+def _instance_id(text: str) -> str:
+    from pyspark_ledger.errors import InvalidConfigurationError
+    from pyspark_ledger.metadata.instance import check_instance_id
+
+    try:
+        return check_instance_id(text, "the value")
+    except InvalidConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 class _DefaultsFormatter(argparse.HelpFormatter):
     """Appends '(default: X)' to every optional flag whose help does not state its default."""
 
@@ -213,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--exit-with-parent", action="store_true",
         help="stop gracefully once the process that started this bookie has ended (sandboxes use it)")
     add("--allow-new-data-dir", action="store_true",
-        help="accept an empty data dir for a bookie id that had data before (its entries are lost)")
+        help="accept an empty data dir for a bookie id that had data before (its entries are lost); never lets "
+             "a bookie start against another metadata store than the one its data belongs to")
+    add("--adopt-metadata-store", type=_instance_id, default=None, metavar="INSTANCE_ID",
+        help="move this bookie's data to the metadata store with this instance id (printed when the bookie "
+             "refuses a store): only for a store that holds this bookie's ledgers, as its garbage collector "
+             "deletes those the store does not list (default: none)")
     add("--no-verify-new-ledgers", dest="verify_new_ledgers", action="store_false",
         help="create state for a ledger never seen here on any first add or fence, without checking that the "
              "metadata store has the ledger and its master key matches (lets anyone squat ledger ids)")

@@ -11,6 +11,15 @@ to the metadata store, then renamed to ``COOKIE.json``; a start that finds
 a pending cookie equal to the published one finishes the rename, so a crash
 between the two writes never locks the bookie out.
 
+The cookie also ties the data dir to one metadata store: the instance id of
+the store the bookie registered with is kept beside it (``store_record``).
+A bookie whose data dir has a cookie refuses a store with another instance
+id, or one that does not hold its cookie, with a line that names the
+store it belongs to; ``--allow-new-data-dir`` never changes that. Moving a
+bookie's data to another store takes ``--adopt-metadata-store ID`` naming
+the new store's instance id (printed in the refusal). A bookie from before
+instance ids records the store's id once its cookie matches the store's.
+
 Checking and writing are two steps: ``plan_cookie`` only reads (and refuses
 with DataDirectoryError), ``CookiePlan.commit`` writes. The server commits
 only once the bookie is known to serve (port bound, storage open, gRPC
@@ -23,11 +32,13 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pyspark_ledger.errors import (DataDirectoryError, MetadataExistsError, MetadataVersionConflictError,
-                                   NoSuchKeyError)
+from bookie_server.store_record import read_store_record, write_store_record, wrong_store_message
+from pyspark_ledger.errors import (DataDirectoryError, InvalidConfigurationError, MetadataExistsError,
+                                   MetadataVersionConflictError, NoSuchKeyError)
+from pyspark_ledger.metadata.instance import ensure_instance_id, read_instance_id
 from pyspark_ledger.metadata.store import MetadataStore
 
 COOKIE_FILE = "COOKIE.json"
@@ -76,9 +87,19 @@ class CookiePlan:
     cookie: Cookie
     action: str
     stored_version: int | None = None  # of the registered cookie that CREATE_NEW replaces
+    record_store: bool = False  # write the store's instance id beside the cookie (new, older or moved bookie)
 
     def commit(self) -> Cookie:
         """Write what the plan needs (nothing for KEEP). DataDirectoryError if someone raced us."""
+        self._commit_cookie()
+        if self.record_store:
+            instance = ensure_instance_id(self.store)
+            write_store_record(self.data_dir, instance, self.store.uri)
+            _log.info("bookie %s: its data belongs to metadata store %s (instance %s)", self.cookie.bookie_id,
+                      self.store.uri, instance)
+        return self.cookie
+
+    def _commit_cookie(self) -> None:
         bookie_id, data_dir = self.cookie.bookie_id, self.data_dir
         if self.action == FINISH_PENDING:
             _log.info("finishing the cookie of bookie %s left pending by an interrupted first start", bookie_id)
@@ -97,41 +118,57 @@ class CookiePlan:
             _finish_pending(data_dir)
             _log.info("bookie %s wrote a new cookie (instance %s) in %s", bookie_id, self.cookie.instance_id,
                       data_dir)
-        return self.cookie
 
 
-def verify_cookie(store: MetadataStore, data_dir: Path, bookie_id: str, allow_new_data_dir: bool = False) -> Cookie:
+def verify_cookie(store: MetadataStore, data_dir: Path, bookie_id: str, allow_new_data_dir: bool = False,
+                  adopt_store: str | None = None) -> Cookie:
     """Check (or on first start create) the cookie; DataDirectoryError when they disagree."""
-    return plan_cookie(store, data_dir, bookie_id, allow_new_data_dir).commit()
+    return plan_cookie(store, data_dir, bookie_id, allow_new_data_dir, adopt_store).commit()
 
 
 def plan_cookie(store: MetadataStore, data_dir: Path, bookie_id: str,
-                allow_new_data_dir: bool = False) -> CookiePlan:
-    """Check the cookie without writing anything; DataDirectoryError when data dir and store disagree."""
+                allow_new_data_dir: bool = False, adopt_store: str | None = None) -> CookiePlan:
+    """Check the cookie and the store's identity without writing anything; DataDirectoryError when data dir
+    and store disagree. ``adopt_store``: the instance id of a store this bookie's data knowingly moves to."""
     data_dir = Path(data_dir)
     if data_dir.exists() and not data_dir.is_dir():
         raise DataDirectoryError(f"data dir {data_dir} exists but is not a directory")
     local = _read_file(data_dir / COOKIE_FILE)
+    recorded = read_store_record(data_dir) if data_dir.is_dir() else None
+    found = read_instance_id(store)
+    if adopt_store is not None and adopt_store != found:
+        raise InvalidConfigurationError(
+            f"--adopt-metadata-store {adopt_store} does not name metadata store {store.uri} (instance "
+            f"{found or 'none'}); nothing was changed")
+    moving = adopt_store is not None and adopt_store != recorded
+    if recorded is not None and recorded != found and not moving:
+        raise DataDirectoryError(wrong_store_message(store.uri, data_dir, bookie_id, found, recorded))
+    record = recorded is None or moving
     stored = _read_stored(store, bookie_id)
     if local is None:
-        return _without_local_cookie(store, data_dir, bookie_id, stored, allow_new_data_dir)
+        return replace(_without_local_cookie(store, data_dir, bookie_id, stored, allow_new_data_dir),
+                       record_store=record)
     if local.bookie_id != bookie_id:
         raise DataDirectoryError(
             f"data dir {data_dir} belongs to bookie {local.bookie_id}, not {bookie_id}: "
             "start each bookie with its own data dir")
     if stored is None:
-        if not allow_new_data_dir:
+        if moving:
+            return CookiePlan(store, data_dir, local, PUBLISH_LOCAL, record_store=True)
+        if recorded is None:  # a bookie from before instance ids: only its cookie could tell the store
+            raise DataDirectoryError(wrong_store_message(store.uri, data_dir, bookie_id, found, None))
+        if not allow_new_data_dir:  # the very store it registered with lost the cookie key
             raise DataDirectoryError(
-                f"the metadata store has no cookie for bookie {bookie_id} but data dir {data_dir} has one: "
-                "is --metadata the store this bookie was created in? (--allow-new-data-dir publishes the "
-                "local cookie)")
+                f"metadata store {store.uri} is the one bookie {bookie_id} registered with (instance {found}) "
+                f"but has lost its cookie; --allow-new-data-dir publishes the cookie of data dir {data_dir} "
+                "again (no data is deleted)")
         return CookiePlan(store, data_dir, local, PUBLISH_LOCAL)
     if stored[0] != local:
         raise DataDirectoryError(
             f"cookie of data dir {data_dir} (instance {local.instance_id}) differs from the one registered for "
             f"bookie {bookie_id} (instance {stored[0].instance_id}): the data dir was swapped or re-created; "
             "start the bookie with its original data dir")
-    return CookiePlan(store, data_dir, local, KEEP)
+    return CookiePlan(store, data_dir, local, KEEP, record_store=record)
 
 
 def _without_local_cookie(store: MetadataStore, data_dir: Path, bookie_id: str,

@@ -1,6 +1,12 @@
 """The bookie's garbage collector thread: deletes the ledgers the metadata store no longer has, and their data.
 
 Every ``interval_s`` a pass
+  0. reads the store's instance id, and deletes nothing at all (outcome
+     ``store_mismatch``, logged and counted) when it is not the one the
+     bookie registered with (``store_instance_id``, kept beside its cookie)
+     or cannot be read: a lost store re-created empty, or another cluster's
+     store, would make every ledger here look deleted. The id is read again
+     after the listing, so a store replaced during the listing is caught;
   1. reads the ledgers this bookie holds, then lists the metadata store (in
      that order: a ledger created after the listing began cannot be
      mistaken for garbage);
@@ -33,6 +39,7 @@ from bookie_server.gc_rules import LedgerSuspects, overreplication_scan_due, unn
 from bookie_server.periodic import PeriodicThread
 from bookie_server.storage import BookieStorage
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError, StorageError
+from pyspark_ledger.metadata.instance import read_instance_id
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.rereplication import Lasting
 
@@ -44,7 +51,7 @@ DEFAULT_OVERREPLICATED_WAIT_S = 86_400.0  # a day, as BookKeeper's gcOverreplica
 
 @dataclass
 class GcPass:
-    """What one pass did; ``outcome`` is ``ok``, ``listing_failed`` or ``storage_failed``."""
+    """What one pass did; ``outcome`` is ``ok``, ``store_mismatch``, ``listing_failed`` or ``storage_failed``."""
 
     outcome: str = "ok"
     ledgers_deleted: list[int] = field(default_factory=list)
@@ -64,9 +71,12 @@ class GarbageCollector:
 
     def __init__(self, storage: BookieStorage, store: MetadataStore, interval_s: float = DEFAULT_INTERVAL_S,
                  compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD, metrics=None, *,
-                 bookie_id: str | None = None, overreplicated_wait_s: float | None = None) -> None:
+                 bookie_id: str | None = None, overreplicated_wait_s: float | None = None,
+                 store_instance_id: str | None = None) -> None:
         """``overreplicated_wait_s`` (needs ``bookie_id``; None: off) turns on the collection of left-over
-        copies of CLOSED ledgers that no longer name this bookie."""
+        copies of CLOSED ledgers that no longer name this bookie. ``store_instance_id``: the instance id of
+        the store the bookie registered with; a pass deletes nothing while the store has another one (or it
+        cannot be read). The bookie server always gives it; None (tests of the rules) skips the check."""
         _check_settings(interval_s, compaction_threshold)
         if overreplicated_wait_s is not None:
             if isinstance(overreplicated_wait_s, bool) or not isinstance(overreplicated_wait_s, (int, float)) \
@@ -76,6 +86,7 @@ class GarbageCollector:
                     f"{overreplicated_wait_s!r} (--gc-overreplicated-wait; 0 turns it off)")
         self._storage = storage
         self._store = store
+        self._store_instance_id = store_instance_id
         self._bookie_id = bookie_id
         self._wait_s = overreplicated_wait_s
         self._unnamed = None if overreplicated_wait_s is None else Lasting(float(overreplicated_wait_s))
@@ -108,6 +119,9 @@ class GarbageCollector:
 
     def _pass(self) -> GcPass:
         result = GcPass()
+        if not self._same_store():
+            result.outcome = "store_mismatch"
+            return result
         local = self._storage.ledger_ids()
         try:
             listed = set(self._store.list_ledgers())
@@ -115,6 +129,9 @@ class GarbageCollector:
             log.warning("garbage collection: cannot list the ledgers in %s (%s); nothing deleted this pass",
                         self._store.uri, exc)
             result.outcome = "listing_failed"
+            return result
+        if not self._same_store():
+            result.outcome = "store_mismatch"
             return result
         try:
             result.ledgers_deleted = self._storage.delete_ledgers(sorted(self._suspects.confirm(local, listed)))
@@ -134,6 +151,24 @@ class GarbageCollector:
                      len(result.logs_deleted), _ids(result.logs_deleted), len(result.logs_compacted),
                      result.entries_copied, result.bytes_reclaimed)
         return result
+
+    def _same_store(self) -> bool:
+        """Whether the store is still the one the bookie registered with (logged when not)."""
+        expected = self._store_instance_id
+        if expected is None:
+            return True
+        try:
+            found = read_instance_id(self._store)
+        except LedgerError as exc:
+            log.error("garbage collection refused: cannot read the instance id of metadata store %s (%s); "
+                      "nothing deleted", self._store.uri, exc)
+            return False
+        if found != expected:
+            log.error("garbage collection refused: metadata store %s is instance %s, not %s that this bookie's "
+                      "data belongs to (a lost store re-created, or another cluster's); nothing deleted. "
+                      "Restore the original store", self._store.uri, found or "(none)", expected or "(none recorded)")
+            return False
+        return True
 
     def _collect_overreplicated(self, ledger_ids: set[int]) -> list[int]:
         """Delete the left-overs of CLOSED ledgers unnamed here for the wait (and not written here within it)."""

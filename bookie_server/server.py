@@ -168,7 +168,7 @@ class BookieServer:
 
         self._store = open_metadata_store(self.config.metadata_uri, create=True)  # a first start creates it
         self._cookie_plan = plan_cookie(self._store, self.config.data_dir, self.bookie_id,
-                                        self.config.allow_new_data_dir)
+                                        self.config.allow_new_data_dir, self.config.adopt_metadata_store)
 
     def _open_storage(self) -> None:
         from bookie_server.disk_monitor import release_reserve
@@ -322,6 +322,7 @@ class BookieServer:
 
     def _start_gc(self) -> None:
         from bookie_server.gc import GarbageCollector
+        from bookie_server.store_record import read_store_record
 
         config = self.config
         if config.gc_interval_s <= 0:
@@ -330,7 +331,8 @@ class BookieServer:
         wait = config.gc_overreplicated_wait_s or None
         self._gc = GarbageCollector(self._storage, self._store, config.gc_interval_s,
                                     config.gc_compaction_threshold, self.metrics, bookie_id=self.bookie_id,
-                                    overreplicated_wait_s=wait)
+                                    overreplicated_wait_s=wait,
+                                    store_instance_id=read_store_record(config.data_dir) or "")
         self._gc.start()
         _log.info("garbage collection every %.1f s (compaction threshold %.2f, over-replicated ledgers after %s)",
                   config.gc_interval_s, config.gc_compaction_threshold, f"{wait:g} s" if wait else "never")

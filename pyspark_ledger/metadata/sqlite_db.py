@@ -14,6 +14,14 @@ The file is readable by its owner only: a new one is created mode 0600 before
 SQLite opens it (SQLite gives its -wal and -shm files the same mode), in
 directories created mode 0700. An existing file is never chmod'ed; if group
 or others may read it a warning says which ``chmod`` to run.
+
+A file removed or replaced under a running process (unlinked, renamed
+away, overwritten by a new store) would otherwise go on taking writes that
+no one else sees. The device and inode of the path are compared with those
+of the file opened before every read and before every commit; once they
+differ (or the path is gone) every operation raises a ``MetadataError``
+saying so. The store's instance id (``instance``) is created in the
+transaction that creates the schema.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from typing import Iterator
 from urllib.parse import quote
 
 from pyspark_ledger.errors import MetadataError, NoSuchMetadataStoreError
+from pyspark_ledger.metadata.instance import INSTANCE_KEY, new_instance_id
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
@@ -75,6 +84,7 @@ class SqliteDatabase:
                 _make_private_directories(os.path.dirname(path) or "/")
                 _create_private_file(path)
             conn = self._connect(create)
+            self._identity = _file_identity(os.stat(path))
             try:
                 _warn_if_open_to_others(path)
                 self._prepare(conn, create)
@@ -87,20 +97,38 @@ class SqliteDatabase:
     def read(self) -> Iterator[sqlite3.Connection]:
         """The connection for single-statement reads."""
         with self._lock, self._translated("read"):
-            yield self._open_connection()
+            conn = self._open_connection()
+            self.check_file()
+            yield conn
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
         with self._lock, self._translated("write"):
             conn = self._open_connection()
+            self.check_file()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                self.check_file()  # a commit into a removed file would be acknowledged and lost
             except BaseException:
                 _rollback_quietly(conn)
                 raise
             _commit(conn)
+
+    def check_file(self) -> None:
+        """MetadataError if the path no longer names the file this database opened (removed or replaced)."""
+        try:
+            found = _file_identity(os.stat(self.path))
+        except FileNotFoundError:
+            found = None
+        if found != self._identity:
+            how = "removed" if found is None else "replaced by another file"
+            raise MetadataError(
+                f"metadata store {self.uri}: the file {self.path} was {how} while in use, so nothing written "
+                "since is seen by other processes; stop the processes using it, restore the original file "
+                "(from where it was moved, or a backup) and restart them; never go on with a new, empty store "
+                "(bookies would take their ledgers for deleted)")
 
     def next_counter(self, conn: sqlite3.Connection, name: str) -> int:
         """Increment counter ``name`` (first value 0) inside a write transaction."""
@@ -161,6 +189,8 @@ class SqliteDatabase:
             self._check_schema_version(conn)
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(statement)
+            conn.execute("INSERT OR IGNORE INTO kv (key, parent, value, version) VALUES (?, '', ?, 0)",
+                         (INSTANCE_KEY, new_instance_id().encode("ascii")))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             _rollback_quietly(conn)
@@ -221,6 +251,10 @@ def _warn_if_open_to_others(path: str) -> None:
     if mode & 0o077:
         log.warning("the metadata file %s has mode %04o: group or others may read it; run: "
                     "chmod 600 %s (and the same for its -wal and -shm files)", path, mode, path)
+
+
+def _file_identity(stat_result: os.stat_result) -> tuple[int, int]:
+    return stat_result.st_dev, stat_result.st_ino
 
 
 def _rollback_quietly(conn: sqlite3.Connection) -> None:

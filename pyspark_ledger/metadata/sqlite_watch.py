@@ -59,6 +59,7 @@ class SqliteWatchPoller:
         self._read_bookies = read_bookies
         self._lock = threading.Lock()
         self._watches: list[_PolledWatch] = []
+        self._last_error: str | None = None
         self._ticker = TickerThread(f"metadata-poll-{db.path}", interval, self._tick)
 
     def watch_ledger(self, ledger_id: int, callback: LedgerCallback) -> Watch:
@@ -86,6 +87,16 @@ class SqliteWatchPoller:
         return watch
 
     def _tick(self) -> None:
+        try:
+            self._poll()
+        except MetadataError as exc:  # e.g. the file was removed: said once (per message), not every tick
+            if str(exc) != self._last_error:
+                log.error("watches of %s stopped seeing changes: %s", self._db.uri, exc)
+            self._last_error = str(exc)
+            return
+        self._last_error = None
+
+    def _poll(self) -> None:
         with self._lock:
             watches = list(self._watches)
         ledger_watches = [w for w in watches if isinstance(w, _LedgerWatch)]

@@ -8,6 +8,9 @@ it (see ``layout``)::
     /bookies/available/<id>             ephemeral, writable bookie (JSON info)
     /bookies/readonly/<id>              ephemeral, read-only bookie (JSON info)
     /kv/<key>                           versioned keys
+    /kv/instance-id                     the store's random instance id (see ``instance``)
+
+The instance id is created when a store without one is opened.
 
 Versions are ZooKeeper's ``stat.version`` (0 at create, +1 per write); CAS is
 a versioned ``set``/``delete``. Every kazoo error is translated once, in
@@ -30,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping
 from pyspark_ledger.errors import (MetadataError, MetadataExistsError, MetadataVersionConflictError,
                                    NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.metadata import layout, names
+from pyspark_ledger.metadata.instance import ensure_instance_id
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import (BookieRegistration, MetadataStore, Registration,
                                            Versioned, Watch)
@@ -54,6 +58,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._registrations: list[ZooKeeperRegistration] = []
         self._lock = threading.Lock()
         self._closed = False
+        try:
+            ensure_instance_id(self)
+        except BaseException:
+            self._session.close()
+            raise
 
     # --- ledgers ------------------------------------------------------------
     def new_ledger_id(self) -> int:

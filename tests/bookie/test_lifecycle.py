@@ -179,6 +179,7 @@ def test_invalid_metadata_uri_fails_with_the_accepted_forms(tmp_path):
     (["--port", "3181", "--log-level", "LOUD"], "--log-level"),
     (["--port", "3181", "--metrics-port", "-5"], "--metrics-port"),
     (["--port", "3181", "--bookie-id", "a/b"], "--bookie-id"),
+    (["--port", "3181", "--adopt-metadata-store", "new"], "--adopt-metadata-store"),
 ])
 def test_invalid_flags_exit_2_naming_the_flag(tmp_path, flags, complaint):
     process = run_bookie_server(["--data-dir", str(tmp_path), "--metadata", f"sqlite:///{tmp_path}/m.db", *flags])

@@ -7,6 +7,7 @@ import pytest
 
 from pyspark_ledger.errors import (InvalidConfigurationError, MetadataError, MetadataExistsError,
                                    MetadataVersionConflictError, NoSuchKeyError)
+from pyspark_ledger.metadata.instance import INSTANCE_KEY, read_instance_id
 from tests.metadata.helpers import CAS_INCREMENTS, start_child, stop_child
 
 
@@ -61,7 +62,7 @@ def test_delete_checks_the_version_when_given(store):
         store.get("k")
     store.create("k", b"again")
     store.delete("k")
-    assert store.children("") == []
+    assert store.children("") == [INSTANCE_KEY]  # every store holds its instance id
 
 
 def test_delete_of_a_key_with_children_is_refused(store):
@@ -70,7 +71,7 @@ def test_delete_of_a_key_with_children_is_refused(store):
         store.delete("parent")
     store.delete("parent/child")
     store.delete("parent")
-    assert store.children("") == []
+    assert store.children("") == [INSTANCE_KEY]  # every store holds its instance id
 
 
 def test_children_are_sorted_names_and_empty_when_absent(store):
@@ -79,7 +80,7 @@ def test_children_are_sorted_names_and_empty_when_absent(store):
     store.create("streams/s1/p-1/deeper", b"")
     store.create("other", b"")
     assert store.children("streams/s1") == ["a", "p-1", "p-10", "p-2"]
-    assert store.children("") == ["other", "streams"]
+    assert store.children("") == [INSTANCE_KEY, "other", "streams"]
     assert store.children("streams/missing") == []
     assert store.children("other") == []
 
@@ -137,3 +138,9 @@ def test_concurrent_cas_increments_from_processes_lose_no_update(store, store_ur
             stop_child(child)
     final = store.get("counter")
     assert (final.value, final.version) == (b"90", 90)
+
+
+def test_a_store_holds_a_random_instance_id_from_its_creation(store):
+    instance = read_instance_id(store)
+    assert instance is not None and len(instance) == 32
+    assert read_instance_id(store) == instance
