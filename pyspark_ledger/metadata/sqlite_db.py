@@ -173,7 +173,7 @@ class SqliteDatabase:
         return NoSuchMetadataStoreError(
             f"no metadata store at {self.path} ({self.uri}): {problem}; nothing was created. Check "
             "the path (sqlite:/// and an absolute path), or create the store by starting a bookie "
-            "(bookie-server --metadata URI) or a sandbox (ledger sandbox start)")
+            "(bookie-server --metadata URI) or a sandbox (ledger sandbox)")
 
     def _prepare(self, conn: sqlite3.Connection, create: bool) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")

@@ -82,7 +82,7 @@ def test_a_store_file_removed_or_replaced_under_a_bookie_and_a_client_fails_loud
         if how == "removed":
             path.unlink()
         else:
-            open_metadata_store(f"sqlite://{tmp_path}/fresh.db").close()
+            open_metadata_store(f"sqlite://{tmp_path}/fresh.db", create=True).close()
             os.replace(tmp_path / "fresh.db", path)
         assert_fails_loudly(ledgers, ledger_id, how)
         # the bookie's own store (heartbeat, garbage collection) says so too, and deletes nothing
@@ -196,8 +196,8 @@ def test_a_bookie_from_before_instance_ids_records_its_store_only_when_the_store
     from bookie_server.cookie import plan_cookie
 
     data_dir = tmp_path / "bookie"
-    with open_metadata_store(f"sqlite://{tmp_path}/own.db") as own, \
-            open_metadata_store(f"sqlite://{tmp_path}/new.db") as new:
+    with open_metadata_store(f"sqlite://{tmp_path}/own.db", create=True) as own, \
+            open_metadata_store(f"sqlite://{tmp_path}/new.db", create=True) as new:
         plan_cookie(own, data_dir, "b:1").commit()
         (data_dir / STORE_FILE).unlink()  # as a bookie made before instance ids left its data dir
         with pytest.raises(DataDirectoryError, match="is not the store the data of bookie b:1"):
@@ -211,8 +211,8 @@ def test_adopt_metadata_store_moves_a_bookie_to_the_store_it_names_only(tmp_path
     from bookie_server.cookie import plan_cookie
 
     data_dir = tmp_path / "bookie"
-    with open_metadata_store(f"sqlite://{tmp_path}/own.db") as own, \
-            open_metadata_store(f"sqlite://{tmp_path}/new.db") as new:
+    with open_metadata_store(f"sqlite://{tmp_path}/own.db", create=True) as own, \
+            open_metadata_store(f"sqlite://{tmp_path}/new.db", create=True) as new:
         plan_cookie(own, data_dir, "b:1").commit()
         with pytest.raises(InvalidConfigurationError, match="does not name metadata store"):
             plan_cookie(new, data_dir, "b:1", adopt_store=read_instance_id(own))
