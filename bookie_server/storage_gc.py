@@ -47,6 +47,10 @@ rotation, so rules 1-3 apply to it unchanged (the same pass's
 ``reclaim_entry_logs`` flushes, checkpoints, and only then deletes). A crash
 after the rotation leaves a sealed log and an empty newest one: the old log
 is collected by a later pass, the empty one once a newer log exists.
+The journal holds copies too (small bodies are written into it): the flush
+of each such step also starts a new journal file when the current one holds
+16 MiB or more, so the checkpoint deletes the old file as soon as its mark is
+past it (as it deletes every file wholly before the mark).
 
 Compaction (``compact_entry_logs``). A sealed log whose live share is below
 the threshold has each live entry (its ledger alive, its index slot still
@@ -178,8 +182,10 @@ class StorageGc:
     # --- steps ---------------------------------------------------------------------------
 
     def _make_durable(self) -> None:
-        """Flush the journal (nothing submitted before now is left queued), then run a checkpoint."""
-        if not self._journal.flush(FLUSH_TIMEOUT_S):
+        """Flush the journal (nothing submitted before now is left queued), then run a checkpoint. A journal file
+        of 16 MiB or more is closed by the flush, so the checkpoint deletes it with the copies of deleted
+        ledgers' entries it holds (bodies up to ``journal_inline_max_bytes`` are copied into the journal)."""
+        if not self._journal.flush(FLUSH_TIMEOUT_S, new_file_at=ROTATE_MIN_BYTES):
             raise StorageError(f"the journal did not flush within {FLUSH_TIMEOUT_S:.0f} s or has failed "
                                f"({self._journal.failure}); garbage collection waits for the next pass")
         self._checkpointer.checkpoint()
