@@ -14,8 +14,9 @@ instead of entry bodies (``StorageConfig.journal_write_data`` off). Once
 durable, all but the newest ``cache_window`` bytes leave the page cache, so
 that appends reuse pages instead of touching fresh memory (see ``_drop_cached``).
 A new log is started by the first append after open, when the current one reaches
-``entry_log_size``, and when the garbage collector seals it early (``rotate``). Reads check the record's ids and checksum and raise
-``CorruptStorageError`` when they do not match.
+``entry_log_size``, and when the garbage collector seals it early (``rotate``).
+Reads check the record's ids and checksum and raise ``CorruptStorageError``
+when they do not match.
 
 For garbage collection the logger keeps each log's ``LogUsage`` (which
 ledgers, how many bytes; see ``entry_log_usage``), persists it when a log is
