@@ -13,9 +13,10 @@ and before each journal group commit when the journal holds references
 instead of entry bodies (``StorageConfig.journal_write_data`` off). Once
 durable, all but the newest ``cache_window`` bytes leave the page cache, so
 that appends reuse pages instead of touching fresh memory (see ``_drop_cached``).
-A new log is started by the first append after open and when the current one reaches
-``entry_log_size``. Reads check the record's ids and checksum and raise
-``CorruptStorageError`` when they do not match.
+A new log is started by the first append after open, when the current one reaches
+``entry_log_size``, and when the garbage collector seals it early (``rotate``).
+Reads check the record's ids and checksum and raise ``CorruptStorageError``
+when they do not match.
 
 For garbage collection the logger keeps each log's ``LogUsage`` (which
 ledgers, how many bytes; see ``entry_log_usage``), persists it when a log is
@@ -151,6 +152,17 @@ class EntryLogger:
     def usage(self) -> dict[int, LogUsage]:
         """Every log's usage map by log id (the logger's own objects: read them under the storage lock)."""
         return self._usage
+
+    def rotate(self) -> int | None:
+        """Seal the current log ahead of its size and start the next one now (its file created at once, so the
+        sealed log is no longer the newest on disk); return the sealed log's id, None if no log has entries
+        yet. Raises OSError (the new file could not be created: the old one stays current)."""
+        if not self._started or self._offset == 0:
+            return None
+        sealed = self._log_id
+        self._start_log(sealed + 1)
+        self._seal(sealed)
+        return sealed
 
     def remove_log(self, log_id: int) -> int:
         """Delete a log (never the newest one) and its usage file; return the bytes freed. Raises OSError."""

@@ -19,7 +19,9 @@ Every ``interval_s`` a pass
      local ledgers and deletes those CLOSED without naming this bookie for
      that long, and not written here within it (``gc_rules.unnamed_closed``:
      the left-overs of a re-replication that moved this bookie's copies away);
-  4. asks the storage to reclaim entry logs left with no live ledger, then
+  4. asks the storage to seal the current entry log early if that would let
+     it be collected (``gc_rules.rotation_due``), to reclaim entry logs left
+     with no live ledger, then
      (``compaction_threshold`` > 0) to compact the sparse ones. The storage
      orders every step so that a kill -9 anywhere is safe (``storage_gc``).
 
@@ -139,6 +141,7 @@ class GarbageCollector:
                                                                       self._wait_s):
                 result.overreplicated_deleted = self._collect_overreplicated(local & listed)
                 result.ledgers_deleted += result.overreplicated_deleted
+            self._storage.rotate_entry_log(self._threshold)
             self._absorb(result, self._storage.reclaim_entry_logs())
             if self._threshold > 0 and not self._thread.stopping:  # a stopping bookie does not start copying
                 self._absorb(result, self._storage.compact_entry_logs(self._threshold))

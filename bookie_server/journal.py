@@ -57,6 +57,7 @@ class _Submission(NamedTuple):
     queued_at: float
     callback: Callable[[bool], None]
     sync_first: bool  # run ``before_write`` (fsync the entry logs) before writing this submission
+    new_file_at: int = 0  # > 0: the group starts a new file first if the current one holds this many bytes
 
 
 def journal_files(directory: Path) -> list[tuple[int, Path]]:
@@ -99,15 +100,16 @@ class Journal:
         return self._failure
 
     def submit(self, chunks: Sequence[Buffer], nbytes: int, nrecords: int,
-               callback: Callable[[bool], None], sync_first: bool = True) -> bool:
+               callback: Callable[[bool], None], sync_first: bool = True, new_file_at: int = 0) -> bool:
         """Queue records; ``callback(durable)`` runs on the journal thread once they are fsync'd
         (True) or failed (False). Returns False, without queueing, if the journal is stopped.
         ``sync_first=False``: the records need no ``before_write`` (a group commit made only of such
-        submissions skips it)."""
+        submissions skips it). ``new_file_at``: see ``flush``."""
         with self._cond:
             if self._closing or self._failure is not None:
                 return False
-            self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback, sync_first))
+            self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback, sync_first,
+                                           new_file_at))
             self._submitted += 1
             self._cond.notify()
         return True
@@ -124,16 +126,19 @@ class Journal:
         with self._cond:
             return self._synced, self._durable
 
-    def flush(self, timeout_s: float) -> bool:
+    def flush(self, timeout_s: float, new_file_at: int = 0) -> bool:
         """Wait until everything submitted before this call is fsync'd; False if the journal failed,
-        is closed or did not get there within ``timeout_s``."""
+        is closed or did not get there within ``timeout_s``. With ``new_file_at`` > 0, a current file of at
+        least that many bytes is closed first and the mark moves to a new one, so that the next checkpoint
+        deletes it (the garbage collector's way to give back the journal's copies of deleted ledgers without
+        waiting for ``journal_file_size``)."""
         done = threading.Event()
         outcome: list[bool] = []
 
         def record(durable: bool) -> None:
             outcome.append(durable)
             done.set()
-        if not self.submit([], 0, 0, record):
+        if not self.submit([], 0, 0, record, new_file_at=new_file_at):
             return False
         return done.wait(timeout_s) and outcome == [True]
 
@@ -198,7 +203,7 @@ class Journal:
     def _commit(self, batch: list[_Submission]) -> None:
         nbytes = sum(item.nbytes for item in batch)
         try:
-            if self._offset >= self._file_size:
+            if self._offset >= self._file_size or any(0 < item.new_file_at <= self._offset for item in batch):
                 self._rotate()
             if self._before_write is not None and any(item.sync_first for item in batch):
                 self._before_write()

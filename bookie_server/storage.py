@@ -25,7 +25,7 @@ every other ledger goes on, and the checkpointer keeps the journal mark from
 passing its records that are not durable in the index (``Checkpointer.pin``).
 ``index_failures`` counts them for the metrics.
 
-Garbage collection (``delete_ledgers``, ``reclaim_entry_logs``,
+Garbage collection (``delete_ledgers``, ``rotate_entry_log``, ``reclaim_entry_logs``,
 ``compact_entry_logs``; the crash-safety design is in ``storage_gc``) is
 driven by the bookie's collector thread (``gc.py``).
 """
@@ -45,6 +45,7 @@ from typing import Callable, Sequence
 from bookie_server.checkpoint import Checkpointer, read_mark
 from bookie_server.entry_log import EntryLocation, EntryLogger
 from bookie_server.files import lock_directory, make_dirs, make_private_dir, unlock_directory
+from bookie_server.gc_rules import ROTATE_MIN_BYTES
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
 from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
@@ -372,6 +373,11 @@ class BookieStorage:
     def reclaim_entry_logs(self) -> GcOutcome:
         """Make deletions durable (journal flush + checkpoint) and delete entry logs with no live ledger."""
         return self._gc.reclaim_entry_logs()
+
+    def rotate_entry_log(self, threshold: float, min_bytes: int = ROTATE_MIN_BYTES) -> int | None:
+        """Seal the current entry log early when, sealed, it would be deleted or compacted at once (no live ledger
+        or a live share below ``threshold``, and at least ``min_bytes`` of entries); return its id, else None."""
+        return self._gc.rotate_current_log(threshold, min_bytes)
 
     def compact_entry_logs(self, threshold: float) -> GcOutcome:
         """Copy the live entries out of sealed entry logs whose live share is below ``threshold``; delete them."""

@@ -36,6 +36,22 @@ deleted only when
      still queued when a mark is taken are exactly what the flush rules out.
 A crash between deleting two logs leaves the others for the next pass.
 
+Sealing the current log early (``rotate_current_log``). Rules 1-3 take
+sealed logs only, so the collector first seals the current log when
+``gc_rules.rotation_due`` says the sealed-log rules would take it at once
+(no live ledger, or a live share below the compaction threshold, and at
+least 16 MiB of entries). Under the storage lock, the logger creates the
+next log and persists the old one's map: from then on no add goes to the
+old log, and every journal record naming it was submitted before the
+rotation, so rules 1-3 apply to it unchanged (the same pass's
+``reclaim_entry_logs`` flushes, checkpoints, and only then deletes). A crash
+after the rotation leaves a sealed log and an empty newest one: the old log
+is collected by a later pass, the empty one once a newer log exists.
+The journal holds copies too (small bodies are written into it): the flush
+of each such step also starts a new journal file when the current one holds
+16 MiB or more, so the checkpoint deletes the old file as soon as its mark is
+past it (as it deletes every file wholly before the mark).
+
 Compaction (``compact_entry_logs``). A sealed log whose live share is below
 the threshold has each live entry (its ledger alive, its index slot still
 pointing at this copy) appended to the current log and re-indexed, under
@@ -59,7 +75,8 @@ from typing import Callable, Iterable
 from bookie_server.checkpoint import Checkpointer, crash_point
 from bookie_server.entry_log import EntryLocation, EntryLogger
 from bookie_server.entry_log_usage import EntryLogScan, LogRecord
-from bookie_server.gc_rules import deletable_logs, logs_to_compact
+from bookie_server.gc_rules import (ROTATE_MIN_BYTES, deletable_logs, live_fraction, logs_to_compact,
+                                     rotation_due)
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
 from bookie_server.ledger_state import LedgerStates
@@ -128,6 +145,25 @@ class StorageGc:
             self._remove_log(log_id, outcome)
         return outcome
 
+    def rotate_current_log(self, threshold: float, min_bytes: int = ROTATE_MIN_BYTES) -> int | None:
+        """Seal the current log if, sealed, it would be deleted or compacted (``rotation_due``); return its id."""
+        with self._lock:
+            self._check_usable()
+            current = self._entry_log.current_log_id
+            usage = self._entry_log.usage().get(current) if current is not None else None
+            if not rotation_due(usage, self._alive, threshold, min_bytes):
+                return None
+            total, live = usage.total_bytes, live_fraction(usage, self._alive)
+            try:
+                sealed = self._entry_log.rotate()
+            except OSError as exc:  # nothing changed: the old log stays current
+                raise StorageError(f"cannot start a new entry log to seal {self._entry_log.path(current)}: "
+                                   f"{exc}") from exc
+        log.info("garbage collection: sealed entry log %d early (%d bytes of entries, %.1f%% of them live) to "
+                 "collect it", sealed, total, live * 100)
+        crash_point("gc_after_rotation")
+        return sealed
+
     def compact_entry_logs(self, threshold: float) -> GcOutcome:
         """Move the live entries out of every sealed log whose live share is below ``threshold``, then delete it."""
         outcome = GcOutcome()
@@ -146,8 +182,10 @@ class StorageGc:
     # --- steps ---------------------------------------------------------------------------
 
     def _make_durable(self) -> None:
-        """Flush the journal (nothing submitted before now is left queued), then run a checkpoint."""
-        if not self._journal.flush(FLUSH_TIMEOUT_S):
+        """Flush the journal (nothing submitted before now is left queued), then run a checkpoint. A journal file
+        of 16 MiB or more is closed by the flush, so the checkpoint deletes it with the copies of deleted
+        ledgers' entries it holds (bodies up to ``journal_inline_max_bytes`` are copied into the journal)."""
+        if not self._journal.flush(FLUSH_TIMEOUT_S, new_file_at=ROTATE_MIN_BYTES):
             raise StorageError(f"the journal did not flush within {FLUSH_TIMEOUT_S:.0f} s or has failed "
                                f"({self._journal.failure}); garbage collection waits for the next pass")
         self._checkpointer.checkpoint()

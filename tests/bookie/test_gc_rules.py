@@ -8,8 +8,8 @@ import pytest
 from bookie_server.config import parse_args
 from bookie_server.entry_log_usage import LogUsage
 from bookie_server.gc import GarbageCollector
-from bookie_server.gc_rules import (LedgerSuspects, deletable_logs, live_fraction, logs_to_compact,
-                                     overreplication_scan_due, unnamed_closed)
+from bookie_server.gc_rules import (ROTATE_MIN_BYTES, LedgerSuspects, deletable_logs, live_fraction,
+                                     logs_to_compact, overreplication_scan_due, rotation_due, unnamed_closed)
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment, LedgerMetadata
 from pyspark_ledger.errors import InvalidConfigurationError
 
@@ -99,6 +99,41 @@ def test_logs_to_compact_takes_sparse_logs_emptiest_first():
     assert logs_to_compact(maps, live, 0.5) == [4, 1]
     assert logs_to_compact(maps, live, 0.51) == [4, 1, 2]
     assert logs_to_compact(maps, live, 0.0) == []
+
+
+def collected_once_sealed(log: LogUsage, live, threshold: float) -> bool:
+    """Whether the sealed-log rules take ``log`` once a newer log exists (what an early seal is for)."""
+    maps = {1: log, 2: usage({})}
+    return 1 in deletable_logs(maps, lambda ledger_id: not live(ledger_id)) + logs_to_compact(maps, live, threshold)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.2, 0.5, 0.9])
+def test_the_current_log_is_sealed_early_exactly_when_the_sealed_log_rules_would_take_it(threshold):
+    sizes = [0, 1, 5, 40]  # bytes of each ledger's entries (0: a ledger with empty entries only)
+    for layout in itertools.product([None, *sizes], repeat=3):  # None: the ledger has nothing in this log
+        log = usage({ledger_id: nbytes for ledger_id, nbytes in enumerate(layout, 1) if nbytes is not None})
+        for live_set in map(set, itertools.chain.from_iterable(itertools.combinations([1, 2, 3], n)
+                                                               for n in range(4))):
+            live = live_set.__contains__
+            for min_bytes in (1, 40, 200):
+                expected = log.total_bytes >= min_bytes and collected_once_sealed(log, live, threshold)
+                assert rotation_due(log, live, threshold, min_bytes) is expected, (layout, live_set, min_bytes)
+
+
+def test_early_sealing_needs_16_mib_of_entries_and_a_live_share_below_the_threshold():
+    assert ROTATE_MIN_BYTES == 16 * 1024 * 1024
+    live = {9}.__contains__  # ledger 9 is the only live one
+    assert rotation_due(usage({1: ROTATE_MIN_BYTES}), live, 0.2)  # 16 MiB, all deleted
+    assert not rotation_due(usage({1: ROTATE_MIN_BYTES - 1}), live, 0.2)  # a byte short: left to grow
+    assert not rotation_due(usage({1: 60 << 20}), live, 0.2, min_bytes=64 << 20)
+    log = usage({1: 80, 9: 20})
+    assert not rotation_due(log, live, 0.2, min_bytes=1)  # 20% live: compaction would not take it
+    assert rotation_due(log, live, 0.21, min_bytes=1)
+    assert not rotation_due(log, live, 0.0, min_bytes=1)  # no compaction: only a wholly dead log is sealed
+    assert rotation_due(usage({1: 100}), live, 0.0, min_bytes=1)
+    assert not rotation_due(usage({1: 100}, pinned="damaged at offset 40"), live, 0.2, min_bytes=1)
+    assert not rotation_due(None, live, 0.2)  # no current log yet
+    assert not rotation_due(usage({}), live, 0.2, min_bytes=0)  # an empty log is never worth sealing
 
 
 @pytest.mark.parametrize("interval, threshold, flag", [

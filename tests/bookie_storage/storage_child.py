@@ -7,8 +7,9 @@ Lines written (each one only after its add or fence resolved OK):
 * ``write``: add ``--entries`` entries to each of ``--ledgers``, one batch
   of ``--batch`` at a time (each waited for; ``--interleave`` takes the
   ledgers in turn batch by batch, so entry logs mix them), fence ``--fence``
-  ledgers, garbage collect (``--delete`` ledgers, then ``--reclaim`` entry
-  logs, then ``--compact THRESHOLD``), then ``--finish``: ``crash`` (exit
+  ledgers, garbage collect (``--delete`` ledgers, then ``--rotate
+  THRESHOLD``: seal the current log early, then ``--reclaim`` entry logs,
+  then ``--compact THRESHOLD``), then ``--finish``: ``crash`` (exit
   without closing, as a crash would), ``close``, or ``checkpoint`` (then
   exit without closing). With BOOKIE_CRASH_POINT set, reaching that point
   ends the process (status 137).
@@ -62,6 +63,9 @@ def write_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
 def collect_garbage(storage: BookieStorage, args: argparse.Namespace) -> None:
     if args.delete:
         report([f"deleted {ledger_id}" for ledger_id in storage.delete_ledgers(args.delete)])
+    if args.rotate is not None:
+        sealed = storage.rotate_entry_log(args.rotate, args.rotate_min_bytes)
+        report([] if sealed is None else [f"sealed log {sealed}"])
     if args.reclaim:
         report([f"removed log {log_id}" for log_id in storage.reclaim_entry_logs().logs_deleted])
     if args.compact:
@@ -119,6 +123,8 @@ def main() -> None:
     parser.add_argument("--fence", type=int, nargs="*", default=[])
     parser.add_argument("--interleave", action="store_true")
     parser.add_argument("--delete", type=int, nargs="*", default=[])
+    parser.add_argument("--rotate", type=float, default=None)
+    parser.add_argument("--rotate-min-bytes", type=int, default=1)
     parser.add_argument("--reclaim", action="store_true")
     parser.add_argument("--compact", type=float, default=0.0)
     parser.add_argument("--gc-churn", action="store_true")

@@ -282,3 +282,61 @@ def test_compaction_waits_for_journal_records_naming_the_old_log(open_storage, d
     reopened = open_storage(crashed, entry_log_size=LOG_SIZE)
     assert_readable(reopened, [1], range(2))
     assert_readable(reopened, [3], range(40))
+
+
+# --- sealing the current log early ----------------------------------------------------------------------------
+
+BIG_LOG = 1024 * 1024 * 1024  # the default: these logs never fill by themselves
+
+
+def data_bytes(data_dir: Path) -> int:
+    return sum(path.stat().st_size for path in log_files(data_dir).values())
+
+
+def test_a_mostly_dead_current_log_is_sealed_early_and_collected(open_storage, data_dir):
+    storage = open_storage(entry_log_size=BIG_LOG)
+    write(storage, [1, 2, 3], range(60))
+    write(storage, [4], range(8))  # a little of a live ledger
+    (only,) = log_files(data_dir)
+    before = data_bytes(data_dir)
+    storage.delete_ledgers([1, 2, 3])
+    assert storage.reclaim_entry_logs().logs_deleted == []  # the current log is never deleted...
+    assert storage.rotate_entry_log(0.2, min_bytes=before // 2) == only  # ...but sealed early
+    assert sorted(log_files(data_dir)) == [only, only + 1]
+    outcome = storage.reclaim_entry_logs()
+    compacted = storage.compact_entry_logs(0.2)
+    assert outcome.logs_deleted == [] and compacted.logs_compacted == [only]  # ledger 4 is copied out
+    assert data_bytes(data_dir) < before // 10
+    assert_readable(storage, [4], range(8))
+    write(storage, [4], range(8, 12))  # the new current log takes adds
+    storage.close()
+    reopened = open_storage(entry_log_size=BIG_LOG)
+    assert_readable(reopened, [4], range(12))
+    assert sorted(log_files(data_dir)) == [only + 1]
+
+
+def test_a_wholly_dead_current_log_is_deleted_by_the_same_pass(open_storage, data_dir):
+    storage = open_storage(entry_log_size=BIG_LOG)
+    write(storage, [1, 2], range(40))
+    (only,) = log_files(data_dir)
+    storage.delete_ledgers([1, 2])
+    assert storage.rotate_entry_log(0.0, min_bytes=1) == only  # compaction off: wholly dead is enough
+    assert storage.reclaim_entry_logs().logs_deleted == [only]
+    assert data_bytes(data_dir) == 0 and sorted(log_files(data_dir)) == [only + 1]  # the empty newest log
+    assert storage.rotate_entry_log(0.0, min_bytes=1) is None  # nothing in it: never sealed again
+    write(storage, [5], range(10))
+    assert_readable(storage, [5], range(10))
+
+
+def test_the_current_log_stays_when_small_or_live_enough(open_storage, data_dir):
+    storage = open_storage(entry_log_size=BIG_LOG)
+    assert storage.rotate_entry_log(0.2, min_bytes=1) is None  # no log yet
+    write(storage, [1, 2], range(40))
+    size = data_bytes(data_dir)
+    assert storage.rotate_entry_log(0.2, min_bytes=1) is None  # all live
+    storage.delete_ledgers([1])
+    assert storage.rotate_entry_log(0.2, min_bytes=1) is None  # about half live: compaction would not take it
+    storage.delete_ledgers([2])
+    assert storage.rotate_entry_log(0.2, min_bytes=size * 2) is None  # dead, but below the minimum
+    assert storage.rotate_entry_log(0.2) is None  # the default minimum, 16 MiB
+    assert len(log_files(data_dir)) == 1

@@ -128,3 +128,22 @@ def test_flush_waits_for_everything_submitted_before_it(tmp_path):
         gate.set()
         journal.close()
     assert journal.flush(1) is False  # a closed journal flushes nothing
+
+
+def test_a_flush_can_close_a_big_enough_file_so_the_next_checkpoint_deletes_it(open_storage, data_dir):
+    storage = open_storage()  # the default 512 MiB journal files
+    for first in range(0, 40, 10):
+        assert storage.add_entries([add_op(1, e) for e in range(first, first + 10)]).result(30) == [pb.OK] * 10
+    journal = storage._journal
+    size = journal_files(data_dir / "journal")[-1][1].stat().st_size
+    assert journal.flush(30, new_file_at=size + 1)  # not big enough: the same file
+    assert len(journal_files(data_dir / "journal")) == 1
+    assert journal.flush(30, new_file_at=size)
+    assert [file_id for file_id, _ in journal_files(data_dir / "journal")] == [1, 2]
+    assert journal.mark().file_id == 2
+    storage.checkpoint()
+    assert [file_id for file_id, _ in journal_files(data_dir / "journal")] == [2]
+    storage.close()
+    reopened = open_storage()
+    for entry_id in range(40):
+        assert reopened.read_entry(1, entry_id) == body(1, entry_id)
