@@ -23,10 +23,11 @@ Version 1 (``PLIX`` | version 1 | 8 zero bytes, then 16-byte slots of entry
 e at byte 16 + 16*e, no checksums) is read page by page (``read_v1_pages``)
 to convert it.
 
-Pure functions, no state.
+Pure functions (and a small cache of empty-page templates, see ``encode_record``).
 """
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from typing import Iterator
@@ -102,11 +103,46 @@ def decode_page_head(data: bytes, ledger_id: int) -> int | None:
 
 def encode_record(ledger_id: int, page_no: int, page: bytes, damaged: dict[int, bytes] | None = None) -> bytes:
     """A page record: header and every slot with its checksum. A slot in ``damaged`` (slot -> the raw bytes
-    read) that the cached page still leaves empty is written back as read: damage stays damage."""
+    read) that the cached page still leaves empty is written back as read: damage stays damage.
+
+    A page with few entries (a new ledger's first page holds one) is not checksummed slot by slot: its empty
+    slots come from ``_empty_slots`` (the page's empty slots under seed 0, computed once per page number)
+    turned into this ledger's by one XOR, since CRC-32C is affine: for bodies of one length,
+    ``crc(body, seed) = crc(body, 0) ^ crc(zeros, seed) ^ crc(zeros, 0)``. Then only its entries are
+    checksummed: ~0.1 ms for the page instead of 1-1.7 ms (a checkpoint after 10,000 new ledgers spent
+    16 s of CPU on their empty slots)."""
+    view = memoryview(page)
+    if len(view) != PAGE_BYTES:
+        raise ValueError(f"a cached index page is {PAGE_BYTES} bytes, not {len(view)}")
+    seed, base, pack_tail, crc = _seed(ledger_id), page_no << PAGE_SHIFT, _DISK_TAIL.pack, crc32c.crc32c
+    data = bytes(view)
+    used = []  # the non-empty slots, found a block at a time (a comparison with zeros is a memcmp)
+    for block in range(0, PAGE_BYTES, _BLOCK_BYTES):
+        if data[block:block + _BLOCK_BYTES] != _ZERO_BLOCK:
+            used.extend(start // SLOT_SIZE for start in range(block, block + _BLOCK_BYTES, SLOT_SIZE)
+                        if data[start:start + SLOT_SIZE] != _EMPTY_LOCATION)
+            if len(used) > _SPARSE_SLOTS:
+                return _encode_dense(ledger_id, page_no, view, damaged)
+    delta = crc(_ZERO_BODY, seed) ^ _ZERO_BODY_CRC0
+    mask = int.from_bytes(_CRC.pack(delta), "little") * _CRC_FIELDS
+    slots = bytearray((_empty_slots(page_no) ^ mask).to_bytes(PAGE_SLOTS * DISK_SLOT_BYTES, "little"))
+    for slot in used:
+        body = data[slot * SLOT_SIZE:(slot + 1) * SLOT_SIZE] + pack_tail(base + slot, SLOT_MARK)
+        start = slot * DISK_SLOT_BYTES
+        slots[start:start + DISK_SLOT_BYTES] = body + _CRC.pack(crc(body, seed))
+    if damaged:
+        for slot, raw in damaged.items():
+            if 0 <= slot < PAGE_SLOTS and data[slot * SLOT_SIZE:(slot + 1) * SLOT_SIZE] == _EMPTY_LOCATION:
+                start = slot * DISK_SLOT_BYTES
+                slots[start:start + DISK_SLOT_BYTES] = raw
+    return encode_page_head(ledger_id, page_no) + bytes(slots)
+
+
+def _encode_dense(ledger_id: int, page_no: int, view: memoryview, damaged: dict[int, bytes] | None) -> bytes:
+    """``encode_record`` of a page with many entries: every slot checksummed in turn."""
     seed, base, pack_tail, crc = _seed(ledger_id), page_no << PAGE_SHIFT, _DISK_TAIL.pack, crc32c.crc32c
     parts = [encode_page_head(ledger_id, page_no)]
     append = parts.append
-    view = memoryview(page)
     for slot in range(PAGE_SLOTS):
         location = view[slot * SLOT_SIZE:(slot + 1) * SLOT_SIZE]
         if damaged and slot in damaged and location == _EMPTY_LOCATION:
@@ -116,6 +152,29 @@ def encode_record(ledger_id: int, page_no: int, page: bytes, damaged: dict[int, 
         append(body)
         append(_CRC.pack(crc(body, seed)))
     return b"".join(parts)
+
+
+#: a page with more entries than this is encoded slot by slot (``_encode_dense``)
+_SPARSE_SLOTS = 256
+_BLOCK_BYTES = 16 * SLOT_SIZE
+_ZERO_BLOCK = bytes(_BLOCK_BYTES)
+_ZERO_BODY = bytes(DISK_SLOT_BYTES - 4)
+_ZERO_BODY_CRC0 = crc32c.crc32c(_ZERO_BODY)
+#: 1 at the lowest byte of every slot's checksum, in a record's slots read as a little-endian integer
+_CRC_FIELDS = sum(1 << (8 * (slot * DISK_SLOT_BYTES + DISK_SLOT_BYTES - 4)) for slot in range(PAGE_SLOTS))
+
+
+@functools.lru_cache(maxsize=16)
+def _empty_slots(page_no: int) -> int:
+    """Every slot of page ``page_no`` empty and checksummed with seed 0: a record's slots (without its header)
+    as a little-endian integer."""
+    base, pack_tail, crc = page_no << PAGE_SHIFT, _DISK_TAIL.pack, crc32c.crc32c
+    parts = []
+    for slot in range(PAGE_SLOTS):
+        body = _EMPTY_LOCATION + pack_tail(base + slot, SLOT_MARK)
+        parts.append(body)
+        parts.append(_CRC.pack(crc(body)))
+    return int.from_bytes(b"".join(parts), "little")
 
 
 def decode_slots(ledger_id: int, page_no: int, data: bytes) -> tuple[bytearray, dict[int, bytes]]:
