@@ -276,8 +276,9 @@ def run_python_block(block: Block, run: Run) -> str:
     # The block is compiled under README.md's name and line numbers, so a traceback points into the README.
     body = (f"code = compile('\\n' * {block.line - 1} + open({str(source)!r}).read(), 'README.md', 'exec')\n"
             "exec(code, globals())\n")
-    if uses_spark:
+    if uses_spark:  # the error is printed before Spark stops: its text needs the JVM
         body = "try:\n" + "".join(f"    {line}\n" for line in body.splitlines()) + \
+               "except BaseException:\n    import traceback\n    traceback.print_exc()\n    raise SystemExit(1)\n" + \
                "finally:\n    stop_spark_session(spark)\n"
     runner = run.tmp / f"run-block-{block.line}.py"
     runner.write_text(prelude + body)
