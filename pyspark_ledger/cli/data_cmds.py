@@ -12,7 +12,7 @@ from typing import Iterator
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords
 from pyspark_ledger.cli.output import print_json, print_record, print_table
-from pyspark_ledger.cli.progress import ProgressBar
+from pyspark_ledger.cli.progress import ProgressBar, line_interval_s
 from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
 
@@ -91,6 +91,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_simpletest(args: argparse.Namespace) -> int:
     if args.entries < 1 or args.entry_size < 0:
         raise InvalidConfigurationError("simpletest needs -n >= 1 entries and -s >= 0 bytes per entry")
+    line_interval_s()  # a bad $LEDGER_PROGRESS_EVERY_S is refused before a ledger is made
     payloads = [os.urandom(args.entry_size) for _ in range(min(args.entries, 64))]
     with ledger_client(args) as client:
         writer = client.create_ledger(args.ensemble_size, args.write_quorum, args.ack_quorum,
@@ -107,11 +108,14 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
         write_s = time.monotonic() - started
         started = time.monotonic()
         verified = 0
+        progress = ProgressBar(f"reading ledger {ledger_id} back", args.entries)
         with client.open_ledger(ledger_id, password=b"simpletest", recovery=False) as reader:
             for entry in reader.read(0, args.entries - 1):
                 if entry.data != payloads[entry.entry_id % len(payloads)]:
                     raise CorruptEntryError(f"entry {entry.entry_id} of ledger {ledger_id} read back different")
                 verified += 1
+                progress.update(verified)
+        progress.finish()
         read_s = time.monotonic() - started
         if verified != args.entries:
             raise CorruptEntryError(f"wrote {args.entries} entries to ledger {ledger_id}, read back {verified}")

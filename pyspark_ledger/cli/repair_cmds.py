@@ -26,6 +26,7 @@ from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.arg_types import number
 from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords
 from pyspark_ledger.cli.output import print_json, print_table
+from pyspark_ledger.cli.progress import CopyProgress
 from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
 from pyspark_ledger.metadata.store import MetadataStore
@@ -99,21 +100,43 @@ def cmd_rereplicate(args: argparse.Namespace) -> int:
     results, failed = [], 0
     with metadata_store(args) as store:
         ids = args.ledger_ids or [row["ledger_id"] for row in underreplicated(store, args.bookie)]
+        if not ids:
+            _say_nothing_to_do(args)
+            return 0
+        say(f"re-replicating {len(ids)} ledger(s)")
         client = LedgerClient(store, client_config(args))
         passwords = candidate_passwords(args)
+        progress = CopyProgress()
         try:
             for ledger_id in ids:
                 try:
                     report = client.rereplicate(ledger_id, None, _lost(client, ledger_id, args.bookie),
-                                                passwords=passwords)
+                                                passwords=passwords, on_progress=progress)
                     results.append({**report.as_dict(), "ok": True})
                 except LedgerError as exc:
                     failed += 1
                     results.append({"ledger_id": ledger_id, "ok": False, "error": str(exc)})
+                progress.finish()
+                if not args.json:
+                    _print(args, results[-1:])  # each ledger's outcome as soon as it is known
         finally:
+            progress.finish()
             client.close()
-    _print(args, results)
+    if args.json:
+        print_json(results)
     return 1 if failed else 0
+
+
+def say(line: str) -> None:
+    """A progress line on stderr (stdout keeps the results, and only them with --json)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _say_nothing_to_do(args: argparse.Namespace) -> None:
+    if args.json:
+        print_json([])
+    else:
+        print("no under-replicated ledgers: nothing to re-replicate", flush=True)
 
 
 def _lost(client, ledger_id: int, named: list[str] | None) -> list[str] | None:
@@ -147,9 +170,11 @@ def cmd_autorecovery(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
         client = LedgerClient(store, client_config(args))
         try:
+            progress = CopyProgress()
+            rounds = _RoundPrinter(args, progress)
             recovery = AutoRecovery(client, candidate_passwords(args), delay_s=0.0 if args.once else args.delay,
                                     interval_s=args.interval, open_grace_s=args.open_ledger_grace,
-                                    on_round=lambda r: _print_round(args, r))
+                                    on_round=rounds, on_progress=progress)
             if args.once:
                 return 1 if recovery.run_once().failed else 0
             previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -171,9 +196,26 @@ def _grace(text: str) -> float | None:
     return None if text.strip().lower() == "off" else _grace_seconds(text)
 
 
+class _RoundPrinter:
+    """Prints what a round did; a round with nothing to do says so once (not every round) until work comes."""
+
+    def __init__(self, args: argparse.Namespace, progress: CopyProgress) -> None:
+        self._args, self._progress = args, progress
+        self._idle_said = False
+
+    def __call__(self, report) -> None:
+        self._progress.finish()
+        busy = bool(report.repaired or report.failed or report.recovered)
+        if not busy and not self._args.once:
+            if not self._idle_said:
+                say("auto-recovery: nothing to re-replicate now (said again after a round that has work)")
+                self._idle_said = True
+            return
+        self._idle_said = False
+        _print_round(self._args, report)
+
+
 def _print_round(args: argparse.Namespace, report) -> None:
-    if not (report.repaired or report.failed or report.recovered) and not args.once:
-        return  # a quiet round
     if args.json:
         print(json.dumps(report.as_dict()), flush=True)
         return

@@ -12,7 +12,9 @@ client holds it (``ClientConfig.repair_key_file``), else the first of
 ``passwords`` that matches; a ledger nothing opens is reported each round
 (by id, with what is missing) and skipped, and the others are repaired. Any number of AutoRecovery
 processes may run: the metadata CAS lets one win per ledger and the others
-find nothing left to do.
+find nothing left to do. ``on_round(report)`` hears every round's
+``RoundReport``; ``on_progress(ledger_id, copied, total)`` hears the copying
+of each ledger as it goes (``LedgerClient.rereplicate``).
 
 A ledger left OPEN by a writer that died keeps its last fragment unsealed,
 and re-replication leaves an unsealed fragment to its writer. When that
@@ -68,7 +70,8 @@ class AutoRecovery:
                  interval_s: float = 10.0,
                  open_grace_s: float | None = 30.0, full_scan_every: int = 30,
                  clock: Callable[[], float] = time.monotonic,
-                 on_round: Callable[[RoundReport], None] | None = None) -> None:
+                 on_round: Callable[[RoundReport], None] | None = None,
+                 on_progress: Callable[[int, int, int], None] | None = None) -> None:
         settings = [("delay_s", delay_s), ("interval_s", interval_s)]
         if open_grace_s is not None:
             settings.append(("open_grace_s", open_grace_s))
@@ -91,6 +94,7 @@ class AutoRecovery:
         self._absence = AbsenceClock(float(delay_s))
         self._stuck_open = None if open_grace_s is None else Lasting(float(open_grace_s))
         self._on_round = on_round
+        self._on_progress = on_progress
         self._full_scan_every = full_scan_every
         self._scanned_with: frozenset[str] | None = None  # the registered bookies at the last scan
         self._pending = False
@@ -128,7 +132,8 @@ class AutoRecovery:
             if not held or not plan_repairs(md, held).repairs:
                 continue
             try:
-                done = self._client.rereplicate(md.ledger_id, None, held, passwords=self._passwords)
+                done = self._client.rereplicate(md.ledger_id, None, held, passwords=self._passwords,
+                                                on_progress=self._on_progress)
             except NoSuchLedgerError:
                 continue  # deleted meanwhile
             except UnauthorizedError as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.context import ClientContext
@@ -118,7 +118,8 @@ class LedgerClient:
         return self._ctx.store.read_ledger(_ledger_id(ledger_id)).value
 
     def rereplicate(self, ledger_id: int, password: bytes | None = None, lost_bookies: list[str] | None = None,
-                    *, passwords: Sequence[bytes] = ()) -> RereplicationReport:
+                    *, passwords: Sequence[bytes] = (),
+                    on_progress: Callable[[int, int, int], None] | None = None) -> RereplicationReport:
         """Copy what lost bookies held of the ledger's sealed fragments to replacements, then record them.
 
         The ledger's password: ``password`` if given (checked), else its secret sealed to the cluster's
@@ -127,12 +128,13 @@ class LedgerClient:
         registered now. The last fragment of a ledger that is not CLOSED is left to its writer
         (listed in the report). UnauthorizedError when no password opens it (the message says what
         is missing), DataLossError if an entry has no readable replica left, NotEnoughBookiesError
-        if no replacement is free.
+        if no replacement is free. ``on_progress(ledger_id, copied, total)``, if given, hears how many of
+        the entries to copy are copied (first with 0, then as copies are acknowledged).
         """
         self._check_open()
         ledger_id = _ledger_id(ledger_id)
         secret = self.repair_password(ledger_id, password, passwords)
-        return rereplicate_ledger(self._ctx, ledger_id, secret, lost_bookies)
+        return rereplicate_ledger(self._ctx, ledger_id, secret, lost_bookies, on_progress)
 
     def recover_ledger(self, ledger_id: int, password: bytes | None = None, *,
                        passwords: Sequence[bytes] = ()) -> LedgerMetadata:

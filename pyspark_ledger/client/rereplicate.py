@@ -21,6 +21,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.rpc_errors import BookieStatus
@@ -32,6 +33,8 @@ from pyspark_ledger.protocol.rereplication import (FragmentRepair, apply_repairs
                                                    plan_repairs, sources_of)
 
 log = logging.getLogger(__name__)
+#: ``on_progress(ledger_id, entries_copied, entries_to_copy)``: called as copies are acknowledged.
+ProgressCallback = Callable[[int, int, int], None]
 #: Writes to the replacement in flight at once, and bytes asked for per range read.
 WRITE_WINDOW = 64
 READ_BYTES = 8 * 1024 * 1024
@@ -59,8 +62,12 @@ class RereplicationReport:
 
 
 def rereplicate_ledger(ctx: ClientContext, ledger_id: int, password: bytes,
-                       lost: list[str] | None = None) -> RereplicationReport:
-    """Re-replicate what ``lost`` bookies (default: every named bookie not registered now) held."""
+                       lost: list[str] | None = None,
+                       on_progress: ProgressCallback | None = None) -> RereplicationReport:
+    """Re-replicate what ``lost`` bookies (default: every named bookie not registered now) held.
+
+    ``on_progress`` (if given) hears ``(ledger_id, copied, total)`` first with ``copied == 0`` and then as
+    copies are acknowledged; it is not called when there is nothing to copy."""
     stored = ctx.store.read_ledger(ledger_id)
     metadata = stored.value
     verify_password(password, metadata.password_check)
@@ -70,8 +77,9 @@ def rereplicate_ledger(ctx: ClientContext, ledger_id: int, password: bytes,
     report = RereplicationReport(ledger_id, missing, skipped_open_fragments=list(plan.skipped_open_fragments))
     if not plan.repairs:
         return report
-    copier = _Copier(ctx, metadata, password, missing)
     replacements = _choose_replacements(ctx, plan.repairs, missing)
+    copier = _Copier(ctx, metadata, password, missing, on_progress)
+    copier.expect(plan.repairs)
     for repair in plan.repairs:
         copied = copier.copy(repair, replacements[repair])
         report.replaced.append({"first_entry_id": repair.first_entry_id, "last_entry_id": repair.last_entry_id,
@@ -123,7 +131,8 @@ def _store_replacements(ctx: ClientContext, ledger_id: int, version: int, metada
 class _Copier:
     """Reads the lost copies from survivors and writes them to replacements, pipelined."""
 
-    def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, password: bytes, lost: list[str]) -> None:
+    def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, password: bytes, lost: list[str],
+                 on_progress: ProgressCallback | None = None) -> None:
         self._ctx = ctx
         self._md = metadata
         self._lost = lost
@@ -132,6 +141,16 @@ class _Copier:
         self._timeout = ctx.config.read_timeout_s
         self.entries = 0
         self.bytes = 0
+        self._settled = 0
+        self._on_progress = on_progress
+        self._total = 0
+
+    def expect(self, repairs) -> None:
+        """Tell the progress callback how many entries ``repairs`` will copy (before any is)."""
+        size, quorum = self._md.ensemble_size, self._md.write_quorum
+        self._total = sum(1 for repair in repairs for _ in entries_of(repair, size, quorum))
+        if self._on_progress is not None:
+            self._on_progress(self._md.ledger_id, 0, self._total)
 
     def copy(self, repair: FragmentRepair, replacement: str) -> int:
         wanted = deque(entries_of(repair, self._md.ensemble_size, self._md.write_quorum))
@@ -223,3 +242,6 @@ class _Copier:
             raise BookieError(f"bookie {replacement} refused entry {entry_id} of ledger {self._md.ledger_id}: "
                               f"{answer.status.name} {answer.message}; nothing was recorded",
                               bookie_id=replacement, status=answer.status.name)
+        self._settled += 1
+        if self._on_progress is not None:
+            self._on_progress(self._md.ledger_id, self._settled, self._total)

@@ -79,7 +79,7 @@ def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> D
             sandbox = _start_sandbox(config, reporter, cleanup)
             work = temporary or _kept_work_dir(sandbox)
             stop.check()
-            spark = _start_spark(work.path, reporter, cleanup, stop)
+            spark = _start_spark(work.path, reporter, cleanup, stop, work.temporary)
             streams = _stream_client(sandbox.metadata_uri, cleanup)
             stream = "events-" + time.strftime("%Y%m%d-%H%M%S")
             phase = WritePhase(config, sandbox, spark, streams, stream, work.path, reporter, cleanup, stop)
@@ -109,6 +109,7 @@ def _summary(sandbox, phase: WritePhase, layout, tally: Tally, read_s: float, el
         bookie_names={bookie.bookie_id: f"bookie {index}" for index, bookie in enumerate(bookies)},
         metadata_uri=sandbox.metadata_uri, data_dir=None if work.temporary else str(sandbox.data_dir),
         spark_log=str(work.path / "spark.log") if not work.temporary or not verdict.passed else None,
+        repair_key_file=None if work.temporary or sandbox.repair_key_file is None else str(sandbox.repair_key_file),
         pids={"bookies": [bookie.pid for bookie in bookies], "spark_jvm": spark_runs.jvm_pid()},
         warmup_s=phase.warmup_s, steady_rows=steady_rows, steady_s=steady_s)
 
@@ -164,11 +165,13 @@ def _remove_unless_kept(work: WorkDir, reporter) -> None:
         reporter.say(f"kept {work.path} for inspection (Spark's log: {work.path / 'spark.log'})")
     else:
         shutil.rmtree(work.path, ignore_errors=True)
+        reporter.say(f"removed the temporary {work.path} (Spark's log and checkpoints) and the sandbox")
 
 
-def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals):
+def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals, temporary: bool = False):
     log_path = work / "spark.log"
-    reporter.say(f"starting Spark in local mode (2 cores); its log goes to {log_path}")
+    removed = " (a temporary dir, removed at exit unless the check fails)" if temporary else ""
+    reporter.say(f"starting Spark in local mode (2 cores); its log goes to {log_path}{removed}")
     spark = spark_runs.start_spark(log_path)
     cleanup.callback(_quietly, "stopping Spark", spark_runs.stop_spark, spark, spark_runs.jvm_process())
     stop.install()  # pyspark replaced the SIGINT handler with its own

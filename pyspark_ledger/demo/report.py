@@ -8,6 +8,7 @@ the summary document. Formatting is pure: ``progress_line`` and
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import TextIO
 
@@ -50,6 +51,7 @@ def summary_lines(summary) -> list[str]:
         ("under-replicated", _underreplicated_text(summary)),
         ("orphan ledgers", f"{layout.orphan_ledgers} (failed task attempts, not part of the stream)"),
         ("elapsed", f"{summary.elapsed_s:.1f} s (read back {summary.read_s:.1f} s)"),
+        ("files", _files_text(summary)),
     ]
     width = max(len(name) for name, _ in rows)
     lines = ["", "summary", "-------"] + [f"  {name.ljust(width)}  {value}" for name, value in rows]
@@ -72,11 +74,31 @@ def _kill_text(summary) -> str:
 
 
 def _underreplicated_text(summary) -> str:
+    """How many ledgers the kill left one copy short, and only advice that works after the demo exits."""
     ledgers = summary.layout.underreplicated
     if summary.kill is None or not ledgers:
         return "none"
-    return (f"{len(ledgers)} ledger(s) keep sealed entries on the killed bookie, one copy short until it "
-            "returns or `ledger ledgers rereplicate --all` copies them to another bookie")
+    short = f"{len(ledgers)} ledger(s) keep sealed entries on the killed bookie, one copy short until it returns"
+    if summary.data_dir is None:
+        return f"{short} (the sandbox was removed at exit; `ledger demo --data-dir DIR` keeps a cluster to repair)"
+    data_dir = shlex.quote(summary.data_dir)
+    move = f"ledger --metadata {shlex.quote(summary.metadata_uri)} ledgers rereplicate --all " \
+           f"--bookie {summary.kill.bookie_id}"
+    if summary.repair_key_file:
+        move += f" --repair-key {shlex.quote(summary.repair_key_file)}"
+    return (f"{short}: `ledger sandbox --data-dir {data_dir}` restarts the cluster with it; to copy them to "
+            f"another bookie instead, while that sandbox runs: `{move}`")
+
+
+def _files_text(summary) -> str:
+    """Only paths that still exist once the demo has exited."""
+    if summary.data_dir is not None:
+        log = f", Spark's log {summary.spark_log}" if summary.spark_log else ""
+        return f"cluster kept in {summary.data_dir} (restart: `ledger sandbox --data-dir " \
+               f"{shlex.quote(summary.data_dir)}`){log}"
+    if summary.spark_log:
+        return f"Spark's log kept in {summary.spark_log} (the check failed); the sandbox was removed"
+    return "removed at exit (a temporary dir); `ledger demo --data-dir DIR` keeps the cluster and Spark's log"
 
 
 def _change_lines(summary) -> list[str]:

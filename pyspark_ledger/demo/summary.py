@@ -27,7 +27,8 @@ class DemoSummary:
     bookie_names: dict[str, str] = field(default_factory=dict)
     metadata_uri: str = ""
     data_dir: str | None = None  # kept for inspection, or None (temporary, removed)
-    spark_log: str | None = None
+    spark_log: str | None = None  # set only when the log is still there after exit
+    repair_key_file: str | None = None  # the kept cluster's repair key (None when the cluster was removed)
     pids: dict = field(default_factory=dict)  # {"bookies": [...], "spark_jvm": pid}
     warmup_s: float = 0.0  # from the write query's start to its first ledger
     steady_rows: int = 0  # rows of the micro-batches after the first, which pays for Spark's warm-up
@@ -88,5 +89,6 @@ class DemoSummary:
             "metadata_uri": self.metadata_uri,
             "data_dir": self.data_dir,
             "spark_log": self.spark_log,
+            "repair_key_file": self.repair_key_file,
             "pids": self.pids,
         }

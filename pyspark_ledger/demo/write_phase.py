@@ -142,7 +142,8 @@ class WritePhase:
                 self.reporter.say(kill_line(self.kill, f"bookie {self.kill.bookie_index}"))
         for index, bookie in self.sandbox.poll_exits():
             self.reporter.say(f"[{self._elapsed():6.1f}s] bookie {index} ({bookie.bookie_id}) exited on its own "
-                              f"with status {bookie.returncode}; its log: {bookie.data_dir / 'bookie-stderr.log'}")
+                              f"with status {bookie.returncode}; its log: {bookie.data_dir / 'bookie-stderr.log'}"
+                              + ("" if self.config.data_dir else " (removed at exit; --data-dir keeps it)"))
         now = time.monotonic()
         if now >= self._next_progress:
             self._record_progress(query)

@@ -206,13 +206,44 @@ def test_summary_shows_the_change_and_a_passed_check():
     assert line.endswith("  none")
 
 
-def test_summary_names_the_ledgers_left_one_copy_short_and_the_repair_command():
+def _short_summary(**changes) -> DemoSummary:
     summary = _summary(_tally(2, ([0, 1], [True, True])).verdict())
     layout = summarize_ledgers("events-x", 2, [_ledger(1, (0, [A, B, C]), state=CLOSED, last=9, length=10)],
                                lost=[B])
-    text = "\n".join(summary_lines(dataclasses.replace(summary, layout=layout)))
-    assert "1 ledger(s) keep sealed entries on the killed bookie" in text
-    assert "ledger ledgers rereplicate --all" in text
+    return dataclasses.replace(summary, layout=layout, **changes)
+
+
+def _row(text: str, name: str) -> str:
+    [line] = [line for line in text.splitlines() if line.strip().startswith(name)]
+    return line
+
+
+def test_a_removed_cluster_gets_no_repair_command_only_how_to_keep_one():
+    text = "\n".join(summary_lines(_short_summary(metadata_uri="sqlite:///tmp/gone/metadata.db")))
+    line = _row(text, "under-replicated")
+    assert "1 ledger(s) keep sealed entries on the killed bookie" in line
+    assert "rereplicate" not in text and "/tmp/gone" not in text, "no command for a cluster that no longer exists"
+    assert "the sandbox was removed at exit" in line and "--data-dir DIR" in line
+    assert "removed at exit" in _row(text, "files") and "spark.log" not in text
+
+
+def test_a_kept_cluster_gets_the_commands_to_restart_and_repair_it():
+    summary = _short_summary(data_dir="/data/demo cluster", metadata_uri="sqlite:////data/demo cluster/metadata.db",
+                             repair_key_file="/data/demo cluster/repair.key",
+                             spark_log="/data/demo cluster/demo/spark.log")
+    text = "\n".join(summary_lines(summary))
+    line = _row(text, "under-replicated")
+    assert "`ledger sandbox --data-dir '/data/demo cluster'` restarts the cluster" in line
+    assert (f"`ledger --metadata 'sqlite:////data/demo cluster/metadata.db' ledgers rereplicate --all --bookie {B} "
+            "--repair-key '/data/demo cluster/repair.key'`") in line
+    files = _row(text, "files")
+    assert "cluster kept in /data/demo cluster" in files and "spark.log" in files
+
+
+def test_a_failed_check_in_a_temporary_dir_names_the_kept_spark_log_only():
+    summary = _short_summary(spark_log="/tmp/ledger-demo-x/spark.log")
+    files = _row("\n".join(summary_lines(summary)), "files")
+    assert "Spark's log kept in /tmp/ledger-demo-x/spark.log" in files and "the sandbox was removed" in files
 
 
 def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed():
