@@ -9,7 +9,7 @@ from typing import Iterator
 
 from pyspark_ledger.cli.authority_args import add_repair_key_arg
 from pyspark_ledger.cli.tls_args import client_config
-from pyspark_ledger.cli.output import print_json, print_record, print_table
+from pyspark_ledger.cli.output import human_bytes, human_bytes_exact, print_json, print_record, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerInUseError, NoSuchLedgerError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata
@@ -22,14 +22,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> argparse._SubParsersAct
     bookies.set_defaults(handler=cmd_bookies)
 
     ledgers = commands.add_parser("ledgers", help="list, show, read, repair or delete ledgers")
-    actions = ledgers.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = ledgers.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="all ledger ids with state and size").set_defaults(handler=cmd_ledgers_list)
     show = actions.add_parser("show", help="one ledger's metadata and fragments")
-    show.add_argument("ledger_id", type=int)
+    show.add_argument("ledger_id", type=int, metavar="LEDGER_ID", help="the ledger to show")
     show.set_defaults(handler=cmd_ledgers_show)
     delete = actions.add_parser("delete", help="delete a ledger (bookies then reclaim its entries for good); "
                                                "needs its --password or the cluster's --repair-key")
-    delete.add_argument("ledger_id", type=int)
+    delete.add_argument("ledger_id", type=int, metavar="LEDGER_ID", help="the ledger to delete")
     delete.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD"), metavar="P",
                         help="the ledger's password (default: $LEDGER_PASSWORD)")
     delete.add_argument("--force", action="store_true",
@@ -102,9 +102,10 @@ def cmd_ledgers_list(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
         rows = [ledger_summary(md) for md in _existing_ledgers(store)]
     if args.json:
-        print_json(rows)
+        print_json(rows)  # lengths in bytes
     else:
-        print_table(rows, ["ledger_id", "state", "ensemble", "last_entry_id", "length", "fragments", "created"])
+        print_table([_with_human_length(row, human_bytes) for row in rows],
+                    ["ledger_id", "state", "ensemble", "last_entry_id", "length", "fragments", "created"])
     return 0
 
 
@@ -117,6 +118,11 @@ def _existing_ledgers(store: MetadataStore) -> Iterator[LedgerMetadata]:
             continue
 
 
+def _with_human_length(row: dict, unit) -> dict:
+    """The row with its ``length`` (bytes, "" while open) in human units, for tables."""
+    return {**row, "length": unit(row["length"])} if isinstance(row["length"], int) else row
+
+
 def cmd_ledgers_show(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
         versioned = store.read_ledger(args.ledger_id)
@@ -125,7 +131,7 @@ def cmd_ledgers_show(args: argparse.Namespace) -> int:
         print_json(doc)
         return 0
     fragments = doc.pop("fragments")
-    print_record(doc)
+    print_record(_with_human_length(doc, human_bytes_exact))
     print()
     print_table([{"first_entry_id": f["first_entry_id"], "bookies": ", ".join(f["bookies"])} for f in fragments],
                 ["first_entry_id", "bookies"])

@@ -17,11 +17,12 @@ from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
 
 PREVIEW_BYTES = 48
+SIMPLETEST_PASSWORD = "simpletest"
 
 
 def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse._SubParsersAction) -> None:
     read = ledgers_actions.add_parser("read", help="print a ledger's entries (up to its LAC, or its end)")
-    read.add_argument("ledger_id", type=int)
+    read.add_argument("ledger_id", type=int, metavar="LEDGER_ID", help="the ledger to read")
     read.add_argument("--from", dest="first", type=int, default=0, metavar="N", help="first entry (default 0)")
     read.add_argument("--to", dest="last", type=int, default=None, metavar="M",
                       help="last entry (default: the last readable one)")
@@ -35,10 +36,13 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
     simple.add_argument("-n", "--entries", type=int, default=1000, help="entries to write (default 1000)")
     simple.add_argument("-s", "--entry-size", type=int, default=1024, help="bytes per entry (default 1024)")
     simple.add_argument("--keep", action="store_true", help="keep the test ledger (default: delete it)")
+    simple.add_argument("--password", default=SIMPLETEST_PASSWORD, metavar="P",
+                        help=f"the test ledger's password, printed with the result, e.g. to read a --keep ledger "
+                             f"with `ledger ledgers read ID --password P` (default {SIMPLETEST_PASSWORD!r})")
     simple.set_defaults(handler=cmd_simpletest)
 
     recover = commands.add_parser("recover", help="recover a ledger whose writer died: fence and close it")
-    recover.add_argument("ledger_id", type=int)
+    recover.add_argument("ledger_id", type=int, metavar="LEDGER_ID", help="the ledger to recover")
     add_authority_args(recover)
     recover.set_defaults(handler=cmd_recover)
 
@@ -73,11 +77,10 @@ def _preview(data: bytes) -> str:
 def cmd_read(args: argparse.Namespace) -> int:
     with ledger_client(args) as client:
         with client.open_ledger(args.ledger_id, password=args.password.encode(), recovery=False) as reader:
-            last = reader.last_add_confirmed if args.last is None else args.last
-            if args.first < 0 or last < args.first - 1:
-                raise InvalidConfigurationError(
-                    f"--from {args.first} --to {last} is not a range of entries of ledger {args.ledger_id} "
-                    f"(its last readable entry is {reader.last_add_confirmed})")
+            readable = reader.last_add_confirmed
+            last = readable if args.last is None else args.last
+            if args.first < 0 or last < args.first - 1 or last > readable:
+                raise InvalidConfigurationError(_range_error(args, last, readable))
             entries = list(reader.read(args.first, last)) if last >= args.first else []
     if args.json:
         print_json([{"entry_id": e.entry_id, "size": len(e.data), "data_base64": base64.b64encode(e.data).decode()}
@@ -88,6 +91,15 @@ def cmd_read(args: argparse.Namespace) -> int:
     return 0
 
 
+def _range_error(args: argparse.Namespace, last: int, readable: int) -> str:
+    """Why --from/--to do not name entries of the ledger, and which flags would (in the CLI's own terms)."""
+    where = f"--from {args.first} --to {last} is not a range of entries of ledger {args.ledger_id}"
+    if readable < 0:
+        return f"{where}: it has no readable entry yet"
+    return (f"{where}: its readable entries are 0..{readable}; pass --from and --to within them "
+            f"(or leave out --to to read up to {readable})")
+
+
 def cmd_simpletest(args: argparse.Namespace) -> int:
     if args.entries < 1 or args.entry_size < 0:
         raise InvalidConfigurationError("simpletest needs -n >= 1 entries and -s >= 0 bytes per entry")
@@ -95,7 +107,8 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
     payloads = [os.urandom(args.entry_size) for _ in range(min(args.entries, 64))]
     with ledger_client(args) as client:
         writer = client.create_ledger(args.ensemble_size, args.write_quorum, args.ack_quorum,
-                                      password=b"simpletest", custom_metadata={"created-by": b"ledger simpletest"})
+                                      password=args.password.encode(),
+                                      custom_metadata={"created-by": b"ledger simpletest"})
         ledger_id = writer.ledger_id
         started = time.monotonic()
         progress = ProgressBar(f"writing ledger {ledger_id}", args.entries)
@@ -109,7 +122,7 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
         started = time.monotonic()
         verified = 0
         progress = ProgressBar(f"reading ledger {ledger_id} back", args.entries)
-        with client.open_ledger(ledger_id, password=b"simpletest", recovery=False) as reader:
+        with client.open_ledger(ledger_id, password=args.password.encode(), recovery=False) as reader:
             for entry in reader.read(0, args.entries - 1):
                 if entry.data != payloads[entry.entry_id % len(payloads)]:
                     raise CorruptEntryError(f"entry {entry.entry_id} of ledger {ledger_id} read back different")
@@ -121,12 +134,12 @@ def cmd_simpletest(args: argparse.Namespace) -> int:
             raise CorruptEntryError(f"wrote {args.entries} entries to ledger {ledger_id}, read back {verified}")
         fragments = len(client.ledger_metadata(ledger_id).fragments)
         if not args.keep:
-            client.delete_ledger(ledger_id, b"simpletest")
+            client.delete_ledger(ledger_id, args.password.encode())
     result = {"ledger_id": ledger_id, "entries": args.entries, "entry_size": args.entry_size,
               "ensemble": f"E={args.ensemble_size} Qw={args.write_quorum} Qa={args.ack_quorum}",
               "fragments": fragments, "write_entries_per_s": round(args.entries / max(write_s, 1e-9)),
               "read_entries_per_s": round(args.entries / max(read_s, 1e-9)), "verified": True,
-              "kept": bool(args.keep)}
+              "kept": bool(args.keep), "password": args.password}
     print_json(result) if args.json else print_record(result)
     return 0
 

@@ -7,14 +7,14 @@ Each sub-command lives in its own module and registers itself through
 from __future__ import annotations
 
 import argparse
-import os
+import logging
 import sys
 from typing import Sequence
 
 from pyspark_ledger import __version__
 from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd, stream_cmds
 from pyspark_ledger.cli import demo_cmd, repair_cmds, security_cmds
-from pyspark_ledger.cli.tls_args import add_tls_args
+from pyspark_ledger.cli.global_args import add_global_args, spread_global_flags
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
@@ -29,13 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"pyspark-ledger {__version__}")
-    parser.add_argument(
-        "--metadata", default=os.environ.get("LEDGER_METADATA"), metavar="URI",
-        help="metadata service URI: sqlite:///abs/path/metadata.db or zk://host:port/chroot "
-             "(default: $LEDGER_METADATA)",
-    )
-    add_tls_args(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_global_args(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ledgers_actions = admin.add_parsers(commands)
     data_cmds.add_parsers(commands, ledgers_actions)
@@ -44,15 +38,26 @@ def build_parser() -> argparse.ArgumentParser:
     security_cmds.add_parsers(commands)
     sandbox_cmd.add_parsers(commands)
     demo_cmd.add_parsers(commands)
+    spread_global_flags(parser)  # --metadata, --json, --tls-* after the command too
     return parser
+
+
+def quiet_library_logs() -> None:
+    """kazoo logs every failed connection attempt to stderr; the CLI reports an unreachable ZooKeeper in one
+    line of its own (naming the URI) instead."""
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL + 1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    given_to = getattr(args, "cli_parser", parser)  # the deepest (sub-)command parsed
+    if unknown:
+        given_to.error(f"unrecognized arguments: {' '.join(unknown)}")  # with that command's usage; exits 2
     if not getattr(args, "handler", None):
-        parser.print_help(sys.stderr)
+        given_to.print_help(sys.stderr)  # `ledger`, `ledger ledgers`: the commands or actions there are
         return EXIT_USAGE
+    quiet_library_logs()
     try:
         return int(args.handler(args) or 0)
     except InvalidConfigurationError as exc:

@@ -27,3 +27,23 @@ def print_record(record: dict[str, Any], out: TextIO = sys.stdout) -> None:
     width = max((len(k) for k in record), default=0)
     for key, value in record.items():
         print(f"{key.ljust(width)}  {value}", file=out)
+
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(count: int) -> str:
+    """A byte count as people read it: '512 B', '4.0 KiB', '1.5 GiB' (powers of 1024)."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in _UNITS:
+        value /= 1024
+        if value < 1024 or unit == _UNITS[-1]:
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def human_bytes_exact(count: int) -> str:
+    """``human_bytes`` with the exact count beside it when the unit rounds: '4.0 KiB (4096 bytes)'."""
+    return human_bytes(count) if count < 1024 else f"{human_bytes(count)} ({count} bytes)"

@@ -52,7 +52,8 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
     under.set_defaults(handler=cmd_underreplicated)
     rerep = ledgers_actions.add_parser(
         "rereplicate", help="copy what lost bookies held to other bookies and record them in the metadata")
-    rerep.add_argument("ledger_ids", type=int, nargs="*", metavar="LEDGER_ID")
+    rerep.add_argument("ledger_ids", type=int, nargs="*", metavar="LEDGER_ID",
+                       help="the ledgers to re-replicate (or --all)")
     rerep.add_argument("--all", action="store_true", help="every under-replicated ledger")
     rerep.add_argument("--bookie", action="append", default=None, metavar="ID",
                        help="treat this bookie as lost even if registered (repeatable; e.g. to drain it)")

@@ -22,7 +22,7 @@ from pyspark_ledger.security.repair_store import read_repair_public_key, registe
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     security = commands.add_parser("security", help="the cluster's repair key")
-    actions = security.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = security.add_subparsers(dest="action", metavar="ACTION")
     init = actions.add_parser(
         "init-repair-key", help="make the cluster's repair key: private half to --out FILE (0600), public half "
                                 "to the metadata store; new ledgers' passwords are sealed to it")

@@ -8,7 +8,7 @@ import os
 
 from pyspark_ledger.cli.admin import metadata_store
 from pyspark_ledger.cli.authority_args import add_repair_key_arg
-from pyspark_ledger.cli.output import print_json, print_record, print_table
+from pyspark_ledger.cli.output import human_bytes, print_json, print_record, print_table
 from pyspark_ledger.cli.tls_args import client_config
 
 PASSWORD_NAME = "--password (or $LEDGER_PASSWORD)"  # how a password the stream refuses is named
@@ -17,10 +17,10 @@ DEFAULT_MIN_AGE_S = 3600.0  # pyspark_ledger.log.orphans.DEFAULT_MIN_AGE_S, with
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     streams = commands.add_parser("streams", help="list streams or show one stream's partitions and ledgers")
-    actions = streams.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = streams.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="every stream with its partition count").set_defaults(handler=cmd_list)
     show = actions.add_parser("show", help="a stream's schema, replication and each partition's ledgers")
-    show.add_argument("name")
+    show.add_argument("name", metavar="STREAM", help="the stream to show")
     show.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""),
                       help="the stream's password (default: $LEDGER_PASSWORD, else empty)")
     show.set_defaults(handler=cmd_show)
@@ -29,7 +29,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         description="Delete the ledgers tagged with STREAM that none of its partition logs references and that "
                     "were created at least --min-age seconds ago (left by killed write tasks or drivers). A "
                     "commit racing the sweep is safe: it either keeps its ledgers or fails cleanly.")
-    gc.add_argument("name", metavar="STREAM")
+    gc.add_argument("name", metavar="STREAM", help="the stream whose orphan ledgers to delete")
     gc.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="S",
                     help=f"only ledgers created at least S seconds ago (default {DEFAULT_MIN_AGE_S:g}); keep it "
                          "above the longest write job, or running jobs fail their commit")
@@ -37,7 +37,6 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     gc.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""), metavar="P",
                     help="the stream's password, which deletes its ledgers (default: $LEDGER_PASSWORD, else empty)")
     add_repair_key_arg(gc)
-    gc.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     gc.set_defaults(handler=cmd_gc)
 
     delete = actions.add_parser(
@@ -62,7 +61,6 @@ def _authority_args(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--password", default=os.environ.get("LEDGER_PASSWORD", ""), metavar="P",
                         help=f"the stream's password, which {what} (default: $LEDGER_PASSWORD, else empty)")
     add_repair_key_arg(parser)
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
 
 
 def _stream_client(store, args: argparse.Namespace | None = None):
@@ -120,7 +118,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     print_record(doc)
     print()
-    print_table(ledgers, ["partition", "ledger_seq", "ledger_id", "entries", "bytes"])
+    print_table([{**row, "bytes": human_bytes(row["bytes"]) if row["bytes"] >= 0 else ""} for row in ledgers],
+                ["partition", "ledger_seq", "ledger_id", "entries", "bytes"])
     return 0
 
 
@@ -132,7 +131,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print_json({"stream": sweep.stream, "min_age_s": sweep.min_age_s, "dry_run": sweep.dry_run,
                     "orphans": rows, "deleted": sorted(sweep.deleted), "young": list(sweep.young)})
         return 0
-    shown = [{key: "" if value is None else value for key, value in row.items()} for row in rows]
+    shown = [{key: "" if value is None else human_bytes(value) if key == "bytes" else value
+              for key, value in row.items()} for row in rows]
     print_table(shown, ["ledger_id", "partition", "state", "entries", "bytes", "age_s", "action"])
     done = f"would delete {len(rows)}" if sweep.dry_run else f"deleted {len(sweep.deleted)}"
     print(f"\nstream {sweep.stream!r}: {done} orphan ledger(s); kept {len(sweep.young)} younger than "

@@ -11,14 +11,18 @@ from pyspark_ledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY
 NAMES = (f"--tls-ca/{ENV_CA}", f"--tls-cert/{ENV_CERT}", f"--tls-key/{ENV_KEY}")
 
 
-def add_tls_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tls-ca", default=os.environ.get(ENV_CA) or None, metavar="FILE",
+def add_tls_args(parser: argparse.ArgumentParser, default=None) -> None:
+    """The three TLS flags; their defaults are the environment's unless ``default`` is given (e.g. SUPPRESS)."""
+    def env(name):
+        return (os.environ.get(name) or None) if default is None else default
+
+    parser.add_argument("--tls-ca", default=env(ENV_CA), metavar="FILE",
                         help=f"PEM of the CA that signed the bookies' certificates: connect with TLS "
                              f"(default: ${ENV_CA}; none = plaintext)")
-    parser.add_argument("--tls-cert", default=os.environ.get(ENV_CERT) or None, metavar="FILE",
+    parser.add_argument("--tls-cert", default=env(ENV_CERT), metavar="FILE",
                         help=f"this client's PEM certificate, for bookies that require one (mutual TLS); "
                              f"needs --tls-key (default: ${ENV_CERT})")
-    parser.add_argument("--tls-key", default=os.environ.get(ENV_KEY) or None, metavar="FILE",
+    parser.add_argument("--tls-key", default=env(ENV_KEY), metavar="FILE",
                         help=f"the PEM private key of --tls-cert, mode 0600 (default: ${ENV_KEY})")
 
 
