@@ -6,13 +6,20 @@ import os
 import pytest
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.spark import executor
+
+
+def new_store(location: str) -> str:
+    """Create an empty store at ``location`` (clients open existing stores only) and return it."""
+    open_metadata_store(location, create=True).close()
+    return location
 
 
 @pytest.fixture
 def uri(tmp_path):
     """A metadata store of its own (no bookies needed to open clients); its clients closed at teardown."""
-    location = f"sqlite:///{tmp_path}/metadata.db"
+    location = new_store(f"sqlite:///{tmp_path}/metadata.db")
     try:
         yield location
     finally:
@@ -43,7 +50,7 @@ def test_cached_clients_wait_before_speculative_reads_and_keep_the_other_default
 
 
 def test_close_all_of_a_uri_closes_its_clients_and_the_next_call_opens_new_ones(uri, tmp_path):
-    other_uri = f"sqlite:///{tmp_path}/other.db"
+    other_uri = new_store(f"sqlite:///{tmp_path}/other.db")
     try:
         streams = executor.stream_client(uri, "pw")
         kept = executor.ledger_client(other_uri)
@@ -112,7 +119,9 @@ def test_a_reused_spark_worker_freezes_what_exists_when_it_opens_its_first_clien
     env.pop(executor.REUSED_WORKER_ENV, None)
     if reused:
         env[executor.REUSED_WORKER_ENV] = reused
-    done = subprocess.run([sys.executable, "-c", FREEZE_PROBE, f"sqlite:///{tmp_path}/metadata.db"], env=env,
+    probed = new_store(f"sqlite:///{tmp_path}/metadata.db")
+    new_store(probed + "-other")  # the probe's second client
+    done = subprocess.run([sys.executable, "-c", FREEZE_PROBE, probed], env=env,
                           capture_output=True, text=True, timeout=120, check=True)
     first, second = map(int, done.stdout.split())
     if frozen:
