@@ -123,3 +123,16 @@ def test_the_checks_see_what_they_should():
     assert found == ["F4", "G1", "L1", "L2", "R5", "W2"]
     assert OUTSIDE.search("see " + "TEST" + "-MATRIX row W2") and OUTSIDE.search("Seed " + "004, step 1")
     assert not OUTSIDE.search("placement_seed 0") and not OUTSIDE.search("seed ledgers")
+
+
+def test_pointers_to_measurements_name_a_section_of_docs_measurements_md():
+    """Figures measured on particular machines live in docs/measurements.md; code points at them by section."""
+    headings = re.findall(r"^## (.+)$", (ROOT / "docs" / "measurements.md").read_text(encoding="utf-8"), re.M)
+    sections = {heading.split(" (")[0].replace("`", "") for heading in headings}
+    wrong = []
+    for path in python_files():
+        for match in re.finditer(r'docs/measurements\.md, "([^"]+)"', path.read_text(encoding="utf-8")):
+            name = " ".join(match.group(1).split())
+            if name not in sections:
+                wrong.append(f"{path.relative_to(ROOT)}: {name!r}")
+    assert not wrong, f"no such section in docs/measurements.md ({sorted(sections)}):\n" + "\n".join(wrong)
