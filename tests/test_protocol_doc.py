@@ -96,6 +96,18 @@ def test_every_rule_code_cited_in_code_and_tests_is_defined_in_docs_protocol_md(
     assert not unpointed, "files citing rule codes without naming docs/protocol.md:\n" + "\n".join(unpointed)
 
 
+def test_the_protocol_document_is_consistent_with_itself():
+    """Codes it mentions are its own, and its links to sections and rules land somewhere."""
+    text = PROTOCOL.read_text(encoding="utf-8")
+    codes = defined_codes()
+    mentioned = set(code_pattern(codes).findall(text))
+    assert mentioned <= codes, f"docs/protocol.md mentions undefined codes {sorted(mentioned - codes)}"
+    slugs = {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+             for heading in re.findall(r"^#+ (.+)$", text, re.M)}
+    broken = [link for link in re.findall(r"\]\(#([^)]+)\)", text) if link not in slugs | codes]
+    assert not broken, f"links to nowhere in docs/protocol.md: {broken}"
+
+
 @pytest.mark.parametrize("kind", ["python", "text"])
 def test_nothing_cites_a_document_outside_the_repository(kind):
     paths = python_files() if kind == "python" else text_files()
