@@ -9,8 +9,8 @@ entry framing"). The self-describing stream buys a lot: any entry decodes
 alone (no schema lookup before the first read of a ledger, the CLI can dump an
 entry), a ledger needs no schema in its metadata, and a stream's schema can
 change between entries without breaking old ones. So the stream it is. Buffer
-compression saves bytes but costs more CPU per entry than it saves, and is
-left off.
+compression saves bytes, but its CPU cost per entry outweighs what it saves in
+replication, so it is left off.
 
 Decoding is zero-copy: the batch's buffers point into the payload. Cutting
 (``entry_batches``) slices large batches without copying and fills each entry
