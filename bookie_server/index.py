@@ -18,7 +18,7 @@ lock needed; many ledgers' files at once, see ``index_writes``), then
 clean pages are evicted; when dirty pages fill the cache, ``over_capacity``
 asks the owner for an early checkpoint. The add path (``put``) is what it was:
 one 16-byte pack into a cached page; slot checksums are computed when a page
-is written (0.5-1 us a slot, on the checkpoint thread; for a page with few
+is written (on the checkpoint thread; for a page with few
 entries only theirs, the empty slots' come from a per-page-number template,
 see ``index_format.encode_record``) and checked when it is loaded. The directories of opened files stay in memory (tens of bytes per
 page record, i.e. per 1024 entries).

@@ -28,7 +28,7 @@ the changes of a streak are spaced by ``protocol.quarantine.change_delay``
 last change is too recent is reported to the tracker only when the back-off
 has passed: until then it counts as a silent bookie does before
 ``add_timeout_s``, so entries whose write set still has Qa other bookies are
-confirmed without it (no change is in progress, so W2 does not hold them).
+confirmed without it (no change is in progress, so docs/protocol.md W2 does not hold them).
 Failures that join a change in progress start the next change after the
 back-off. ``ensemble_changes`` counts the changes this writer made.
 """

@@ -2,7 +2,7 @@
 
 Opening first verifies the password against the stream's (``stream_password``):
 another password fails with UnauthorizedError before any ledger is touched.
-Then it follows seed 000 ("Ledgers to logs"): read the partition's ledger list,
+Then it follows docs/protocol.md G1: read the partition's ledger list,
 fence its last two ledgers (a recovery open: a writer still appending to
 either fails as fenced), create a new ledger, and add it to the list by
 compare-and-set. If another writer added a ledger in between, the new ledger
@@ -45,7 +45,7 @@ from pyspark_ledger.log.stream_store import read_stream, update_stream
 
 log = logging.getLogger(__name__)
 MAX_OPEN_ATTEMPTS = 20
-FENCED_TAIL = 2  # seed 000: the writer may be writing the second-to-last ledger while adding the last
+FENCED_TAIL = 2  # docs/protocol.md G1: the writer may be writing the second-to-last ledger while adding the last
 
 
 @dataclass(frozen=True, slots=True)
