@@ -1,4 +1,5 @@
-"""What a writer does with a bookie's answer to one add: the decision, apart from the sending.
+"""What a writer does with a bookie's answer to one add: the decision, apart from the sending
+(docs/protocol.md W7, W8).
 
 * ``OK`` -- the bookie stored the entry: an ack.
 * ``FENCED`` -- another client recovered or is recovering the ledger: the writer stops (fatal).
