@@ -8,7 +8,7 @@ the replication client and is loaded on first use of its names:
 * ``streams`` -- the stream registry (create/open/list/delete, schema, partitions)
 * ``log_writer`` -- the single writer of a partition (fence, create, CAS; roll; close)
 * ``log_reader`` -- reading a partition across ledgers from a position
-* ``log_views`` -- partition logs as ``spark.planning.PartitionLog`` values
+* ``log_views`` -- partition logs as ``log_spans.PartitionLog`` values (pure, for read planning)
 * ``commits`` -- exactly-once commits of closed ledgers (the Spark sink)
 * ``retention`` -- truncation by position, by age, of everything; garbage collection
 * ``orphans`` -- finding and deleting ledgers of a stream that no log references
