@@ -102,7 +102,7 @@ def targets(node: ast.AST, module: str, is_package: bool) -> list[tuple[str, boo
         else:
             lazy = base == "pyspark_ledger" and alias.name not in ROOT_NAMES
             found.append((f"{base}.{alias.name}" if lazy else base, lazy))
-    return found
+    return list(dict.fromkeys(found))  # "from m import a, b" depends on m once
 
 
 def walk(node: ast.AST, local: bool = False):
