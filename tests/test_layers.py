@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOP_PACKAGES = ("pyspark_ledger", "bookie_server")
 
 LAYERS = (
-    ("errors", "wire", "arg_types"),  # exception classes, generated protobuf, argparse number types
+    ("errors", "wire", "arg_types", "private_files"),  # exceptions, generated protobuf, argparse types, secret files
     ("entry", "root"),                # entry format and keys; the package's own module body
     ("metadata",),                    # the metadata model and its stores
     ("protocol", "security"),         # pure protocol decisions on the model; TLS, certificates, repair key
