@@ -32,7 +32,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOP_PACKAGES = ("pyspark_ledger", "bookie_server")
 
 LAYERS = (
-    ("errors", "wire", "arg_types", "private_files"),  # exceptions, generated protobuf, argparse types, secret files
+    ("wire", "arg_types", "private_files", "status"),  # leaves: protobuf, argparse types, secret files, statuses
+    ("errors",),                      # one exception class per meaning (built on the bookie statuses)
     ("entry", "root"),                # entry format and keys; the package's own module body
     ("metadata",),                    # the metadata model and its stores
     ("protocol", "security"),         # pure protocol decisions on the model; TLS, certificates, repair key
