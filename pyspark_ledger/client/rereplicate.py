@@ -9,8 +9,9 @@ every write to be acknowledged. Only then one metadata CAS names the
 replacements (``metadata_update.update_ledger``, with the transition check:
 a sealed fragment only takes a bookie from outside its ensemble); on a
 version conflict the metadata is re-read and the same plan applied again if
-it still fits, else ``MetadataVersionConflictError`` (run it again). A failure before the CAS changes no metadata: the copies
-already written are harmless (a later run writes them again).
+it still fits, else ``MetadataVersionConflictError`` (run it again). A
+failure before the CAS changes no metadata: the copies already written are
+harmless (a later run writes them again).
 
 An entry that no surviving replica can return is lost: ``DataLossError``
 names it and nothing is changed.

@@ -58,8 +58,9 @@ class RetryPolicy:
         if self.backoff_cap_s < self.backoff_base_s:
             raise InvalidConfigurationError(f"RetryPolicy.backoff_cap_s ({self.backoff_cap_s}) must be at least "
                                             f"backoff_base_s ({self.backoff_base_s})")
-        if self.deadline_s is not None and (isinstance(self.deadline_s, bool)
-                                            or not isinstance(self.deadline_s, (int, float)) or not self.deadline_s > 0):
+        deadline = self.deadline_s
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float))
+                                     or not deadline > 0):
             raise InvalidConfigurationError(f"RetryPolicy.deadline_s must be a number of seconds > 0 or None, "
                                             f"got {self.deadline_s!r}")
 
