@@ -100,9 +100,11 @@ def test_the_check_runs_again_on_the_value_read_after_a_conflict():
     cell = Cell(5)
     cell.interfere = once(lambda: cell.put(50))
     checked = []
+
+    def check(before, after) -> None:
+        checked.append((before, after))
     updated = update_loop("cell", cell.read, cell.compare_and_set, needs_update=lambda value: True,
-                          transform=lambda value: value + 1, check=lambda before, after: checked.append((before, after)),
-                          policy=policy()[0])
+                          transform=lambda value: value + 1, check=check, policy=policy()[0])
     assert checked == [(5, 6), (50, 51)] and updated.stored == Versioned(51, 2)
 
 
