@@ -19,6 +19,7 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ledger_secrets import LedgerSecrets
 from pyspark_ledger.client.metadata_ops import create_ledger
+from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.reader import LedgerReader, open_reader
 from pyspark_ledger.client.rereplicate import RereplicationReport, rereplicate_ledger
 from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
@@ -92,7 +93,7 @@ class LedgerClient:
         custom = _custom_metadata(custom_metadata)
         ensemble = self._ctx.choose_ensemble(ensemble_size)
         created = create_ledger(self._ctx.store, ensemble, write_quorum, ack_quorum, digest, password, custom,
-                                self.config.metadata_retries, seal=self._secrets.seal)
+                                retry_policy(self.config), seal=self._secrets.seal)
         writer = LedgerWriter(self._ctx, created, password, on_close=self._forget)
         with self._lock:
             self._writers.add(writer)

@@ -25,13 +25,13 @@ from pyspark_ledger.protocol.ledger_rules import (Decision, Resolution, close_me
 
 def create_ledger(store: MetadataStore, ensemble: tuple[str, ...], write_quorum: int, ack_quorum: int,
                   digest: str, password: bytes, custom: Mapping[str, bytes] | None,
-                  retries: int, seal: Callable[[bytes, int], str] | None = None) -> Versioned[LedgerMetadata]:
-    """Store OPEN metadata for a new ledger id (a taken id is skipped).
+                  policy: RetryPolicy, seal: Callable[[bytes, int], str] | None = None) -> Versioned[LedgerMetadata]:
+    """Store OPEN metadata for a new ledger id (a taken id is skipped, up to ``policy.attempts`` times).
 
     The metadata carries a check of the master key: bookies verify a first add or fence against it;
     and ``seal(password, ledger_id)`` (the password sealed to the cluster's repair key) when given."""
     key_check = master_key_check(master_key(password))
-    for _ in range(retries):
+    for _ in range(policy.attempts):
         ledger_id = store.new_ledger_id()
         metadata = new_ledger_metadata(ledger_id, ensemble, len(ensemble), write_quorum, ack_quorum, digest,
                                        password_check(password), custom, int(time.time() * 1000))
@@ -41,7 +41,7 @@ def create_ledger(store: MetadataStore, ensemble: tuple[str, ...], write_quorum:
             return Versioned(metadata, store.create_ledger(metadata))
         except MetadataExistsError:
             continue
-    raise MetadataError(f"could not find a free ledger id in {retries} attempts")
+    raise MetadataError(f"could not find a free ledger id in {policy.attempts} attempts")
 
 
 def close_ledger(store: MetadataStore, current: Versioned[LedgerMetadata], last_entry_id: int, length: int,

@@ -48,7 +48,7 @@ class Race:
 
 
 def new_ledger(store):
-    return create_ledger(store, ENSEMBLE, 3, 2, "crc32c", PASSWORD, None, 5)
+    return create_ledger(store, ENSEMBLE, 3, 2, "crc32c", PASSWORD, None, RetryPolicy(attempts=5))
 
 
 # --- the writer's close ---------------------------------------------------------------------------------
