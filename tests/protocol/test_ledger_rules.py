@@ -164,3 +164,10 @@ def test_check_transition_lets_only_a_repair_touch_a_sealed_fragment_of_an_open_
         check_transition(md, md.with_changes(fragments=(Fragment(0, ("b2", "b1", "b0")), md.fragments[1])))
     with pytest.raises(InvalidConfigurationError, match="twice"):
         check_transition(md, md.with_changes(fragments=(Fragment(0, ("b0", "b8", "b8")), md.fragments[1])))
+
+
+def test_check_transition_refuses_an_end_before_the_last_fragment():
+    md = two_fragments()
+    check_transition(md, close_metadata(md, 11, 120))  # the new fragment holds nothing yet: LAC + 1 == 12
+    with pytest.raises(InvalidConfigurationError, match="its last fragment starts at entry 12"):
+        check_transition(md, md.with_changes(state=CLOSED, last_entry_id=10, length=110))
