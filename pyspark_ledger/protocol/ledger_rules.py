@@ -8,7 +8,7 @@ CHOOSE_AGAIN (pick replacements again), ERROR (stop; ``reason`` says why).
 
 States only move OPEN -> IN_RECOVERY -> CLOSED (docs/protocol.md M1). Fragment
 first entries strictly increase, no fragment starts below the current
-fragment's first entry, and a CLOSED ledger's last fragment starts at most
+fragment's first entry (R8), and a CLOSED ledger's last fragment starts at most
 one entry past its end (M3: a fragment begins at the first unconfirmed
 entry, LAC + 1). Sealed fragments (every one but the last, and
 the last once CLOSED) change only by a repair (M5): re-replication putting

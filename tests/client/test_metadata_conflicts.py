@@ -5,7 +5,8 @@ the transition check included). Here another client writes the ledger in a
 real SQLite store just before the caller's compare-and-set (``HookedStore``),
 so the caller's write is refused and it re-reads: close (C3), marking
 recovery, recovery's close (R3), the writer's ensemble change (W5) and
-re-replication each decide from the stored metadata as documented.
+re-replication (M5) each decide from the stored metadata as docs/protocol.md
+says (M4).
 """
 from __future__ import annotations
 
