@@ -1,4 +1,4 @@
-"""The client's ledger metadata operations: create, close, mark in recovery, recovery close.
+"""The client's ledger metadata operations: create, close, mark in recovery, recovery close, delete.
 
 Every change goes through ``metadata_update.update_ledger`` (one compare-and-set
 loop, the transition check included); each operation only says, for every
@@ -17,7 +17,7 @@ from pyspark_ledger.entry import master_key, password_check
 from pyspark_ledger.errors import LedgerClosedError, LedgerFencedError, MetadataError, MetadataExistsError
 from pyspark_ledger.metadata.model import IN_RECOVERY, LedgerMetadata, master_key_check
 from pyspark_ledger.metadata.store import MetadataStore, Versioned
-from pyspark_ledger.metadata.update_loop import RetryPolicy
+from pyspark_ledger.metadata.update_loop import RetryPolicy, update_loop
 from pyspark_ledger.protocol.ledger_rules import (Decision, Resolution, close_metadata, mark_in_recovery,
                                                   new_ledger_metadata, resolve_close_conflict,
                                                   resolve_recovery_close_conflict)
@@ -95,3 +95,20 @@ def recovery_close(store: MetadataStore, recovered_from: Versioned[LedgerMetadat
                              policy=policy, current=recovered_from).stored
     except _RecoverAgain:
         return None
+
+
+def delete_ledger_metadata(store: MetadataStore, ledger_id: int, authorize: Callable[[LedgerMetadata], None],
+                  policy: RetryPolicy) -> None:
+    """Remove the ledger's metadata, ``authorize(metadata)`` (raising UnauthorizedError) checking each version
+    read: the last change of a ledger takes the same loop, its write a delete of the version read (a ledger
+    closed, say, since it was checked is checked again). NoSuchLedgerError if there is none."""
+    def delete(metadata: LedgerMetadata, version: int) -> int:
+        store.delete_ledger(ledger_id, expected_version=version)
+        return version
+
+    def needs_update(stored: LedgerMetadata) -> bool:
+        authorize(stored)
+        return True
+
+    update_loop(f"ledger {ledger_id}", lambda: store.read_ledger(ledger_id), delete, needs_update=needs_update,
+                transform=lambda stored: stored, policy=policy)

@@ -234,3 +234,22 @@ def test_rereplication_gives_up_when_its_plan_no_longer_fits_and_names_the_remed
     with pytest.raises(MetadataVersionConflictError, match="changed while its entries were being copied"):
         client.rereplicate(ledger_id, PASSWORD)
     assert store.read_ledger(ledger_id).value == race.theirs and len(race.attempts) == 1
+
+
+# --- delete ---------------------------------------------------------------------------------------------
+
+
+def test_delete_after_the_ledger_changed_checks_the_new_version_and_deletes_it(client, store):
+    created = new_ledger(store)
+    ledger_id = created.value.ledger_id
+    expected, real_delete = [], store.delete_ledger
+
+    def closed_first(target, expected_version=None):
+        expected.append(expected_version)
+        if len(expected) == 1:
+            stored = store.inner.read_ledger(ledger_id)
+            store.inner.write_ledger(ledger_rules.close_metadata(stored.value, -1, 0), stored.version)
+        return real_delete(target, expected_version)
+    store.delete_ledger = closed_first
+    client.delete_ledger(ledger_id, PASSWORD)
+    assert expected == [0, 1] and ledger_id not in client.list_ledgers()
