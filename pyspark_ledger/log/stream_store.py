@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pyspark_ledger.errors import MetadataExistsError, NoSuchKeyError
+from pyspark_ledger.errors import MetadataError, MetadataExistsError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import STREAMS_ROOT, StreamRecord, decode, encode, stream_key
 from pyspark_ledger.metadata.store import MetadataStore, Versioned
 from pyspark_ledger.metadata.update_loop import RetryPolicy, update_loop
@@ -41,12 +41,18 @@ def create_stream_record(store: MetadataStore, record: StreamRecord) -> Versione
     return Versioned(record, version)
 
 
+class _TransitionConflict(Exception):
+    """Carries a MetadataVersionConflictError the transition itself raised (e.g. "another writer added a
+    ledger") through the loop, so that it is not taken for the loop's own running out of attempts."""
+
+
 def update_stream(store: MetadataStore, name: str, transition: Transition,
                   policy: RetryPolicy = STREAM_RETRY) -> tuple[Versioned[StreamRecord], bool]:
     """Apply ``transition`` by CAS until it sticks: (the stored record, whether it changed).
 
-    ``transition`` returning None means "nothing to change"; its exceptions propagate.
-    MetadataVersionConflictError when ``policy``'s attempts run out.
+    ``transition`` returning None means "nothing to change"; its exceptions propagate (its
+    MetadataVersionConflictError means what it says: the callers retry their whole operation). When
+    ``policy``'s attempts run out: MetadataError (too many writers of the record; not a conflict of theirs).
     """
     def compare_and_set(after: StreamRecord, version: int) -> int:
         try:
@@ -54,8 +60,19 @@ def update_stream(store: MetadataStore, name: str, transition: Transition,
         except NoSuchKeyError as exc:
             raise NoSuchKeyError(f"stream {name!r} was deleted while it was being changed") from exc
 
-    updated = update_loop(f"stream {name!r}", lambda: read_stream(store, name), compare_and_set,
-                          needs_update=lambda _: True, transform=transition, policy=policy)
+    def transform(record: StreamRecord) -> StreamRecord | None:
+        try:
+            return transition(record)
+        except MetadataVersionConflictError as exc:
+            raise _TransitionConflict(exc) from exc
+
+    try:
+        updated = update_loop(f"stream {name!r}", lambda: read_stream(store, name), compare_and_set,
+                              needs_update=lambda _: True, transform=transform, policy=policy)
+    except _TransitionConflict as wrapped:
+        raise wrapped.args[0] from None
+    except MetadataVersionConflictError as exc:
+        raise MetadataError(str(exc)) from exc
     return updated.stored, updated.written
 
 

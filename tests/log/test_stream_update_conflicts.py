@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import MetadataVersionConflictError, NoSuchKeyError
+from pyspark_ledger.errors import MetadataError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.log import log_transitions as t
 from pyspark_ledger.log.log_metadata import Replication, encode, stream_key
 from pyspark_ledger.log.stream_store import create_stream_record, read_stream, update_stream
@@ -53,8 +53,9 @@ def test_a_change_that_lost_to_another_is_applied_again_on_the_new_record(store)
 
 def test_another_writer_adding_to_the_same_log_stops_this_one_without_a_write(store):
     expected = another_writer_first(store, add(0, 20))
-    with pytest.raises(MetadataVersionConflictError, match="another writer added a ledger"):
+    with pytest.raises(MetadataVersionConflictError, match="another writer added a ledger") as raised:
         update_stream(store, NAME, lambda record: t.add_ledger(record, 0, 10, 0)[0])
+    assert raised.value.__cause__ is None  # the transition's own error, as it raised it
     assert expected == [0] and read_stream(store, NAME).value.partition(0).ledger_ids == (20,)
 
 
@@ -69,8 +70,9 @@ def test_retries_run_out_with_an_error_naming_the_stream(store):
     expected = another_writer_first(store, lambda record: t.stamp_sealed(record, 0, {}), times=10)
     slept: list[float] = []
     policy = RetryPolicy(attempts=3, backoff_base_s=0.001, backoff_cap_s=0.002, sleep=slept.append)
-    with pytest.raises(MetadataVersionConflictError, match="stream 'clicks' lost 3 compare-and-sets"):
+    with pytest.raises(MetadataError, match="stream 'clicks' lost 3 compare-and-sets") as raised:
         update_stream(store, NAME, add(0, 10), policy)
+    assert not isinstance(raised.value, MetadataVersionConflictError)  # callers retry on those: not on this
     assert expected == [0, 1, 2] and len(slept) == 2 and all(0.0005 <= pause <= 0.002 for pause in slept)
     assert read_stream(store, NAME).value.partition(0).ledger_ids == ()
 
