@@ -47,6 +47,7 @@ from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ensemble_change import change_ensemble
 from pyspark_ledger.client.explicit_lac import LacFlusher
 from pyspark_ledger.client.metadata_ops import close_ledger
+from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
@@ -224,7 +225,7 @@ class LedgerWriter:
                 self._events.run(lambda: None)  # its outcome may still be queued
                 current, lac, length = self._current, self._tracker.last_add_confirmed, self._tracker.length
             self._events.drain()
-            self._current = close_ledger(self._ctx.store, current, lac, length, self._ctx.config.metadata_retries)
+            self._current = close_ledger(self._ctx.store, current, lac, length, retry_policy(self._ctx.config))
         log.debug("ledger %d closed at entry %d", self.ledger_id, lac)
 
     # --- sending and answers (lock held) --------------------------------------------
