@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,25 @@ def git_state() -> dict:
             "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+def stop_group(process: subprocess.Popen) -> None:
+    """End a benchmark that did not finish and every process it started (bookies, servers, Spark):
+    SIGTERM to its process group, SIGKILL to what is left after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; what it started may not be
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(1)
+
+
 def run_one(benchmark: Benchmark, quick: bool, directory: Path, repetition: int) -> dict:
     """One run of one benchmark as a child process; its JSON, or why there is none."""
     started_load, started = loads(), time.perf_counter()
@@ -66,12 +86,17 @@ def run_one(benchmark: Benchmark, quick: bool, directory: Path, repetition: int)
         return {**record, "skipped": f"{benchmark.script} is not in this checkout"}
     out = directory / f"{benchmark.name}-{repetition}.json"
     command = [sys.executable, str(benchmark.path), *benchmark.arguments(quick), "--out", str(out)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # its own process group: see stop_group
     try:
-        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              timeout=benchmark.timeout_s)
-        failure = None if done.returncode == 0 else f"exit status {done.returncode}: {done.stderr[-1500:]}"
-    except subprocess.TimeoutExpired as expired:  # subprocess.run killed the child
-        failure = f"timed out after {benchmark.timeout_s} s: {(expired.stderr or b'')[-1500:]!r}"
+        _, stderr = process.communicate(timeout=benchmark.timeout_s)
+        failure = None if process.returncode == 0 else f"exit status {process.returncode}: {stderr[-1500:]}"
+    except subprocess.TimeoutExpired:
+        stop_group(process)
+        failure = f"timed out after {benchmark.timeout_s} s"
+    except BaseException:  # Ctrl-C: no benchmark process outlives the runner
+        stop_group(process)
+        raise
     record.update(seconds=round(time.perf_counter() - started, 1), load_average_after=loads())
     if failure is None and out.exists():
         record["result"] = json.loads(out.read_text())

@@ -126,3 +126,25 @@ def test_a_missing_optional_script_is_skipped_and_a_missing_required_one_fails(t
     assert runner.run_one(optional, True, tmp_path, 0)["skipped"] == "not-written-yet.py is not in this checkout"
     required = Benchmark("needed", "not-written-yet.py", ())
     assert "does not exist" in runner.run_one(required, True, tmp_path, 0)["error"]
+
+
+def test_a_benchmark_over_its_time_is_stopped_with_every_process_it_started(tmp_path):
+    script = tmp_path / "hangs.py"
+    pid_file = tmp_path / "child.pid"
+    script.write_text("import subprocess, sys, time\n"
+                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                      f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+                      "time.sleep(120)\n")
+    hangs = Benchmark("hangs", str(script), (), timeout_s=3.0)  # an absolute script path stays as it is
+    outcome = runner.run_one(hangs, True, tmp_path, 0)
+    assert outcome["error"] == "timed out after 3.0 s" and "result" not in outcome
+    assert not alive(int(pid_file.read_text()))
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
