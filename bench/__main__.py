@@ -5,10 +5,12 @@ and ``python -m bench --report-only [--update-readme]`` (tables, plots and READM
 
 Each benchmark (``bench/registry.py``) runs as its own process (``python bench/<script> ... --out FILE``),
 one after the other; ours and its peer alternate (replication, NATS JetStream, replication, ...).
-``--quick`` runs each once with short runs (a few minutes in all: a smoke run, not a measurement); the
-full mode repeats the pairs and the bookie benchmark 3 times and reports median and range. The results
-file keeps every JSON document the benchmarks wrote, with the machine, the load averages before and after
-each run and the whole session, the git commit and the date. A benchmark that fails is recorded with its
+``--only NAME ...`` runs some of them and replaces their records in an existing results file of the same
+mode (the file lists such reruns). ``--quick`` runs each once with short runs (a few minutes in all on a
+quiet machine: a smoke run, not a measurement); the full mode repeats the pairs and the bookie benchmark
+3 times and reports median and range. The results file keeps every JSON document the benchmarks wrote,
+with the machine, the load averages before and after each run and the whole session, the git commit and
+the date. A benchmark that fails is recorded with its
 error and the others still run; the exit status is 1 then.
 """
 from __future__ import annotations
@@ -34,6 +36,10 @@ RESULTS = HERE / "results"
 
 def loads() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def machine() -> dict:
@@ -79,7 +85,8 @@ def stop_group(process: subprocess.Popen) -> None:
 def run_one(benchmark: Benchmark, quick: bool, directory: Path, repetition: int) -> dict:
     """One run of one benchmark as a child process; its JSON, or why there is none."""
     started_load, started = loads(), time.perf_counter()
-    record = {"repetition": repetition, "arguments": list(benchmark.arguments(quick)), "load_average_before": started_load}
+    record = {"repetition": repetition, "arguments": list(benchmark.arguments(quick)), "started": now(),
+              "load_average_before": started_load}
     if not benchmark.path.exists():
         if not benchmark.optional:
             return {**record, "error": f"{benchmark.path} does not exist"}
@@ -109,7 +116,7 @@ def run_one(benchmark: Benchmark, quick: bool, directory: Path, repetition: int)
 
 def run_all(benchmarks: list[Benchmark], quick: bool) -> dict:
     session = {"schema": 1, "mode": "quick" if quick else "full",
-               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "date": now(),
                "git": git_state(), "machine": machine(), "load_average_before": loads(),
                "note": ("quick: short runs, each once -- a smoke run, not a measurement" if quick else
                         "full: pairs interleaved, repeated; median and range"),
@@ -128,6 +135,16 @@ def run_all(benchmarks: list[Benchmark], quick: bool) -> dict:
     return session
 
 
+def merge(previous: dict, session: dict) -> dict:
+    """``previous`` with the benchmarks of ``session`` (a run with --only) replacing its records of them."""
+    merged = {**previous, "benchmarks": {**previous.get("benchmarks", {}), **session["benchmarks"]}}
+    merged["load_average_after"] = session["load_average_after"]
+    merged["reruns"] = previous.get("reruns", []) + [
+        {"benchmarks": sorted(session["benchmarks"]), "date": session["date"], "git": session["git"],
+         "load_average_before": session["load_average_before"], "load_average_after": session["load_average_after"]}]
+    return merged
+
+
 def write_outputs(session: dict, results: Path, update_readme: bool) -> None:
     results.mkdir(parents=True, exist_ok=True)
     tables = report.build_tables(session)
@@ -143,7 +160,8 @@ def write_outputs(session: dict, results: Path, update_readme: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs, each once (a few minutes; a smoke run)")
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="run only these benchmarks; their records replace theirs in an existing latest.json")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"where to write (default {RESULTS})")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: tables and plots from the existing latest.json")
@@ -161,7 +179,14 @@ def main(argv: list[str] | None = None) -> int:
             benchmarks = by_name(args.only)
         except ValueError as error:
             parser.error(str(error))
+        previous = json.loads(latest.read_text()) if args.only and latest.exists() else None
+        mode = "quick" if args.quick else "full"
+        if previous is not None and previous.get("mode") != mode:
+            parser.error(f"--only in {mode} mode cannot update {latest}, a results file of {previous.get('mode')} "
+                         "mode: run them all, or give --results another directory")
         session = run_all(benchmarks, args.quick)
+        if previous is not None:  # the other benchmarks keep their records
+            session = merge(previous, session)
         args.results.mkdir(parents=True, exist_ok=True)
         latest.write_text(json.dumps(session, indent=1) + "\n")
         print(f"[bench] wrote {latest}", file=sys.stderr)

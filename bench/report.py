@@ -31,6 +31,7 @@ class Table:
     ratios: list[tuple[str, str, str]]  # (numerator key, denominator key, header)
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sources: tuple[str, ...] = ()  # the benchmarks whose runs fill it
 
 
 # --- reading the results --------------------------------------------------------------------------------
@@ -74,7 +75,8 @@ def problems(session: dict, name: str) -> list[str]:
         if "skipped" in record:
             reasons.append(f"`{name}` skipped: {record['skipped']}")
         elif "error" in record:
-            reasons.append(f"`{name}` failed: {record['error'].strip().splitlines()[-1] if record['error'].strip() else ''}")
+            last = (record["error"].strip().splitlines() or [""])[-1]
+            reasons.append(f"`{name}` failed: {last}")
     return sorted(set(reasons))
 
 
@@ -84,7 +86,8 @@ def append_table(session: dict) -> Table:
     table = Table("replication", "Appends: 3 bookies (E=Qw=3, Qa=2) beside NATS JetStream R3 and the limits",
                   {"ours": "ours: 3 bookies, `LedgerClient`", "nats": "NATS JetStream, 3 replicas, file storage",
                    "fsync": "limit: 3 files fsync'd", "fanout": "limit: gRPC fan-out to 3 no-op servers"},
-                  [("ours", "nats", "ours ÷ NATS"), ("ours", "fanout", "ours ÷ fan-out")])
+                  [("ours", "nats", "ours ÷ NATS"), ("ours", "fanout", "ours ÷ fan-out")],
+                  sources=("replication", "nats_jetstream"))
     paced = "paced_1KiB_1000_per_s"
     for label, unit, run_key, metric in (("1 KiB appends, 2,000 in flight", "entries/s", "1KiB", "entries_per_s"),
                                          ("1 MiB appends, 8 in flight", "MB/s", "1MiB", "mb_per_s")):
@@ -109,7 +112,8 @@ def bookie_table(session: dict) -> Table:
     docs = documents(session, "bookie")
     table = Table("bookie", "One bookie: streamed adds beside the raw limits of the same disk",
                   {"ours": "one bookie", "disk": "raw limit of the same disk, same run"},
-                  [("ours", "disk", "ours ÷ disk")])
+                  [("ours", "disk", "ours ÷ disk")],
+                  sources=("bookie",))
     table.rows.append(Row("1 KiB adds, 4 streams × 1,000 in flight (disk: 4 KiB fsyncs/s)", "entries/s",
                           {"ours": gather(docs, "adds_1kib.entries_per_s"),
                            "disk": gather(docs, "raw_disk.fsync_4k.fsyncs_per_s")}))
@@ -135,7 +139,8 @@ def spark_table(session: dict) -> Table:
     table = Table("spark_io", "Spark batch I/O: `format(\"ledger\")` beside parquet and an in-memory Arrow source",
                   {"ledger": "`ledger` (3 bookies, E=Qw=3, Qa=2)", "parquet": "parquet",
                    "arrow": "in-memory Arrow source"},
-                  [("ledger", "parquet", "ledger ÷ parquet"), ("ledger", "arrow", "ledger ÷ in-memory")])
+                  [("ledger", "parquet", "ledger ÷ parquet"), ("ledger", "arrow", "ledger ÷ in-memory")],
+                  sources=("spark_io",))
     rows = sorted({document["rows"] for document in docs if "rows" in document})
     size = f" of {', '.join(f'{count:,}' for count in rows)} rows" if rows else ""
     table.rows.append(Row(f"write{size}", "s", {key: gather(docs, f"{source}.write.seconds") for key, source in
@@ -151,10 +156,12 @@ def spark_table(session: dict) -> Table:
 def tls_table(session: dict) -> Table:
     docs = documents(session, "tls")
     table = Table("tls", "What mutual TLS costs: the same work on a plaintext and an mTLS cluster, interleaved",
-                  {"plaintext": "plaintext", "mtls": "mutual TLS"}, [("mtls", "plaintext", "mTLS ÷ plaintext")])
-    for label, unit, path, metric in (("1 KiB appends, 4,000 in flight", "entries/s", "sizes.1KiB.runs", "entries_per_s"),
-                                      ("1 MiB appends, 32 in flight", "MB/s", "sizes.1MiB.runs", "mb_per_s"),
-                                      ("Spark batch read", "rows/s", "spark_read.runs", "rows_per_s")):
+                  {"plaintext": "plaintext", "mtls": "mutual TLS"}, [("mtls", "plaintext", "mTLS ÷ plaintext")],
+                  sources=("tls",))
+    for label, unit, path, metric in (
+            ("1 KiB appends, 4,000 in flight", "entries/s", "sizes.1KiB.runs", "entries_per_s"),
+            ("1 MiB appends, 32 in flight", "MB/s", "sizes.1MiB.runs", "mb_per_s"),
+            ("Spark batch read", "rows/s", "spark_read.runs", "rows_per_s")):
         table.rows.append(Row(label, unit, {transport: gather(docs, f"{path}.{transport}", metric)
                                             for transport in ("plaintext", "mtls")}))
     table.notes += problems(session, "tls")
@@ -165,7 +172,8 @@ def striped_table(session: dict) -> Table:
     docs = documents(session, "striped_reads")
     table = Table("striped_reads", "Reads of striped ledgers (5 bookies) beside a ledger every bookie stores",
                   {"E3-Qw3": "E=Qw=3", "E5-Qw3": "E=5, Qw=3", "E3-Qw2": "E=3, Qw=2"},
-                  [("E5-Qw3", "E3-Qw3", "E=5/Qw=3 ÷ E=Qw=3"), ("E3-Qw2", "E3-Qw3", "E=3/Qw=2 ÷ E=Qw=3")])
+                  [("E5-Qw3", "E3-Qw3", "E=5/Qw=3 ÷ E=Qw=3"), ("E3-Qw2", "E3-Qw3", "E=3/Qw=2 ÷ E=Qw=3")],
+                  sources=("striped_reads",))
     for mode, label in (("speculative_reads", "whole-ledger reads, speculative reads on"),
                         ("no_speculative_reads", "whole-ledger reads, speculative reads off")):
         table.rows.append(Row(label, "entries/s", {key: gather(docs, f"modes.{mode}.entries_per_s.{key}.runs")
@@ -220,26 +228,35 @@ def markdown_table(table: Table) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
     for row in table.rows:
         direction = "lower is better" if row.lower_is_better else "higher is better"
-        cells = [f"{row.label} ({row.unit}; {direction})", *(cell_text(row.cells.get(key, [])) for key in table.columns),
+        cells = [f"{row.label} ({row.unit}; {direction})",
+                 *(cell_text(row.cells.get(key, [])) for key in table.columns),
                  *(ratio_text(row, top, bottom) for top, bottom, _ in table.ratios)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def provenance(session: dict) -> str:
-    """One line: which run the figures come from, and how loaded the machine was."""
+def provenance(session: dict, sources: tuple[str, ...] = ()) -> str:
+    """Which run the figures come from, and how loaded the machine was during the runs of ``sources``."""
     git, machine = session.get("git", {}), session.get("machine", {})
-    before, after = session.get("load_average_before") or ["?"], session.get("load_average_after") or ["?"]
-    commit = (git.get("commit") or "unknown")[:10]
-    return (f"`python -m bench{' --quick' if session.get('mode') == 'quick' else ''}`, {session.get('date', '?')}, "
-            f"commit {commit}, {machine.get('cpus', '?')} cores, load average {before[0]} at the start and "
-            f"{after[0]} at the end ({session.get('note', session.get('mode', '?'))})")
+    records = [record for name in sources for record in session.get("benchmarks", {}).get(name, [])]
+    loads = [record[key][0] for record in records for key in ("load_average_before", "load_average_after")
+             if record.get(key)]
+    if loads:
+        load = f"load average {min(loads)}–{max(loads)} over its runs"
+    else:
+        load = f"load average {(session.get('load_average_before') or ['?'])[0]} at the start"
+    text = (f"`python -m bench{' --quick' if session.get('mode') == 'quick' else ''}` of {session.get('date', '?')}, "
+            f"commit {(git.get('commit') or 'unknown')[:10]}, {machine.get('cpus', '?')} cores, {load}")
+    for rerun in session.get("reruns", []):
+        if set(rerun.get("benchmarks", ())) & set(sources):
+            text += f"; {', '.join(rerun['benchmarks'])} rerun {rerun.get('date', '?')}"
+    return f"{text} ({session.get('note', session.get('mode', '?'))})"
 
 
 def table_block(session: dict, table: Table) -> str:
     """A table as the README and latest.md show it: provenance, the table, its notes."""
-    parts = [f"*{table.title}.* Generated from `bench/results/latest.json`: {provenance(session)}.", "",
-             markdown_table(table)]
+    parts = [f"*{table.title}.* Generated from `bench/results/latest.json`: {provenance(session, table.sources)}.",
+             "", markdown_table(table)]
     if table.notes:
         parts += [""] + [f"- {note}" for note in table.notes]
     return "\n".join(parts)
@@ -254,7 +271,8 @@ def markdown_document(session: dict, tables: dict[str, Table]) -> str:
              "the same run.", ""]
     for table in tables.values():
         lines += [f"## {table.name}", "", table_block(session, table), ""]
-    lines += ["## Runs", "", "| benchmark | run | seconds | load before → after | status |", "| --- | --- | --- | --- | --- |"]
+    lines += ["## Runs", "", "| benchmark | run | seconds | load before → after | status |",
+              "| --- | --- | --- | --- | --- |"]
     for name, records in session.get("benchmarks", {}).items():
         for record in records:
             status = "skipped" if "skipped" in record else "failed" if "error" in record else "ok"
