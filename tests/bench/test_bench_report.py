@@ -1,0 +1,165 @@
+"""``python -m bench``'s report side, from a small fixed results document (no benchmark runs here): the
+tables and their ratios, latest.md, the PNG plots, the README's generated tables, and the run order."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import plots, readme, report
+from bench import __main__ as runner
+from bench.registry import BENCHMARKS, Benchmark, by_name, schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def replication_doc(rate: float, fanout: float) -> dict:
+    return {"benchmark": "replication",
+            "runs": {"1KiB": {"entries_per_s": rate}, "1MiB": {"mb_per_s": 150.0},
+                     "paced_1KiB_1000_per_s": {"p50_ms": 2.0, "p99_ms": 9.0}},
+            "limits": {"1KiB": {"fsync": {"entries_per_s": 100_000}, "grpc_fanout": {"entries_per_s": fanout}},
+                       "1MiB": {"fsync": {"mb_per_s": 200.0}, "grpc_fanout": {"mb_per_s": 300.0}},
+                       "paced_1KiB_1000_per_s": {"grpc_fanout": {"p50_ms_to_second_ack": 1.0,
+                                                                 "p99_ms_to_second_ack": 4.5}}}}
+
+
+def nats_doc(rate: float) -> dict:
+    return {"benchmark": "nats_jetstream", "nats_server_version": "v2.9.10",
+            "ack_semantics": "acks from the page cache",
+            "runs": {"1KiB": {"entries_per_s": rate}, "1MiB": {"mb_per_s": 75.0},
+                     "paced_1KiB_1000_per_s": {"p50_ms": 1.0, "p99_ms": 3.0}}}
+
+
+def record(document: dict, repetition: int = 0) -> dict:
+    return {"repetition": repetition, "seconds": 10.0, "load_average_before": [1.0, 1.0, 1.0],
+            "load_average_after": [2.0, 1.0, 1.0], "result": document}
+
+
+def session() -> dict:
+    """Three interleaved pairs of ours and NATS, a skipped benchmark and a failed one."""
+    return {"schema": 1, "mode": "full", "date": "2026-11-25T22:00:00+00:00", "note": "full: a fixed example",
+            "git": {"commit": "0123456789abcdef"}, "machine": {"cpus": 2},
+            "load_average_before": [1.5, 1.0, 1.0], "load_average_after": [2.5, 1.0, 1.0],
+            "benchmarks": {
+                "replication": [record(replication_doc(rate, fanout), index) for index, (rate, fanout) in
+                                enumerate(((10_000, 20_000), (12_000, 20_000), (9_000, 30_000)))],
+                "nats_jetstream": [record(nats_doc(rate), index) for index, rate in enumerate((5_000, 8_000, 3_000))],
+                "tls": [{"repetition": 0, "error": "exit status 1: Traceback ...\nRuntimeError: boom"}],
+                "striped_reads": [{"repetition": 0, "skipped": "striped_reads.py is not in this checkout"}]}}
+
+
+def test_cells_hold_every_repeat_and_ratios_pair_the_runs_of_the_same_turn():
+    table = report.build_tables(session())["replication"]
+    small = table.rows[0]
+    assert small.cells["ours"] == [10_000, 12_000, 9_000] and small.cells["nats"] == [5_000, 8_000, 3_000]
+    assert report.cell_text(small.cells["ours"]) == "10,000 (9,000–12,000)"
+    # paired: 10/5, 12/8, 9/3 -> median 2.0 (the ratio of the medians would be 10/5 = 2.0 too: check fan-out)
+    assert report.ratio(small.cells["ours"], small.cells["nats"]) == pytest.approx(2.0)
+    assert report.ratio(small.cells["ours"], small.cells["fanout"]) == pytest.approx(0.5)  # .5, .6, .3
+    assert report.ratio([1.0, 2.0], [1.0]) == pytest.approx(1.5)  # unpaired: ratio of the medians
+    assert report.ratio([], [1.0]) is None
+    paced_p99 = table.rows[3]
+    assert paced_p99.lower_is_better and paced_p99.cells["fanout"] == [4.5, 4.5, 4.5] and paced_p99.cells["fsync"] == []
+
+
+def test_markdown_names_the_run_its_load_and_what_is_missing_and_why():
+    data = session()
+    tables = report.build_tables(data)
+    block = report.table_block(data, tables["replication"])
+    assert "commit 0123456789" in block and "load average 1.0–2.0 over its runs (full: a fixed example)" in block
+    assert "| 1 KiB appends, 2,000 in flight (entries/s; higher is better) | 10,000 (9,000–12,000) | " \
+           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | 2.00 | 0.50 |" in block
+    assert "NATS: nats-server v2.9.10. acks from the page cache" in block
+    tls = report.table_block(data, tables["tls"])
+    assert "`tls` failed: RuntimeError: boom" in tls and "| — | — | — |" in tls
+    assert "`striped_reads` skipped: striped_reads.py is not in this checkout" in \
+        report.table_block(data, tables["striped_reads"])
+    assert "`bookie` was not run in this session." in report.table_block(data, tables["bookie"])
+    document = report.markdown_document(data, tables)
+    assert "| replication | 3 | 10.0 | 1.0 → 2.0 | ok |" in document
+    assert "| tls | 1 | — | ? → ? | failed |" in document
+
+
+def test_plots_are_pngs_and_tables_without_figures_get_none(tmp_path):
+    written = plots.write_plots(report.build_tables(session()), tmp_path)
+    assert [path.name for path in written] == ["replication.png"]
+    assert written[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written[0].stat().st_size > 5_000
+
+
+def test_readme_blocks_are_replaced_and_the_prose_around_them_kept():
+    text = ("Prose before.\n<!-- bench-table:bookie -->\nold table\n<!-- /bench-table:bookie -->\n"
+            "Prose between.\n<!-- bench-table:replication -->\n<!-- /bench-table:replication -->\nProse after.\n")
+    data = session()
+    fresh = readme.regenerate(text, data)
+    tables = report.build_tables(data)
+    assert fresh == ("Prose before.\n<!-- bench-table:bookie -->\n" + report.table_block(data, tables["bookie"])
+                     + "\n<!-- /bench-table:bookie -->\nProse between.\n<!-- bench-table:replication -->\n"
+                     + report.table_block(data, tables["replication"]) + "\n<!-- /bench-table:replication -->\n"
+                     "Prose after.\n")
+    assert readme.regenerate(fresh, data) == fresh
+    with pytest.raises(ValueError, match="bench-table:nope names no table"):
+        readme.regenerate("<!-- bench-table:nope -->\n<!-- /bench-table:nope -->", data)
+
+
+def test_the_readme_tables_are_the_ones_generated_from_the_committed_results():
+    text = (ROOT / "README.md").read_text()
+    names = {match.group("name") for match in readme.BLOCK.finditer(text)}
+    assert {"replication", "bookie", "spark_io", "tls"} <= names, "README.md lost a generated benchmark table"
+    committed = json.loads((ROOT / "bench" / "results" / "latest.json").read_text())
+    assert readme.regenerate(text, committed) == text, \
+        "README.md's benchmark tables were edited by hand or the results changed: run python -m bench.readme"
+
+
+def test_pairs_run_interleaved_and_quick_runs_everything_once():
+    full = [(benchmark.name, repetition) for benchmark, repetition in schedule(list(BENCHMARKS), quick=False)]
+    assert full[:6] == [("replication", 0), ("nats_jetstream", 0), ("replication", 1), ("nats_jetstream", 1),
+                        ("replication", 2), ("nats_jetstream", 2)]
+    assert full[6:9] == [("bookie", 0), ("bookie", 1), ("bookie", 2)]
+    quick = [benchmark.name for benchmark, _ in schedule(list(BENCHMARKS), quick=True)]
+    assert quick == [benchmark.name for benchmark in BENCHMARKS]
+    assert [b.name for b in by_name(["nats_jetstream"])] == ["nats_jetstream"]
+    with pytest.raises(ValueError, match="unknown benchmark.*nope.*--only takes: replication"):
+        by_name(["nope"])
+
+
+def test_a_missing_optional_script_is_skipped_and_a_missing_required_one_fails(tmp_path):
+    optional = Benchmark("later", "not-written-yet.py", (), optional=True)
+    assert runner.run_one(optional, True, tmp_path, 0)["skipped"] == "not-written-yet.py is not in this checkout"
+    required = Benchmark("needed", "not-written-yet.py", ())
+    assert "does not exist" in runner.run_one(required, True, tmp_path, 0)["error"]
+
+
+def test_a_benchmark_over_its_time_is_stopped_with_every_process_it_started(tmp_path):
+    script = tmp_path / "hangs.py"
+    pid_file = tmp_path / "child.pid"
+    script.write_text("import subprocess, sys, time\n"
+                      "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                      f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+                      "time.sleep(120)\n")
+    hangs = Benchmark("hangs", str(script), (), timeout_s=3.0)  # an absolute script path stays as it is
+    outcome = runner.run_one(hangs, True, tmp_path, 0)
+    assert outcome["error"] == "timed out after 3.0 s" and "result" not in outcome
+    assert not alive(int(pid_file.read_text()))
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_rerun_of_some_benchmarks_replaces_only_their_records_and_says_so():
+    previous = session()
+    again = {"mode": "full", "date": "2026-11-25T23:00:00+00:00", "git": {"commit": "fedcba"},
+             "load_average_before": [3.0, 1.0, 1.0], "load_average_after": [4.0, 1.0, 1.0],
+             "benchmarks": {"tls": [record({"benchmark": "tls", "sizes": {}})]}}
+    merged = runner.merge(previous, again)
+    assert merged["benchmarks"]["replication"] == previous["benchmarks"]["replication"]
+    assert "error" not in merged["benchmarks"]["tls"][0] and merged["reruns"][0]["benchmarks"] == ["tls"]
+    tables = report.build_tables(merged)
+    assert "tls rerun 2026-11-25T23:00:00+00:00" in report.table_block(merged, tables["tls"])
+    assert "rerun" not in report.table_block(merged, tables["replication"])
