@@ -1,4 +1,4 @@
-"""The bookie cookie: ties a bookie id to one data directory (TEST-MATRIX B3).
+"""The bookie cookie: ties a bookie id to one data directory (docs/protocol.md B3).
 
 On first start the bookie writes a cookie (bookie id + random instance id)
 into its data dir and under the metadata key ``cookies/<bookie_id>``. Later

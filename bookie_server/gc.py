@@ -12,8 +12,8 @@ Every ``interval_s`` a pass
      mistaken for garbage);
   2. deletes locally every ledger absent from the listing in this pass and
      the previous one (``gc_rules.LedgerSuspects``: a stale listing or an
-     unknown ledger fenced here (F4) gets one more interval); if the
-     listing fails, nothing is deleted;
+     unknown ledger fenced here (docs/protocol.md F4) gets one more
+     interval); if the listing fails, nothing is deleted;
   3. with ``overreplicated_wait_s``, and at most 8 times per wait
      (``gc_rules.overreplication_scan_due``), reads the metadata of the other
      local ledgers and deletes those CLOSED without naming this bookie for

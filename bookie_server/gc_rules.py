@@ -6,7 +6,7 @@ Which ledgers. A ledger's metadata is created before any add reaches a
 bookie, so a ledger the bookie holds and the metadata store does not list
 was deleted, with two exceptions: the listing may be stale (a ZooKeeper
 follower behind the leader, a listing that raced a creation) and a fence
-of a ledger the bookie never saw creates local state (F4). Two rules
+of a ledger the bookie never saw creates local state (docs/protocol.md F4). Two rules
 cover both: the local ledgers are read *before* the store is listed (so a
 ledger created after the listing began is not a candidate), and a ledger
 is deleted only when it was local and absent from the listing in two

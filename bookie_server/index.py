@@ -13,12 +13,12 @@ comes from ``page_arena``, so it costs memory only where it is written: 4 KiB
 for a new ledger's first entries, not 16); updates only touch the cache. A
 checkpoint lists the dirty pages (``dirty_keys``), then, a chunk at a time,
 copies them (``copy_pages``), writes and fsyncs them (``write_pages``, no
-lock needed; up to ``WRITE_THREADS`` ledgers' files at once), then
+lock needed; many ledgers' files at once, see ``index_writes``), then
 ``mark_clean``. Only
 clean pages are evicted; when dirty pages fill the cache, ``over_capacity``
 asks the owner for an early checkpoint. The add path (``put``) is what it was:
 one 16-byte pack into a cached page; slot checksums are computed when a page
-is written (0.5-1 us a slot, on the checkpoint thread; for a page with few
+is written (on the checkpoint thread; for a page with few
 entries only theirs, the empty slots' come from a per-page-number template,
 see ``index_format.encode_record``) and checked when it is loaded. The directories of opened files stay in memory (tens of bytes per
 page record, i.e. per 1024 entries).
@@ -88,11 +88,8 @@ Not thread-safe except ``write_pages`` and ``remove_files``: the owner serialise
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
-from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
@@ -100,6 +97,7 @@ from bookie_server.entry_log import EntryLocation
 from bookie_server.files import fsync_dir
 from bookie_server.index_format import MEMORY_SLOT, PAGE_BYTES, PAGE_SHIFT, PAGE_SLOTS, SLOT_MASK, SLOT_SIZE
 from bookie_server.index_file import TORN_WRITE_ENV, LedgerFile, read_record, scan_file, write_ledger_file
+from bookie_server.index_writes import write_ledgers
 from bookie_server.page_arena import PageArena
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
@@ -109,9 +107,6 @@ log = logging.getLogger(__name__)
 _SLOT = MEMORY_SLOT
 INDEX_SUFFIX = ".idx"
 _WRITE_FAILURE = "cannot write its index file"
-_WHOLE_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # the disk's condition, not one ledger's
-#: ledgers whose index files a checkpoint writes at once (``write_pages``)
-WRITE_THREADS = 8
 
 
 class PageCopy(NamedTuple):
@@ -249,52 +244,8 @@ class LedgerIndex:
     def write_pages(self, copies: list[PageCopy]) -> dict[int, Exception]:
         """Write and fsync page copies to the index files; return the ledgers that failed (ledger -> error).
 
-        One ledger's failure does not stop the others'. Ledgers are written by up to ``WRITE_THREADS`` threads
-        at once (each ledger's file by one of them): a new ledger's file costs a directory, a temp file, a
-        rename and three fsyncs, each waiting for the disk, and the waits of many ledgers overlap (the fsyncs
-        share journal commits and cache flushes)."""
-        by_ledger: dict[int, list[PageCopy]] = defaultdict(list)
-        for copy in copies:
-            by_ledger[copy.ledger_id].append(copy)
-        new_parents: dict[Path, list[int]] = defaultdict(list)
-        failed: dict[int, Exception] = {}
-
-        def write(item: tuple[int, list[PageCopy]]) -> tuple[int, dict[Path, list[int]], Exception | None]:
-            ledger_id, pages = item
-            parents: dict[Path, list[int]] = defaultdict(list)
-            try:
-                self._write_ledger(ledger_id, pages, parents)
-            except (OSError, OverflowError, ValueError) as exc:
-                return ledger_id, parents, exc
-            return ledger_id, parents, None
-
-        whole_disk: OSError | None = None
-        for ledger_id, parents, exc in _map(write, by_ledger.items()):
-            for parent, ledger_ids in parents.items():
-                new_parents[parent].extend(ledger_ids)
-            if isinstance(exc, OSError) and exc.errno in _WHOLE_DISK_ERRORS:
-                whole_disk = whole_disk or exc  # not this ledger's: the checkpoint fails (no more adds)
-            elif exc is not None:
-                failed[ledger_id] = exc
-        if whole_disk is not None:
-            raise whole_disk
-
-        def sync(parent: Path) -> OSError | None:
-            try:
-                fsync_dir(parent)
-            except OSError as exc:
-                return exc
-            return None
-
-        for (parent, ledger_ids), exc in zip(new_parents.items(), _map(sync, new_parents)):
-            if exc is None:
-                continue
-            if exc.errno in _WHOLE_DISK_ERRORS:
-                whole_disk = whole_disk or exc
-            failed.update(dict.fromkeys(ledger_ids, exc))
-        if whole_disk is not None:
-            raise whole_disk
-        return failed
+        One ledger's failure does not stop the others'; a full or read-only disk raises (``index_writes``)."""
+        return write_ledgers(copies, self._write_ledger)
 
     def mark_clean(self, copies: list[PageCopy], failed: dict[int, Exception] | None = None) -> set[int]:
         """After ``write_pages``: pages not changed since their copy are clean (evictable); the ledgers that
@@ -488,12 +439,3 @@ class LedgerIndex:
         """Write one ledger's page copies (``index_file.write_ledger_file``; the seam tests inject faults at)."""
         write_ledger_file(self.index_path(ledger_id), ledger_id, pages, new_parents)
 
-
-def _map(function: Callable, items: Iterable) -> list:
-    """``function`` over ``items`` in up to ``WRITE_THREADS`` threads (in this one for a single item), results
-    in order; an exception other than those ``function`` returns is raised once every call has ended."""
-    items = list(items)
-    if len(items) <= 1:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(min(WRITE_THREADS, len(items)), thread_name_prefix="index-write") as pool:
-        return list(pool.map(function, items))

@@ -1,7 +1,7 @@
 """Who may create a ledger on this bookie: a first add or fence of a ledger it has no state for.
 
 Ledger ids are sequential, so anyone can guess the next ones. A bookie creates
-state for a ledger it has never seen on a first add, and (protocol rule F4: a
+state for a ledger it has never seen on a first add, and (docs/protocol.md F4: a
 recoverer must be able to fence a bookie the writer never reached) on a
 fence, keeping the key that came with it. Without a check, a caller who fences
 or adds the next ids first, with any key, locks the legitimate writer out

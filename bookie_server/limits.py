@@ -43,7 +43,7 @@ MAX_FENCE_WAIT_S = 30.0             # longest wait for a fence to become durable
 GRPC_MESSAGE_MARGIN = 1024 * 1024   # protobuf framing on top of entry bytes
 MAX_INT64 = 2**63 - 1
 #: What the bookie holds per admitted add besides its body (decoded request, tuples, journal record,
-#: futures, answer), charged to the in-flight byte budgets: measured ~600 bytes per tiny add.
+#: futures, answer), charged to the in-flight byte budgets (docs/measurements.md, "Per-add overhead on a bookie").
 ADD_OVERHEAD_BYTES = 640
 
 

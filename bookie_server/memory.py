@@ -4,21 +4,19 @@ A bookie moves entry bodies of up to megabytes through gRPC buffers, protobuf
 messages and Python bytes objects, several copies per entry. With glibc's
 defaults a freed megabyte goes back to the kernel (the top of a thread's heap
 is trimmed past 2× the mmap threshold; larger blocks are mmap'd and unmapped),
-so the next body faults every page in again, zero-filled. On this project's VMs
-(free memory reported back to the host) those first touches cost more than the
-copies themselves: measured with 1 MiB entries, the bookie's CPU per entry fell
-by about a quarter with the thresholds below. The price is that up to
+so the next body faults every page in again, zero-filled. On VMs that report
+free memory back to their host those first touches can cost more than the
+copies themselves, and the thresholds below save a good share of the bookie's
+CPU per large entry (figures: docs/measurements.md, "Bookie memory tuning").
+The price is that up to
 ``TRIM_THRESHOLD`` of free memory per malloc arena stays with the process, and
 glibc never shrinks a thread arena's heap below that, not even in
 ``malloc_trim`` (which trims only the main arena's top). glibc makes up to 8
-arenas per core, one for each new thread that finds the others busy: a
-bookie reading add streams on many threads kept ~15 MiB in each of 16 arenas
-(measured: 16 streams of 5 MB batches left 300 MiB that no trim gave back).
-So the number of arenas is capped at ``ARENA_MAX``: the same streams then leave
-132 MiB. The cap may cost some CPU where gRPC's own threads share an arena:
-the bookie's CPU per 1 KiB add was 12.5 µs capped against 10.7 µs uncapped
-(median of 3 alternating runs on a busy machine, ranges 11.0-15.9 and
-10.2-14.0); 1 MiB adds cost the same.
+arenas per core, one for each new thread that finds the others busy, so a
+bookie reading add streams on many threads keeps free memory in each of many
+arenas that no trim gives back. So the number of arenas is capped at
+``ARENA_MAX``, which more than halves what such streams leave behind, at some
+CPU for small adds where gRPC's own threads share an arena.
 
 ``keep_freed_memory()`` applies it once per process (glibc only; anything else,
 or thresholds already chosen through the environment, is left as it is).

@@ -232,7 +232,7 @@ class BookieStorage:
             return pb.IO_ERROR
         record = self._states.get(ledger_id)
         if record is None:
-            record = self._states.create(ledger_id, master_key)  # F4: an unknown ledger is created fenced
+            record = self._states.create(ledger_id, master_key)  # docs/protocol.md F4: created fenced
         elif not hmac.compare_digest(record.master_key, bytes(master_key)):
             return pb.UNAUTHORIZED
         self._states.fence(record)

@@ -1,6 +1,6 @@
 """Executing one ensemble change of a writer: choose replacements, CAS the new fragment, resolve conflicts.
 
-Seed 000 ("Writing to ledgers"): replace the failed bookies, start a new
+docs/protocol.md W2-W5: replace the failed bookies, start a new
 fragment at the first unconfirmed entry, write it with compare-and-set; on a
 conflict re-read the metadata and, per ``resolve_ensemble_change_conflict``,
 write again, accept what is stored, choose other replacements, or stop

@@ -7,7 +7,7 @@ entry, or -- speculatively -- when no answer came within
 ``speculative_read_delay_s``). A replica's answer is used from its first
 entry on for as long as the entries verify (digest, ledger and entry ids);
 the first corrupt one ends it, so the caller continues from there with a new
-fetch (L5). Payloads are copied out of the answer unless ``copy=False``
+fetch (docs/protocol.md L5). Payloads are copied out of the answer unless ``copy=False``
 (then they are read-only views into it). ``result`` is a Future of the verified ``LedgerEntry`` list, or
 fails with NoSuchEntryError (an explicit absence of a confirmed entry),
 CorruptEntryError (every replica corrupt) or BookieUnavailableError.

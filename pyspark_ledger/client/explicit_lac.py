@@ -1,9 +1,9 @@
 """Explicit LAC: a writer that went quiet tells its bookies the last add confirmed, for tailing readers.
 
 Every entry carries the writer's LAC of the moment it is sent, so a reader
-learns that entry N is confirmed only from entry N+1 (seed 000, "Reading from
-ledgers"). BookKeeper adds an explicit LAC for the last entry of a burst; so
-does this module. ``ExplicitLac`` is the rule, with the clock passed in: once
+learns that entry N is confirmed only from entry N+1 (docs/protocol.md L6).
+BookKeeper adds an explicit LAC for the last entry of a burst; so does this
+module. ``ExplicitLac`` is the rule, with the clock passed in: once
 the LAC has moved past what the last entry sent (or the last explicit write)
 told the bookies and no entry was sent for ``explicit_lac_interval_s``, the
 LAC is due. ``LacFlusher`` runs it for one writer: ``entry_sent`` and

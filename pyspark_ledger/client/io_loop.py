@@ -1,7 +1,7 @@
 """The client's network thread: one asyncio event loop that runs the add streams (grpc.aio) of its owner.
 
-Measured on the 2-core VMs this project runs on, waking a sleeping thread
-costs ~30 us of CPU and the synchronous gRPC API needs several wake-ups per
+Waking a sleeping thread costs CPU (docs/measurements.md, "One network
+thread per client"), and the synchronous gRPC API needs several wake-ups per
 streamed message (a request-consumer thread, a receiver thread and a channel
 spin thread per stream). Here one thread does the gRPC work of every stream
 of a ``GrpcTransport`` (or of a standalone ``BookieClient``): writers queue

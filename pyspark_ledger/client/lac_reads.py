@@ -2,7 +2,7 @@
 
 ``read_lac`` asks every bookie of the current fragment and lets
 ``protocol.reads.LacRead`` decide: the maximum LAC once the answers cover
-every write set, or a failure when they no longer can (L1, L2: a "no such
+every write set, or a failure when they no longer can (docs/protocol.md L1, L2: a "no such
 ledger" with another bookie down is never taken for an empty ledger).
 ``poll_lac`` long-polls the same bookies for a LAC above ``previous`` and
 returns as soon as one reports it (``read_rules.advance_lac``), or

@@ -49,7 +49,7 @@ def write(store: MetadataStore, before: LedgerMetadata, after: LedgerMetadata, v
 
 def close_ledger(store: MetadataStore, current: Versioned[LedgerMetadata], last_entry_id: int, length: int,
                  retries: int) -> Versioned[LedgerMetadata]:
-    """The writer's close (C1, C3): CLOSED at ``last_entry_id``; resolves every lost CAS."""
+    """The writer's close (docs/protocol.md C1, C3): CLOSED at ``last_entry_id``; resolves every lost CAS."""
     stored = current
     target = close_metadata(stored.value, last_entry_id, length) if stored.value.state == OPEN else None
     for _ in range(retries):
@@ -75,7 +75,7 @@ def close_error(stored: LedgerMetadata, resolution: Resolution) -> Exception:
 
 
 def start_recovery(store: MetadataStore, ledger_id: int, retries: int) -> Versioned[LedgerMetadata]:
-    """Seed 004 step 1: OPEN -> IN_RECOVERY by CAS; returns the stored metadata to recover from
+    """Recovery's first step (F1): OPEN -> IN_RECOVERY by CAS; returns the stored metadata to recover from
     (already IN_RECOVERY: as is; CLOSED: nothing to recover)."""
     stored = store.read_ledger(ledger_id)
     for _ in range(retries):

@@ -1,6 +1,6 @@
 """Executing ledger recovery: mark IN_RECOVERY, then run ``protocol.recovery.LedgerRecovery``.
 
-The state machine decides everything (seeds 000/003/004): this module marks
+The state machine decides everything (docs/protocol.md R1-R8): this module marks
 the ledger IN_RECOVERY by CAS (``metadata_ops.start_recovery``), executes the
 actions it returns -- fencing LAC reads, fencing entry reads, write-backs with
 the recovery flag, replacement choices, the closing CAS -- and feeds every

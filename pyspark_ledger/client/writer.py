@@ -14,7 +14,8 @@ worker pool. All of them post events to ``WriterEvents``, which runs them
 under ``_lock`` (re-entrant, since a future may complete inside ``add()``),
 one at a time, so a callback never re-enters the tracker half-way. User
 futures are completed after the lock is released, by one thread at a time,
-in order. An answer FENCED or UNAUTHORIZED is fatal for the writer; any other
+in order. An answer FENCED or UNAUTHORIZED is fatal for the writer; TOO_MANY_REQUESTS
+(shed load) is sent again after a back-off until ``add_timeout_s`` (``protocol.add_answers``); any other
 error status, a broken stream or a silent bookie (``add_timeout_s``) is a
 bookie failure and leads to an ensemble change -- or, with
 ``delay_ensemble_change``, to a degraded bookie while Qa stays reachable
@@ -27,7 +28,7 @@ the changes of a streak are spaced by ``protocol.quarantine.change_delay``
 last change is too recent is reported to the tracker only when the back-off
 has passed: until then it counts as a silent bookie does before
 ``add_timeout_s``, so entries whose write set still has Qa other bookies are
-confirmed without it (no change is in progress, so W2 does not hold them).
+confirmed without it (no change is in progress, so docs/protocol.md W2 does not hold them).
 Failures that join a change in progress start the next change after the
 back-off. ``ensemble_changes`` counts the changes this writer made.
 """
@@ -53,6 +54,7 @@ from pyspark_ledger.errors import (BookieError, LedgerClosedError, LedgerError, 
                                    UnauthorizedError)
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
+from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
 from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
 from pyspark_ledger.protocol.quarantine import change_delay, streak_after_change
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -259,28 +261,55 @@ class LedgerWriter:
         ok, acked = pb.OK, []
         for result in results:
             entry_id = result.entry_id
-            forget(entry_id, None)
+            sent_at = forget(entry_id, None)
             if result.status == ok:
                 acked.append(entry_id)
                 continue
             if acked:  # the acks before this answer count first, as they came first
                 self._confirm(self._tracker.ack_many(acked, bookie))
                 acked = []
-            self._on_status(entry_id, bookie, as_status(result.status), result.message)
+            self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
         if acked:
             self._confirm(self._tracker.ack_many(acked, bookie))
 
-    def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str) -> None:
-        if status == BookieStatus.FENCED:
+    def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
+                   sent_at: float | None) -> None:
+        action = action_for_status(status.name)  # the decision is the protocol core's (``add_answers``)
+        if action is AddAction.FENCED:
             return self._fail_writer(LedgerFencedError(
                 f"ledger {self.ledger_id} was fenced by another client (bookie {bookie}, entry {entry_id}); "
                 "adds not yet confirmed may or may not be in the ledger"))
-        if status == BookieStatus.UNAUTHORIZED:
+        if action is AddAction.UNAUTHORIZED:
             return self._fail_writer(UnauthorizedError(
                 f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
                 f"key for this ledger id ({message})"))
-        read_only = status == BookieStatus.READ_ONLY  # will not take writes soon: replaced even when delaying
-        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}", replace_now=read_only)
+        if action is AddAction.RETRY and sent_at is not None and self._retry_later(entry_id, bookie, sent_at):
+            return None
+        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}",
+                              replace_now=action is AddAction.REPLACE_NOW)
+
+    def _retry_later(self, entry_id: int, bookie: str, sent_at: float) -> bool:
+        """Send an add the bookie shed to it again after a back-off; False when its time is up (a failure).
+
+        Until then the add stays unanswered with its first send time, so the timeout sweep still ends it."""
+        wait = busy_retry_delay(time.monotonic() - sent_at, self._ctx.config.add_timeout_s)
+        if wait is None:
+            return False
+        self._outstanding.sent(bookie, entry_id, sent_at)
+        self._ctx.scheduler.call_later(wait, lambda: self._events.post(lambda: self._resend(entry_id, bookie)))
+        return True
+
+    def _resend(self, entry_id: int, bookie: str) -> None:
+        """The back-off of a shed add ended (lock held): send it again unless it was answered, confirmed or
+        moved meanwhile (the bookie failed or was replaced: ``Outstanding`` forgot it)."""
+        pending = self._outstanding.of(bookie)
+        frame = self._frames.get(entry_id)
+        if self._failure is not None or frame is None or pending is None or entry_id not in pending:
+            return
+        try:
+            self._ctx.transport.send_adds(bookie, self.ledger_id, ((entry_id, frame),), self._answers)
+        except LedgerError as exc:
+            self._events.queue(lambda reason=str(exc): self._on_bookie_error(entry_id, bookie, reason))
 
     def _on_failure(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
         """The stream to ``bookie`` broke with these adds unanswered (transport thread)."""

@@ -1,6 +1,6 @@
 """The stream record: one versioned JSON value per stream holding its layout and every partition's log.
 
-A stream's partitions are logs of ledgers (seed 000, "Ledgers to logs"). The
+A stream's partitions are logs of ledgers (docs/protocol.md, section G). The
 metadata store offers compare-and-set per key only, so everything a commit
 across partitions must change atomically lives in ONE key,
 ``streams/<name>``: the replication settings, the Arrow schema (bytes), each

@@ -6,8 +6,8 @@ No I/O, no clocks: times come in as arguments. Each function takes a
 compare-and-set, so every transition is written to be re-applied safely:
 
 - ``add_ledger`` carries the partition's ``next_seq`` the caller fenced, and
-  refuses (MetadataVersionConflictError) if a ledger was added since -- the
-  seed's "start again at step 1";
+  refuses (MetadataVersionConflictError) if a ledger was added since: the
+  writer then starts its open again (docs/protocol.md G1);
 - ``commit_batch`` returns None when the batch is already committed;
 - ``truncate_through`` and ``stamp_sealed`` are keyed by sequence numbers,
   which are never reused, so a second application changes nothing.

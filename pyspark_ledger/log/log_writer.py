@@ -6,7 +6,7 @@ So do a stream record whose replication breaks E >= Qw >= Qa >= 1 and fewer
 writable bookies registered than the stream's ensemble size (one line naming
 ``ensemble_size`` and how many bookies are live: ``writable_bookies``): the
 log's current writer is not fenced by a writer that could not write.
-Then it follows seed 000 ("Ledgers to logs"): read the partition's ledger list,
+Then it follows docs/protocol.md G1: read the partition's ledger list,
 fence its last two ledgers (a recovery open: a writer still appending to
 either fails as fenced), create a new ledger, and add it to the list by
 compare-and-set. If another writer added a ledger in between, the new ledger
@@ -50,7 +50,7 @@ from pyspark_ledger.log.writable_bookies import check_bookies_for_write, check_s
 
 log = logging.getLogger(__name__)
 MAX_OPEN_ATTEMPTS = 20
-FENCED_TAIL = 2  # seed 000: the writer may be writing the second-to-last ledger while adding the last
+FENCED_TAIL = 2  # docs/protocol.md G1: the writer may be writing the second-to-last ledger while adding the last
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Positions in a log of ledgers: (the ledger's sequence number in the log, entry id).
 
-A log is an ordered list of ledgers (seed 000, "Ledgers to logs"); each ledger
+A log is an ordered list of ledgers (docs/protocol.md, section G); each ledger
 gets a sequence number when it is added to the list: 0 for the log's first
 ledger, then 1, 2, ... in order, never reused, unchanged when older ledgers
 are truncated away. A ``LogPosition(ledger_seq, entry_id)`` names one entry

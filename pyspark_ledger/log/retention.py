@@ -1,6 +1,6 @@
 """Retention: truncate whole ledgers from the front of partition logs, then delete them.
 
-Ledgers can only be deleted whole (seed 000, "Rolling ledgers"), and only a
+Ledgers can only be deleted whole (docs/protocol.md G3), and only a
 prefix of CLOSED ledgers is ever truncated: truncation stops at the first
 ledger that is open or still needed. Three policies:
 

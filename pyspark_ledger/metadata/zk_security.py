@@ -19,13 +19,13 @@ client certificate ``tls_cert``/``tls_key`` if given.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any
 
 from kazoo.security import make_digest_acl
 
 from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.private_files import read_checked_file
 from pyspark_ledger.metadata.uri import ZooKeeperTarget
 
 AUTH_ENV = "LEDGER_ZK_AUTH"
@@ -77,28 +77,14 @@ def kazoo_options(target: ZooKeeperTarget,
 
 
 def _read_private_file(path: str) -> str:
+    data = read_checked_file(path, f"the ZooKeeper credentials file {path} (auth_file=)",
+                             limit=MAX_CREDENTIALS_BYTES, error=InvalidConfigurationError, private=True)
     try:
-        info = os.stat(path)
-    except OSError as exc:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise InvalidConfigurationError(
-            f"cannot read the ZooKeeper credentials file {path} (auth_file=): {exc.strerror}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidConfigurationError(
-            f"the ZooKeeper credentials file {path} (auth_file=) is not a regular file")
-    if info.st_mode & 0o077:
-        raise InvalidConfigurationError(
-            f"the ZooKeeper credentials file {path} (auth_file=) may be accessed by group or others "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 600 {path}")
-    if info.st_size > MAX_CREDENTIALS_BYTES:
-        raise InvalidConfigurationError(
-            f"the ZooKeeper credentials file {path} (auth_file=) is larger than "
-            f"{MAX_CREDENTIALS_BYTES} bytes; it should hold one line user:password")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidConfigurationError(
-            f"cannot read the ZooKeeper credentials file {path} (auth_file=): {exc}") from exc
+            f"the ZooKeeper credentials file {path} (auth_file=) is not UTF-8 text; it should hold one line "
+            "user:password") from exc
 
 
 def _parse(text: str, source: str) -> DigestCredentials:

@@ -1,6 +1,6 @@
 """The writer's pending adds: acks per bookie, in-order confirmation, ensemble changes.
 
-Seed 000, "Writing to ledgers": an entry goes to its write set; once Qa
+docs/protocol.md W1-W6: an entry goes to its write set; once Qa
 bookies of that write set acknowledged it, it is confirmed -- but only after
 every lower entry was (W1). The last add confirmed (LAC) is the highest
 contiguous confirmed entry. When a bookie fails, the writer replaces it and

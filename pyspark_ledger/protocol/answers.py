@@ -1,6 +1,6 @@
 """What a bookie answered, classified the way the protocol decides on it.
 
-Three kinds, and only three (DESIGN.md, "Errors"; seed 004, "Fencing internals"):
+Three kinds, and only three (docs/protocol.md A1-A3):
 
 * ``POSITIVE``  -- the bookie answered OK (it has the entry / its LAC).
 * ``NEGATIVE``  -- an explicit "no such entry" or "no such ledger" answer.

@@ -1,13 +1,13 @@
 """Quorum coverage: when have enough bookies answered that no ack quorum is unheard?
 
-Seed 000 ("Closing a ledger as a reader") and seed 004 ("Fencing internals",
-RRQuorumCoverageSet): fencing -- and any read of the LAC -- is complete once
+docs/protocol.md Q3 (BookKeeper's RRQuorumCoverageSet does the same job):
+fencing -- and any read of the LAC -- is complete once
 at least Qw - Qa + 1 bookies of *every* write set answered. Equivalently, no
 write set holds Qa bookies that did not answer, so no ack quorum can consist
 only of bookies we know nothing about. An explicit answer (OK, or "no such
 ledger/entry") counts; an unknown (timeout, error) does not.
 
-Per entry (seed 004, step 3; DESIGN.md): an entry is
+Per entry (docs/protocol.md A2, A3): an entry is
 
 * PRESENT once one verified replica was read;
 * ABSENT only after Qw - Qa + 1 explicit negatives from its write set -- then at

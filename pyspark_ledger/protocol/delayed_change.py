@@ -5,8 +5,8 @@ entry's write set fails (or the bookie stays silent), but the entry can still
 reach its ack quorum (Qa) from the other bookies of the write set, the client
 does not replace the bookie at once. The bookie is *degraded*: entries are
 confirmed with Qa acks from the others -- they keep Qa copies instead of Qw,
-the same trade-off the seeds describe for entries left behind by an ensemble
-change (seed 002, "Ack Quorum Isn't What You Probably Think It is"). The
+the same trade-off as for entries left behind by an ensemble change when
+Qa < Qw (docs/protocol.md W6). The
 replacement is made only when a further failure would block confirmation.
 
 This project decides on the write sets of the ensemble rather than on the

@@ -6,7 +6,7 @@ mutates); the caller writes it with compare-and-set. When that CAS loses, the
 ``Resolution``: WRITE (CAS the given metadata), SUCCESS (nothing to write),
 CHOOSE_AGAIN (pick replacements again), ERROR (stop; ``reason`` says why).
 
-States only move OPEN -> IN_RECOVERY -> CLOSED (seed 000). Fragment first
+States only move OPEN -> IN_RECOVERY -> CLOSED (docs/protocol.md M1). Fragment first
 entries strictly increase and no fragment starts below the current
 fragment's first entry (R8). ``check_transition`` asserts all of this.
 """
@@ -40,7 +40,7 @@ class Resolution:
 def new_ledger_metadata(ledger_id: int, ensemble: Sequence[str], ensemble_size: int, write_quorum: int,
                         ack_quorum: int, digest_type: str, password_check: str,
                         custom: Mapping[str, bytes] | None, ctime_ms: int) -> LedgerMetadata:
-    """OPEN metadata with one fragment at entry 0 (seed 000: E >= Qw >= Qa)."""
+    """OPEN metadata with one fragment at entry 0 (E >= Qw >= Qa: docs/protocol.md Q1)."""
     if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) or not 0 <= ledger_id < 2**63:
         raise InvalidConfigurationError(f"ledger id must be an integer in 0..2**63-1, got {ledger_id!r}")
     bookies = tuple(str(bookie) for bookie in ensemble)
@@ -63,7 +63,7 @@ def _require_state(md: LedgerMetadata, allowed: tuple[str, ...], action: str) ->
 
 def ensemble_change(md: LedgerMetadata, replacements: Mapping[int, str], first_unconfirmed_entry: int,
                     *, in_recovery: bool = False) -> LedgerMetadata:
-    """Replace bookies from ``first_unconfirmed_entry`` on (seed 000, "Writing to ledgers").
+    """Replace bookies from ``first_unconfirmed_entry`` on (docs/protocol.md W2).
 
     Appends a fragment starting at ``first_unconfirmed_entry``, or replaces the
     current fragment in place when it starts at that same entry (nothing was
@@ -100,8 +100,8 @@ def resolve_ensemble_change_conflict(stored: LedgerMetadata, failed: Mapping[int
                                      first_unconfirmed_entry: int) -> Resolution:
     """After a lost CAS of an ensemble change: re-apply it onto the stored metadata, or stop.
 
-    ``failed`` maps each replaced index to the bookie that failed there. Seed
-    000: if the ledger is no longer OPEN the writer fails its pending adds (W5);
+    ``failed`` maps each replaced index to the bookie that failed there. If
+    the ledger is no longer OPEN the writer fails its pending adds (W5);
     otherwise the change is re-applied where the failed bookie is still there.
     """
     if stored.state != OPEN:
@@ -147,7 +147,7 @@ def close_metadata(md: LedgerMetadata, last_entry_id: int, length: int) -> Ledge
 
 
 def resolve_close_conflict(stored: LedgerMetadata, last_entry_id: int, length: int) -> Resolution:
-    """After the writer's close lost its CAS (seed 000, "Closing a ledger as a writer"; C3).
+    """After the writer's close lost its CAS (C3).
 
     Still OPEN: retry on the stored version. CLOSED at the same end: success.
     CLOSED elsewhere, or IN_RECOVERY: error. Never overwrite.
@@ -168,7 +168,7 @@ def resolve_close_conflict(stored: LedgerMetadata, last_entry_id: int, length: i
 
 
 def mark_in_recovery(md: LedgerMetadata) -> Resolution:
-    """Seed 004, step 1: OPEN -> IN_RECOVERY (WRITE); IN_RECOVERY -> proceed; CLOSED -> nothing to do."""
+    """Recovery's first step (F1): OPEN -> IN_RECOVERY (WRITE); IN_RECOVERY -> proceed; CLOSED -> nothing to do."""
     if md.state == OPEN:
         return Resolution(Decision.WRITE, md.with_changes(state=IN_RECOVERY))
     if md.state == IN_RECOVERY:

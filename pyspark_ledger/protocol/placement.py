@@ -1,6 +1,6 @@
 """Ensemble placement: which bookies form a new ensemble or replace a failed one.
 
-Seed 000 ("Ensembles"; "Writing to ledgers"): a ledger starts on E bookies;
+docs/protocol.md W2-W4: a ledger starts on E bookies;
 when one fails, the writer replaces it with a bookie outside the ensemble.
 Pure: the caller passes the available (writable) bookie ids and a seeded
 ``random.Random``; candidates are sorted first, so the choice depends only

@@ -26,7 +26,8 @@ defaults (0.1 s, 1 s) the changes of a streak come at the earliest at
 0, 0.1, 0.3, 0.7, 1.5, 2.5, 3.5, ... s, so **a ledger gets at most
 ``5 + floor(T - 1.5)`` ensemble changes (``6 + floor(T - 1.5)`` fragments)
 in T >= 1.5 s of flapping, and at most 5 changes before** (``max_changes``).
-The writer's confirmations wait during the back-off (W2), its adds do not.
+The writer's confirmations wait during the back-off (W2), its adds do not
+(docs/protocol.md W7).
 """
 from __future__ import annotations
 

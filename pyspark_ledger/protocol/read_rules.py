@@ -3,7 +3,7 @@
 * ``readable_last_entry`` -- a CLOSED ledger is readable to its last entry; an
   OPEN / IN_RECOVERY one to its last add confirmed, and never below the
   current fragment's first entry - 1: an ensemble change starts its fragment
-  at the first unconfirmed entry, so every entry before it was confirmed (R8).
+  at the first unconfirmed entry, so every entry before it was confirmed (docs/protocol.md L4, R8).
 * ``plan_batches`` -- a range is read fragment by fragment, in batches of at
   most ``max_entries``; each batch names its ensemble. Which replica to ask,
   and when an entry counts as absent, stays with ``reads.ReadPlan`` (driven

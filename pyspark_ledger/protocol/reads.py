@@ -4,7 +4,7 @@
 write-set order, one at a time; a failed, slow (the caller's timer calls
 ``next_replica_after``) or corrupt replica (L5: the caller verified the digest
 and answered ``unknown``) moves the read to the next replica. The result is
-"no such entry" only by the explicit rule of seed 004: Qw - Qa + 1 explicit
+"no such entry" only by docs/protocol.md A2: Qw - Qa + 1 explicit
 negatives; running out of replicas otherwise is a failure (unknown).
 
 ``LacRead`` -- the LAC read of a non-recovery open (F2) and of recovery's

@@ -1,6 +1,6 @@
 """The ledger recovery state machine: fence, find the end, write back, close.
 
-Seeds 000/003 ("Closing a ledger as a reader") and 004 ("Fencing internals").
+docs/protocol.md, sections F (fencing) and R (recovery).
 The caller first moves the metadata to IN_RECOVERY (``ledger_rules.mark_in_recovery``,
 CAS), builds ``LedgerRecovery`` from that metadata, then executes the actions
 it returns and feeds every answer back. An empty tuple means "wait".

@@ -1,6 +1,6 @@
 """Round-robin distribution schedule: which bookies of an ensemble store an entry.
 
-Seed 000, "Write quorums": the write quorum of entry ``e`` is the Qw-long
+docs/protocol.md Q2: the write quorum of entry ``e`` is the Qw-long
 subsequence of the ensemble starting at index ``e % E``, wrapping around, so
 entry ``e`` goes to ``ensemble[(e + i) % E]`` for ``i < Qw``. There are only E
 distinct write quorums in an ensemble, and only one when Qw = E.
@@ -63,7 +63,7 @@ def check_bookie_index(bookie_index: int, ensemble_size: int) -> int:
 def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> tuple[int, ...]:
     """Indexes of the bookies that store ``entry_id``, in write-set order.
 
-    Seed 000: ``ensemble[(entry_id + i) % E] for i < Qw``.
+    Q2: ``ensemble[(entry_id + i) % E] for i < Qw``.
     """
     check_entry_id(entry_id)
     check_quorums(ensemble_size, write_quorum, 1)

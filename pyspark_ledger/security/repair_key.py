@@ -26,7 +26,6 @@ import binascii
 import hashlib
 import json
 import os
-import stat
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
@@ -35,6 +34,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from pyspark_ledger.errors import RepairKeyError
+from pyspark_ledger.private_files import read_checked_file
 
 SEALED_KIND = "x25519"
 KEY_BYTES = 32
@@ -153,20 +153,8 @@ def load_private_key(path: str) -> RepairKey:
     """Read a repair key file; RepairKeyError if it is missing, malformed, or readable by group or others."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise RepairKeyError(f"repair key file must be a path, got {path!r}")
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # before open(): a FIFO would block it
-            raise RepairKeyError(f"repair key file {path} is not a regular file")
-        with open(path, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if mode & 0o077:
-                raise RepairKeyError(
-                    f"repair key file {path} is readable by others (mode {stat.S_IMODE(mode):04o}): it opens every "
-                    f"ledger's password; run `chmod 600 {path}` and try again")
-            data = handle.read(MAX_KEY_FILE_BYTES + 1)
-    except OSError as exc:
-        raise RepairKeyError(f"cannot read repair key file {path}: {exc.strerror}") from exc
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise RepairKeyError(f"{path} is not a repair key file (larger than {MAX_KEY_FILE_BYTES} bytes)")
+    data = read_checked_file(path, f"repair key file {path} (it opens every ledger's password)",
+                             limit=MAX_KEY_FILE_BYTES, error=RepairKeyError, private=True)
     try:
         private = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:

@@ -13,11 +13,11 @@ belong to the certificate beside it. Plaintext stays the default: no setting, no
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from typing import Mapping
 
 from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.private_files import read_checked_file
 
 MAX_PEM_BYTES = 1024 * 1024
 ENV_CA = "LEDGER_TLS_CA"
@@ -27,23 +27,8 @@ ENV_KEY = "LEDGER_TLS_KEY"
 
 def read_pem(path: str, setting: str, *, private: bool = False) -> bytes:
     """The bytes of a PEM file given as ``setting``; InvalidConfigurationError naming it if unusable."""
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise InvalidConfigurationError(f"{setting} {path!r}: cannot read it ({exc.strerror or exc})") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise InvalidConfigurationError(f"{setting} {path!r}: not a regular file")
-    if info.st_size > MAX_PEM_BYTES:
-        raise InvalidConfigurationError(f"{setting} {path!r}: {info.st_size} bytes, over the limit of "
-                                        f"{MAX_PEM_BYTES} for a PEM file")
-    if private and info.st_mode & 0o077:
-        raise InvalidConfigurationError(f"{setting} {path!r}: a private key readable by group or others "
-                                        f"(mode {stat.S_IMODE(info.st_mode):o}); run: chmod 600 {path}")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_PEM_BYTES + 1)
-    except OSError as exc:
-        raise InvalidConfigurationError(f"{setting} {path!r}: cannot read it ({exc.strerror or exc})") from exc
+    data = read_checked_file(path, f"{setting} {path!r}", limit=MAX_PEM_BYTES, error=InvalidConfigurationError,
+                             private=private)
     if b"-----BEGIN " not in data:
         raise InvalidConfigurationError(f"{setting} {path!r}: not a PEM file (no '-----BEGIN' line)")
     return data

@@ -3,23 +3,14 @@
 An entry's payload is a complete Arrow IPC stream: the schema message, one
 record batch message and the end-of-stream marker. The alternative, a bare
 record batch message per entry with the schema kept once per ledger in its
-custom metadata, was measured on this machine for a 10,000-row batch of five
-columns (int64, float64, string, timestamp, list<int32>; 489,312 bytes):
-
-==================  ============  ===========  ===========
-framing             entry bytes   encode       decode
-==================  ============  ===========  ===========
-IPC stream          489,712       ~90 us       ~14 us
-bare batch message  489,312       ~40 us       ~4 us
-==================  ============  ===========  ===========
-
-The self-describing stream costs 400 bytes (0.08 %) and ~10 us per entry in
-each direction, against ~1 ms to replicate those bytes, and buys a lot: any
-entry decodes alone (no schema lookup before the first read of a ledger, the
-CLI can dump an entry), a ledger needs no schema in its metadata, and a
-stream's schema can change between entries without breaking old ones. So the
-stream it is. Buffer compression (lz4: -34 % bytes, zstd: -67 %) cost 0.5–1.8 ms
-per entry each way on 2 cores and is left off.
+custom metadata, would save a few hundred bytes and some microseconds per
+entry, little next to replicating the entry (docs/measurements.md, "Arrow
+entry framing"). The self-describing stream buys a lot: any entry decodes
+alone (no schema lookup before the first read of a ledger, the CLI can dump an
+entry), a ledger needs no schema in its metadata, and a stream's schema can
+change between entries without breaking old ones. So the stream it is. Buffer
+compression saves bytes, but its CPU cost per entry outweighs what it saves in
+replication, so it is left off.
 
 Decoding is zero-copy: the batch's buffers point into the payload. Cutting
 (``entry_batches``) slices large batches without copying and fills each entry
@@ -56,8 +47,8 @@ def decode_batch(payload: bytes | bytearray | memoryview | pa.Buffer, *,
     """The record batch of an entry payload, its buffers pointing into ``payload``.
 
     CorruptEntryError if the payload is not an Arrow IPC stream of exactly one
-    valid batch. Buffer sizes are always checked (~1 us); ``full_validation``
-    also checks every offset and string (~100 us per 10,000 rows) and is for
+    valid batch. Buffer sizes are always checked (cheap); ``full_validation``
+    also checks every offset and string (costly for large batches) and is for
     payloads that did not pass an entry digest check.
     """
     buffer = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)

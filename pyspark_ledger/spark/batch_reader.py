@@ -42,11 +42,9 @@ from pyspark_ledger.spark.schema import METADATA_FIELDS, add_metadata_columns, c
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 #: Bytes of entries one input partition reads, at most: Spark's own default for file sources
-#: (spark.sql.files.maxPartitionBytes). Was 32 MiB: a 534 MiB stream then made 18 tasks on 2
-#: cores, each paying a task's start (its Python worker's request, opening the ledger, an idle
-#: first range read before the read-ahead fills); at 128 MiB it makes 6, and the Python workers
-#: of bench/spark_io.py's read used ~0.5 s (~25 %) less CPU per read: 1.0-1.85 s instead of
-#: 1.7-2.3 s (8 reads each, machine load 5-13); the JVM and the bookies used the same.
+#: (spark.sql.files.maxPartitionBytes). Smaller splits make more tasks, each paying a task's start
+#: (its Python worker's request, opening the ledger, an idle first range read before the read-ahead
+#: fills): docs/measurements.md, "Input split size".
 SPLIT_BYTES = 128 * MiB
 #: What reading one entry costs beyond its bytes (a range read round trip, decoding), counted
 #: against SPLIT_BYTES so that a log of tiny entries is not read by a swarm of tiny tasks.

@@ -1,6 +1,6 @@
 """What the running Spark offers the ``ledger`` source: feature checks, fallbacks and clear errors.
 
-The source is built on Spark 4.3 and also runs on 4.0 and 4.1 (measured with
+The source is built on Spark 4.3 and also runs on 4.0 and 4.1 (tested with
 pyspark 4.0.5, 4.1.4 and 4.3.0), where part of the Python Data Source API is
 missing:
 

@@ -16,10 +16,9 @@ The clients use the replication client's defaults except for speculative
 reads (``executor_config``): tasks read whole entry ranges, megabytes per
 request, which on a busy machine take longer than the default 50 ms before a
 read is also sent to the next replica. Every batch of a Spark read was then
-fetched from two or three replicas: ``bench/spark_io.py``-style reads of one
-stream moved 2.2-2.8 times the stream's bytes out of the bookies, and the
-duplicate answers cost the bookies and the workers CPU that the read itself
-needed. The executors wait ``SPECULATIVE_READ_DELAY_S`` (BookKeeper's default
+fetched from two or three replicas (docs/measurements.md, "Speculative reads
+on Spark executors"), and the duplicate answers cost the bookies and the
+workers CPU that the read itself needed. The executors wait ``SPECULATIVE_READ_DELAY_S`` (BookKeeper's default
 speculative read timeout) before asking another replica; a replica that fails
 outright is still replaced at once.
 
@@ -32,13 +31,13 @@ do not survive a fork, so the child starts with an empty cache.
 
 Spark's daemon runs ``gc.collect()`` in a reused worker after every task. A
 worker that has imported this package (pyarrow, gRPC, protobuf, asyncio) and
-opened a client holds some 90,000 objects that the collector walks each time:
-about 50 ms per task on these machines, where reading 33 entries of 1 MiB
-takes about 90 ms of CPU. So when a reused worker (``SPARK_REUSE_WORKER`` set) opens
-its first client, the objects alive then -- modules, the client -- are
-frozen (``gc.freeze()``): later collections only look at what tasks create,
-and take well under a millisecond. What is frozen is never collected, so
-this happens once per process, only in Spark's reused workers.
+opened a client holds tens of thousands of objects that the collector walks
+each time, at a cost comparable to the task's own reading
+(docs/measurements.md, "gc.freeze() in reused Spark workers"). So when a
+reused worker (``SPARK_REUSE_WORKER`` set) opens its first client, the objects
+alive then -- modules, the client -- are frozen (``gc.freeze()``): later
+collections only look at what tasks create. What is frozen is never collected,
+so this happens once per process, only in Spark's reused workers.
 """
 from __future__ import annotations
 

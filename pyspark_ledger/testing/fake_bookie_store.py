@@ -3,7 +3,7 @@
 Requests and answers are serialized protobuf messages (``bookie.proto``).
 Like the real bookie it reads the ledger id, entry id and LAC from the
 entry's header and stores the body as opaque bytes; a fence creates an
-unknown ledger fenced (F4); an add with another master key is UNAUTHORIZED
+unknown ledger fenced (docs/protocol.md F4); an add with another master key is UNAUTHORIZED
 and a plain add to a fenced ledger is FENCED. Like the real bookie it
 authorizes every operation (``bookie_server.authorization``): an add, read,
 fence, LAC read or LAC write without the ledger's master key, or with another

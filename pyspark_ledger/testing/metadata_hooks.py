@@ -4,7 +4,7 @@
 ZooKeeper). ``before_write(fn)`` registers ``fn(metadata, expected_version)``
 to run just before each ``write_ledger`` -- a test can block there (an
 Event) or change the ledger through another client to script a lost CAS
-(W5, C3). ``history[ledger_id]`` lists every version stored through this
+(docs/protocol.md W5, C3). ``history[ledger_id]`` lists every version stored through this
 wrapper, in order, for fragment and state invariants.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A local SparkSession for tests, notebooks and benchmarks, and its clean shutdown.
 
-Spark's start-up costs 6–9 s on the development machine, so a test run shares
+Spark's start-up takes seconds (docs/measurements.md, "Spark start-up"), so a test run shares
 one session (``tests/spark/conftest.py``)::
 
     spark = local_spark_session()

@@ -1,4 +1,4 @@
-"""B5: a bookie over its disk-usage threshold turns read-only (adds refused, registered read-only) and
+"""docs/protocol.md B5: a bookie over its disk-usage threshold turns read-only (adds refused, registered read-only) and
 writable again below the low-water mark; the rule itself, exhaustively; and the replication client
 placing new ensembles on writable bookies only."""
 from __future__ import annotations

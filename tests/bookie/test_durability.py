@@ -1,6 +1,6 @@
 """Bookie durability with real processes: kill -9, crash points, fences across restarts, corruption.
 
-TEST-MATRIX rows B1, B2, B4 and F5.
+docs/protocol.md B1, B2, B4 and F5.
 """
 from __future__ import annotations
 

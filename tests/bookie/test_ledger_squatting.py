@@ -90,7 +90,7 @@ def test_pre_fenced_and_pre_added_ids_do_not_stop_the_writer(cluster):
                 assert raw_adds(stub, [unwritten.ledger_id], WRONG) == {unwritten.ledger_id: pb.UNAUTHORIZED}
             unwritten.append(b"still mine")
             unwritten.close()
-            # the legitimate recoverer (right key) may fence a bookie that never saw the ledger (F4)
+            # the legitimate recoverer (right key) may fence a bookie that never saw the ledger (docs/protocol.md F4)
             recovering = client.create_ledger(3, password=PASSWORD)
             assert raw_fence(stubs[0], recovering.ledger_id, KEY).status in (pb.OK, pb.NO_SUCH_ENTRY)
             assert raw_fence(stubs[0], recovering.ledger_id, KEY).fenced

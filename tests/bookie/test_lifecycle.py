@@ -1,4 +1,4 @@
-"""Bookie process lifecycle: registration, graceful stop, cookies (B3), start-up failures, the CLI."""
+"""Bookie process lifecycle: registration, graceful stop, cookies (docs/protocol.md B3), start-up failures, the CLI."""
 from __future__ import annotations
 
 import shutil

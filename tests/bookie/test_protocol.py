@@ -106,7 +106,7 @@ def test_range_read_respects_max_bytes(client):
 
 
 def test_fence_of_unknown_ledger_creates_it_fenced(client):
-    """F4: later adds are FENCED, recovery adds are accepted."""
+    """docs/protocol.md F4: later adds are FENCED, recovery adds are accepted."""
     fenced = client.read(103, 0, fence=True, master_key=KEY)
     assert fenced.status == BookieStatus.NO_SUCH_ENTRY
     assert fenced.fenced is True and fenced.last_entry_id == -1

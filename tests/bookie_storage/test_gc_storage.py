@@ -158,7 +158,7 @@ def test_a_ledger_created_by_a_fence_can_be_collected(open_storage):
     assert storage.delete_ledgers([7]) == [7]
     storage.reclaim_entry_logs()
     assert storage.ledger(7) is None
-    assert storage.fence(7, KEY).result(30) == pb.OK  # fenced again: created again, fenced (F4)
+    assert storage.fence(7, KEY).result(30) == pb.OK  # fenced again: created again, fenced (docs/protocol.md F4)
     assert storage.ledger(7).fenced
 
 

@@ -1,4 +1,4 @@
-"""The invariants of TEST-MATRIX.md, checked after every scenario.
+"""The invariants of docs/protocol.md (I1-I4), checked after every scenario.
 
 Persistence (every confirmed entry is <= the closed end and reads back with
 its exact bytes), no divergence (nothing confirmed past the closed end),

@@ -1,4 +1,4 @@
-"""Close over fake bookies: TEST-MATRIX rows C1-C3, and the client's thread hygiene."""
+"""Close over fake bookies: docs/protocol.md C1-C3, and the client's thread hygiene."""
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,4 @@
-"""Reads over fake bookies: TEST-MATRIX rows L1-L3 and L5, range batching, speculative reads."""
+"""Reads over fake bookies: docs/protocol.md L1-L3 and L5, range batching, speculative reads."""
 from __future__ import annotations
 
 import threading

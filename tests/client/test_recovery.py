@@ -1,4 +1,4 @@
-"""Fencing and recovery over fake bookies: TEST-MATRIX rows F1-F4 and R1-R8."""
+"""Fencing and recovery over fake bookies: docs/protocol.md F1-F4 and R1-R8."""
 from __future__ import annotations
 
 import threading
@@ -22,7 +22,7 @@ def write_set(writer, entry_id: int) -> list[str]:
     return [ensemble[(entry_id + i) % md.ensemble_size] for i in range(md.write_quorum)]
 
 
-def test_F1_seed_004_example_entries_to_11_confirmed_12_partial(client, make_client, cluster, store):
+def test_F1_example_entries_to_11_confirmed_12_partial(client, make_client, cluster, store):
     writer = client.create_ledger(3, 2, 2, password=PASSWORD)
     confirmed = Confirmed()
     write(writer, confirmed, 12)

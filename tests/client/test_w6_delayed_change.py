@@ -1,4 +1,4 @@
-"""TEST-MATRIX W6 over fake bookies: a slow or failed bookie causes no spurious ensemble change
+"""docs/protocol.md W6 over fake bookies: a slow or failed bookie causes no spurious ensemble change
 while Qa is reachable (``delay_ensemble_change``); the next failure that would block confirmation
 makes one change replacing every failed bookie. With the flag off: today's immediate change.
 """

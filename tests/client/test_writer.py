@@ -1,4 +1,4 @@
-"""Write path over fake bookies: TEST-MATRIX rows W1-W5 and W8, add timeouts, input checks."""
+"""Write path over fake bookies: docs/protocol.md W1-W5 and W8, add timeouts, input checks."""
 from __future__ import annotations
 
 import pytest

@@ -1,7 +1,7 @@
 """The replication client against real bookie processes, with SQLite and with ZooKeeper metadata.
 
 Kill -9 of a bookie mid-stream (ensemble change), recovery of a writer
-process killed with kill -9, fencing (also across a bookie restart, F5),
+process killed with kill -9, fencing (also across a bookie restart, docs/protocol.md F5),
 tailing readers, and thread hygiene.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TEST-MATRIX W6 with real bookie processes: a bookie frozen with SIGSTOP (slow, not dead) does not
+"""docs/protocol.md W6 with real bookie processes: a bookie frozen with SIGSTOP (slow, not dead) does not
 cause an ensemble change while Qa is reachable (``delay_ensemble_change``); writes continue."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The single writer of a partition's log against real bookies: G1 (two would-be writers), G2 (rolling under
-load), G4 (fenced while closing), roll policies."""
+"""The single writer of a partition's log against real bookies: docs/protocol.md G1 (two would-be writers),
+G2 (rolling under load), G4 (fenced while closing), roll policies."""
 from __future__ import annotations
 
 import threading
@@ -53,7 +53,7 @@ def tagged_ledgers(streams, stream):
 
 
 def log_with_two_live_writers(streams, stream):
-    """A log whose last two ledgers are OPEN with live writers (seed 000: a writer may still be writing
+    """A log whose last two ledgers are OPEN with live writers (G1: a writer may still be writing
     the second-to-last ledger while adding the last), after one CLOSED ledger. Returns the two writers."""
     streams.create_stream(stream, 1)
     first = streams.create_ledger(stream, 0)

@@ -29,7 +29,7 @@ finally:
 ALL_NOTEBOOKS = list(build_notebooks.NOTEBOOKS)
 INTERNAL_MODULES = ("pyspark_ledger.client.", "pyspark_ledger.protocol", "pyspark_ledger.metadata.",
                     "pyspark_ledger.spark.", "pyspark_ledger.log.", "bookie_server")
-SPARK_TIMEOUT_S = 900  # Spark starts in 6-9 s on an idle machine, but other test runs share its 2 cores
+SPARK_TIMEOUT_S = 900  # generous: other test runs share the machine (docs/measurements.md, "Spark start-up")
 NO_SPARK = spark_unavailable_reason()
 needs_spark = pytest.mark.skipif(bool(NO_SPARK), reason=f"this notebook needs Spark: {NO_SPARK}")
 

@@ -1,4 +1,4 @@
-"""The writer's pending adds: W1-W5, C2, and randomized ack orders."""
+"""The writer's pending adds (docs/protocol.md W1-W5, C2), and randomized ack orders."""
 from __future__ import annotations
 
 import random

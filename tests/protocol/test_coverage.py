@@ -1,4 +1,4 @@
-"""Quorum coverage against brute force, and the per-entry present/absent/unknown rule."""
+"""Quorum coverage against brute force, and the per-entry present/absent/unknown rule (docs/protocol.md Q3, A2)."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,4 @@
-"""Delayed ensemble change (TEST-MATRIX W6) in the pure core: when a failed bookie may stay, degraded.
+"""Delayed ensemble change (docs/protocol.md W6) in the pure core: when a failed bookie may stay, degraded.
 
 The oracle is behavioural: a plain tracker (no failure declared) fed acks
 from every bookie that did not fail. A change may be delayed exactly when

@@ -1,4 +1,4 @@
-"""Metadata transitions and CAS-conflict resolutions (C1, C3, W5, R8)."""
+"""Metadata transitions and CAS-conflict resolutions (docs/protocol.md M1-M4, C1, C3, W5, R8)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Ensemble selection and replacement."""
+"""Ensemble selection and replacement (docs/protocol.md W2-W4)."""
 from __future__ import annotations
 
 import random

@@ -1,4 +1,5 @@
-"""The reader rules (pyspark_ledger.protocol.read_rules): readable end, range batches, LAC advance."""
+"""The reader rules (pyspark_ledger.protocol.read_rules): readable end, range batches, LAC advance
+(docs/protocol.md L3, L4)."""
 from __future__ import annotations
 
 import pytest

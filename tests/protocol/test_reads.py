@@ -1,4 +1,4 @@
-"""Reading one entry from its replicas (L5) and the LAC read (L1, L2)."""
+"""Reading one entry from its replicas (docs/protocol.md L5) and the LAC read (L1, L2)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""The recovery state machine against simulated bookies: F1, F3, R1-R8."""
+"""The recovery state machine against simulated bookies: docs/protocol.md F1, F3, R1-R8."""
 from __future__ import annotations
 
 import random
@@ -51,7 +51,7 @@ def assert_not_closed(driver, *words):
         raise driver.outcome.error()
 
 
-def test_F1_seed_004_example_entry_12_recovered_and_the_old_writer_fenced():
+def test_F1_example_entry_12_recovered_and_the_old_writer_fenced():
     md = ledger(3, 2, 2)
     cluster = SimCluster(B3)
     writer = SimWriter(cluster, md)

@@ -1,4 +1,4 @@
-"""Round-robin write sets (seed 000, "Write quorums")."""
+"""Round-robin write sets (docs/protocol.md Q2)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ from pyspark_ledger.protocol.schedule import (
     Quorums, all_write_sets, distinct_write_sets, is_in_write_set, write_set, write_set_bookies,
 )
 
-# Seed 000: E = 4, Qw = 3, Qa = 2, ensemble B1..B4, entries 0..5.
+# E = 4, Qw = 3, Qa = 2, an ensemble of bookies named B1..B4, entries 0..5.
 SEED_TABLE = {
     0: ("B1", "B2", "B3"),
     1: ("B2", "B3", "B4"),

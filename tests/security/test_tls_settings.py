@@ -84,7 +84,7 @@ def test_a_key_readable_by_others_is_refused_with_the_fix(tmp_path, files):
     key.write_bytes(files.client_key.read_bytes())
     key.chmod(0o644)
     tls = ClientTls(str(files.ca), str(files.client_cert), str(key), names=("tlsCa", "tlsCert", "tlsKey"))
-    with pytest.raises(InvalidConfigurationError, match=r"tlsKey .*readable by group or others \(mode 644\); "
+    with pytest.raises(InvalidConfigurationError, match=r"tlsKey .*readable by group or others \(mode 0644\); "
                                                         r"run: chmod 600"):
         tls.channel_credentials()
 

@@ -148,7 +148,7 @@ def test_json_starting_offsets_start_each_partition_where_named(run_query, strea
     assert by_partition(sink.rows()) == {0: list(range(25, 30)), 1: list(range(10, 15))}
 
 
-# --- failOnDataLoss after truncation past the checkpoint (S3) ----------------------------------------------------------
+# --- failOnDataLoss after truncation past the checkpoint (docs/protocol.md S3) ----------------------------------------
 
 
 @pytest.fixture

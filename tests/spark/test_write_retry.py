@@ -1,4 +1,4 @@
-"""A write task that fails once and is retried by Spark: no row lost, none duplicated, no orphan (S1).
+"""A write task that fails once and is retried by Spark: no row lost, none duplicated, no orphan (docs/protocol.md S1).
 
 Spark retries a failed task only when the master allows it (``local[N,F]``:
 F attempts); the shared test session runs ``local[2]`` (no retry), and one

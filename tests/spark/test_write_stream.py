@@ -1,4 +1,4 @@
-"""Streaming writes through ``df.writeStream.format("ledger")``: exactly once across restarts (S1).
+"""Streaming writes through ``df.writeStream.format("ledger")``: exactly once across restarts (docs/protocol.md S1).
 
 The input is a directory of JSON files read one file per micro-batch, so
 every micro-batch holds known rows. A query is run with
