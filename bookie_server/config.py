@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from pyspark_ledger.cli.arg_types import number
+from pyspark_ledger.arg_types import number
 
 MiB = 1024 * 1024
 DEFAULT_HOST = "127.0.0.1"

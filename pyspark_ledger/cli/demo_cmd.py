@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyspark_ledger.cli.arg_types import number
+from pyspark_ledger.arg_types import number
 
 EXIT_CHECK_FAILED = 1
 EXIT_INTERRUPTED = 130

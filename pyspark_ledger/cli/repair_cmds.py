@@ -22,8 +22,8 @@ import signal
 import sys
 import threading
 
+from pyspark_ledger.arg_types import number
 from pyspark_ledger.cli.admin import metadata_store
-from pyspark_ledger.cli.arg_types import number
 from pyspark_ledger.cli.authority_args import add_authority_args, candidate_passwords
 from pyspark_ledger.cli.output import print_json, print_table
 from pyspark_ledger.cli.progress import CopyProgress

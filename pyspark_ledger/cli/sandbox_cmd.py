@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from pyspark_ledger.cli.arg_types import number
+from pyspark_ledger.arg_types import number
 from pyspark_ledger.errors import LedgerError
 
 EXIT_INTERRUPTED = 130

@@ -57,7 +57,7 @@ class ClientConfig:
     recovery_timeout_s: float = 120.0
     #: Longest single long poll of a tailing reader (``wait_for_entry`` repeats it).
     long_poll_timeout_s: float = 5.0
-    #: Attempts of a metadata compare-and-set loop (ensemble change, close, recovery).
+    #: Attempts of the metadata update loop (ensemble change, close, recovery, re-replication, delete).
     metadata_retries: int = 20
     #: Unused: reads no longer need threads (answers arrive on the client's
     #: network thread). Kept so that existing configurations stay valid.

@@ -1,10 +1,11 @@
 """Executing one ensemble change of a writer: choose replacements, CAS the new fragment, resolve conflicts.
 
 docs/protocol.md W2-W5: replace the failed bookies, start a new
-fragment at the first unconfirmed entry, write it with compare-and-set; on a
-conflict re-read the metadata and, per ``resolve_ensemble_change_conflict``,
-write again, accept what is stored, choose other replacements, or stop
-because the ledger is no longer OPEN (W5). The writer fails its pending adds
+fragment at the first unconfirmed entry, write it with compare-and-set
+(``metadata_update.update_ledger``); on each version of the metadata read,
+``resolve_ensemble_change_conflict`` says whether to write, accept what is
+stored, choose other replacements, or stop because the ledger is no longer
+OPEN (W5). The writer fails its pending adds
 on any error raised here: NotEnoughBookiesError (W4), LedgerFencedError
 (recovery started), LedgerClosedError, or the store's errors.
 """
@@ -13,13 +14,12 @@ from __future__ import annotations
 import logging
 
 from pyspark_ledger.client.context import ClientContext
-from pyspark_ledger.client.metadata_ops import write
-from pyspark_ledger.errors import (LedgerClosedError, LedgerFencedError, MetadataError, MetadataVersionConflictError,
-                                   NotEnoughBookiesError)
+from pyspark_ledger.client.metadata_update import retry_policy, update_ledger
+from pyspark_ledger.errors import LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from pyspark_ledger.metadata.model import OPEN, LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import EnsembleChangeRequest
-from pyspark_ledger.protocol.ledger_rules import Decision, ensemble_change, resolve_ensemble_change_conflict
+from pyspark_ledger.protocol.ledger_rules import Decision, resolve_ensemble_change_conflict
 from pyspark_ledger.protocol.quarantine import exclusion_rounds
 
 log = logging.getLogger(__name__)
@@ -28,34 +28,50 @@ log = logging.getLogger(__name__)
 def change_ensemble(ctx: ClientContext, current: Versioned[LedgerMetadata], request: EnsembleChangeRequest,
                     exclude: set[str]) -> Versioned[LedgerMetadata]:
     """Make ``request`` effective in the metadata store; returns the stored metadata now in force."""
-    failed = dict(request.failed)
-    first = request.first_unconfirmed_entry
-    stored = current
-    replacements = _choose(ctx, request, failed, exclude)
-    target = ensemble_change(stored.value, replacements, first)
-    for _ in range(ctx.config.metadata_retries):
-        try:
-            version = write(ctx.store, stored.value, target, stored.version)
-            log.info("ledger %d: ensemble change from entry %d: %s -> %s", target.ledger_id, first,
-                     failed, replacements)
-            return Versioned(target, version)
-        except MetadataVersionConflictError:
-            stored = ctx.store.read_ledger(current.value.ledger_id)
-        resolution = resolve_ensemble_change_conflict(stored.value, failed, replacements, first)
+    change = _Change(ctx, request, _choose(ctx, request, dict(request.failed), exclude), exclude)
+    updated = update_ledger(ctx.store, current.value.ledger_id, needs_update=change.needs_update,
+                            transform=change.transform, policy=retry_policy(ctx.config), current=current)
+    if updated.written:
+        log.info("ledger %d: ensemble change from entry %d: %s -> %s", current.value.ledger_id,
+                 request.first_unconfirmed_entry, change.failed, change.replacements)
+    return updated.stored
+
+
+class _Change:
+    """What the change still needs on each version of the metadata read: per
+    ``resolve_ensemble_change_conflict``, write it (choosing other replacements when one chosen is now in the
+    stored ensemble), accept what is stored, or stop (the ledger is no longer OPEN: W5)."""
+
+    def __init__(self, ctx: ClientContext, request: EnsembleChangeRequest, replacements: dict[int, str],
+                 exclude: set[str]) -> None:
+        self._ctx = ctx
+        self._exclude = exclude
+        self.failed = dict(request.failed)
+        self.first = request.first_unconfirmed_entry
+        self.replacements = replacements
+        self._target: LedgerMetadata | None = None
+
+    def needs_update(self, stored: LedgerMetadata) -> bool:
+        resolution = resolve_ensemble_change_conflict(stored, self.failed, self.replacements, self.first)
         if resolution.decision is Decision.CHOOSE_AGAIN:
-            taken = exclude | set(failed.values()) | set(stored.value.current_fragment.bookies)
-            replacements = ctx.choose_replacements(stored.value.current_fragment.bookies, failed, taken)
-            resolution = resolve_ensemble_change_conflict(stored.value, failed, replacements, first)
+            taken = self._exclude | set(self.failed.values()) | set(stored.current_fragment.bookies)
+            self.replacements = self._ctx.choose_replacements(stored.current_fragment.bookies, self.failed, taken)
+            resolution = resolve_ensemble_change_conflict(stored, self.failed, self.replacements, self.first)
         if resolution.decision is Decision.SUCCESS:
-            return stored
+            return False
         if resolution.decision is Decision.ERROR:
-            raise _stop_error(stored.value, resolution.reason)
+            raise _stop_error(stored, resolution.reason)
         if resolution.decision is not Decision.WRITE:
-            raise LedgerClosedError(f"ledger {stored.value.ledger_id}: no replacement outside the stored ensemble "
+            raise LedgerClosedError(f"ledger {stored.ledger_id}: no replacement outside the stored ensemble "
                                     f"could be chosen ({resolution.reason})")
-        target = resolution.metadata
-    raise MetadataError(f"ensemble change of ledger {current.value.ledger_id} lost "
-                        f"{ctx.config.metadata_retries} compare-and-sets in a row")
+        self._target = resolution.metadata
+        return True
+
+    def transform(self, stored: LedgerMetadata) -> LedgerMetadata:
+        target, self._target = self._target, None
+        if target is None:
+            raise AssertionError("transform called without needs_update")  # pragma: no cover
+        return target
 
 
 def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int, str],

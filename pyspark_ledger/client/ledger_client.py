@@ -18,13 +18,14 @@ from typing import Callable, Mapping, Sequence
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ledger_secrets import LedgerSecrets
-from pyspark_ledger.client.metadata_ops import create_ledger
+from pyspark_ledger.client.metadata_ops import create_ledger, delete_ledger_metadata
+from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.reader import LedgerReader, open_reader
 from pyspark_ledger.client.rereplicate import RereplicationReport, rereplicate_ledger
 from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.entry import check_digest_type, verify_password
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, MetadataVersionConflictError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
 from pyspark_ledger.metadata.store import MetadataStore
@@ -92,7 +93,7 @@ class LedgerClient:
         custom = _custom_metadata(custom_metadata)
         ensemble = self._ctx.choose_ensemble(ensemble_size)
         created = create_ledger(self._ctx.store, ensemble, write_quorum, ack_quorum, digest, password, custom,
-                                self.config.metadata_retries, seal=self._secrets.seal)
+                                retry_policy(self.config), seal=self._secrets.seal)
         writer = LedgerWriter(self._ctx, created, password, on_close=self._forget)
         with self._lock:
             self._writers.add(writer)
@@ -165,15 +166,8 @@ class LedgerClient:
         self._check_open()
         ledger_id = _ledger_id(ledger_id)
         given = None if password is None else _password(password)
-        for _ in range(self.config.metadata_retries):
-            stored = self._ctx.store.read_ledger(ledger_id)
-            self._secrets.authorize_delete(stored.value, given)
-            try:
-                self._ctx.store.delete_ledger(ledger_id, expected_version=stored.version)
-                return
-            except MetadataVersionConflictError:
-                continue  # changed (e.g. closed) since it was checked: check the new version
-        raise MetadataVersionConflictError(f"ledger {ledger_id} kept changing while being deleted; try again")
+        delete_ledger_metadata(self._ctx.store, ledger_id,
+                               lambda stored: self._secrets.authorize_delete(stored, given), retry_policy(self.config))
 
     @property
     def repair_key_id(self) -> str | None:

@@ -8,8 +8,9 @@ answer back, one at a time, on the calling thread (answers are queued by the
 transport threads). An answer that never comes does not stall a decision the
 state machine can make without it (R4); every request has a deadline, and
 the whole recovery is bounded by ``recovery_timeout_s``. When the close CAS
-finds the ledger CLOSED by another recoverer that end is adopted (R3); when
-the metadata changed otherwise, recovery runs again from the stored version.
+(``metadata_ops.recovery_close``) finds the ledger CLOSED by another recoverer
+that end is adopted (R3); when the metadata changed otherwise, recovery runs
+again from the stored version.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Callable
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.lac_reads import lac_answer
 from pyspark_ledger.client.metadata_ops import recovery_close, start_recovery
+from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import CorruptEntryError, LedgerError, RecoveryError
@@ -40,7 +42,7 @@ def recover_ledger(ctx: ClientContext, stored: Versioned[LedgerMetadata], key: b
     ledger_id = stored.value.ledger_id
     deadline = time.monotonic() + ctx.config.recovery_timeout_s
     for _ in range(ctx.config.metadata_retries):
-        marked = start_recovery(ctx.store, ledger_id, ctx.config.metadata_retries)
+        marked = start_recovery(ctx.store, ledger_id, retry_policy(ctx.config))
         if marked.value.is_closed:
             return marked
         closed = RecoveryRun(ctx, marked, key, codec, deadline).run()
@@ -158,7 +160,7 @@ class RecoveryRun:
 
     def _close(self, closed: LedgerMetadata) -> None:
         self._finished = True
-        self._closed = recovery_close(self._ctx.store, self._marked, closed)
+        self._closed = recovery_close(self._ctx.store, self._marked, closed, retry_policy(self._ctx.config))
         if self._closed is None:
             log.info("ledger %d: metadata changed during recovery; recovering again", self._ledger_id)
 

@@ -6,10 +6,12 @@ bookie held from a surviving replica of its write set (range reads, falling
 back replica by replica), verify its digest (a corrupt copy is never spread),
 write it unchanged to the replacement with the recovery flag, and wait for
 every write to be acknowledged. Only then one metadata CAS names the
-replacements; on a version conflict the metadata is re-read and the same
-plan applied again if it still fits, else ``MetadataVersionConflictError``
-(run it again). A failure before the CAS changes no metadata: the copies
-already written are harmless (a later run writes them again).
+replacements (``metadata_update.update_ledger``, with the transition check:
+a sealed fragment only takes a bookie from outside its ensemble); on a
+version conflict the metadata is re-read and the same plan applied again if
+it still fits, else ``MetadataVersionConflictError`` (run it again). A
+failure before the CAS changes no metadata: the copies already written are
+harmless (a later run writes them again).
 
 An entry that no surviving replica can return is lost: ``DataLossError``
 names it and nothing is changed.
@@ -24,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.metadata_update import retry_policy, update_ledger
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec, master_key, verify_password
 from pyspark_ledger.errors import (BookieError, BookieUnavailableError, CorruptEntryError, DataLossError, LedgerError,
                                    MetadataVersionConflictError, NotEnoughBookiesError)
 from pyspark_ledger.metadata.model import LedgerMetadata
+from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.rereplication import (FragmentRepair, apply_repairs, entries_of, lost_bookies,
                                                    plan_repairs, sources_of)
 
@@ -86,7 +90,7 @@ def rereplicate_ledger(ctx: ClientContext, ledger_id: int, password: bytes,
                                 "lost": repair.lost_bookie, "replacement": replacements[repair],
                                 "entries": copied})
     report.entries_copied, report.bytes_copied = copier.entries, copier.bytes
-    _store_replacements(ctx, ledger_id, stored.version, metadata, replacements)
+    _store_replacements(ctx, stored, replacements)
     log.info("ledger %d re-replicated: %d slots, %d entries copied", ledger_id, len(plan.repairs), copier.entries)
     return report
 
@@ -110,22 +114,33 @@ def _choose_replacements(ctx: ClientContext, repairs, lost: list[str]) -> dict[F
     return chosen
 
 
-def _store_replacements(ctx: ClientContext, ledger_id: int, version: int, metadata: LedgerMetadata,
+class _PlanGone(Exception):
+    """The stored metadata no longer fits the repair plan."""
+
+
+def _store_replacements(ctx: ClientContext, planned: Versioned[LedgerMetadata],
                         replacements: dict[FragmentRepair, str]) -> None:
-    for _ in range(ctx.config.metadata_retries):
-        updated = apply_repairs(metadata, replacements)
+    """Name the replacements in the metadata (with the transition check every ledger change runs), on the
+    version the plan was made from or, after a lost compare-and-set, on the stored one if the plan still fits."""
+    ledger_id = planned.value.ledger_id
+
+    def needs_update(stored: LedgerMetadata) -> bool:
+        updated = apply_repairs(stored, replacements)
         if updated is None:
-            raise MetadataVersionConflictError(
-                f"ledger {ledger_id} changed while its entries were being copied (a fragment was replaced or "
-                "resealed); nothing was recorded: run the re-replication again")
-        try:
-            ctx.store.write_ledger(updated, version)
-            return
-        except MetadataVersionConflictError:
-            stored = ctx.store.read_ledger(ledger_id)
-            metadata, version = stored.value, stored.version
-    raise MetadataVersionConflictError(f"ledger {ledger_id}: its metadata kept changing; run the re-replication "
-                                       "again")
+            raise _PlanGone()
+        return updated != stored  # equal: every replacement is already named there
+
+    try:
+        update_ledger(ctx.store, ledger_id, needs_update=needs_update,
+                      transform=lambda stored: apply_repairs(stored, replacements), policy=retry_policy(ctx.config),
+                      current=planned)
+    except _PlanGone:
+        raise MetadataVersionConflictError(
+            f"ledger {ledger_id} changed while its entries were being copied (a fragment was replaced or "
+            "resealed); nothing was recorded: run the re-replication again") from None
+    except MetadataVersionConflictError as exc:
+        raise MetadataVersionConflictError(f"ledger {ledger_id}: its metadata kept changing; run the "
+                                           f"re-replication again ({exc})") from exc
 
 
 class _Copier:

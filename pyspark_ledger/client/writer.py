@@ -47,6 +47,7 @@ from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ensemble_change import change_ensemble
 from pyspark_ledger.client.explicit_lac import LacFlusher
 from pyspark_ledger.client.metadata_ops import close_ledger
+from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
@@ -90,6 +91,7 @@ class LedgerWriter:
         self._answers = AddCallbacks(self._answered, self._stream_failed)
         self._outstanding = Outstanding()
         self._failed_bookies: set[str] = set()
+        self._shedding: dict[str, str] = {}  # bookie -> its last TOO_MANY_REQUESTS message, while it sheds adds
         self._failure: LedgerError | None = None
         self._closing = False
         self._close_done = threading.Event()
@@ -224,7 +226,7 @@ class LedgerWriter:
                 self._events.run(lambda: None)  # its outcome may still be queued
                 current, lac, length = self._current, self._tracker.last_add_confirmed, self._tracker.length
             self._events.drain()
-            self._current = close_ledger(self._ctx.store, current, lac, length, self._ctx.config.metadata_retries)
+            self._current = close_ledger(self._ctx.store, current, lac, length, retry_policy(self._ctx.config))
         log.debug("ledger %d closed at entry %d", self.ledger_id, lac)
 
     # --- sending and answers (lock held) --------------------------------------------
@@ -270,6 +272,7 @@ class LedgerWriter:
                 acked = []
             self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
         if acked:
+            self._shedding.pop(bookie, None)
             self._confirm(self._tracker.ack_many(acked, bookie))
 
     def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
@@ -284,6 +287,7 @@ class LedgerWriter:
                 f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
                 f"key for this ledger id ({message})"))
         if action is AddAction.RETRY and sent_at is not None and self._retry_later(entry_id, bookie, sent_at):
+            self._shedding[bookie] = message
             return None
         self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}",
                               replace_now=action is AddAction.REPLACE_NOW)
@@ -446,8 +450,11 @@ class LedgerWriter:
         self._events.drain()
 
     def _time_out_before(self, limit: float) -> None:
+        timeout = self._ctx.config.add_timeout_s
         for bookie, entry_id in self._outstanding.silent_since(limit):
-            self._on_bookie_error(entry_id, bookie, f"no answer within {self._ctx.config.add_timeout_s} s")
+            shed = self._shedding.get(bookie)
+            self._on_bookie_error(entry_id, bookie, f"no answer within {timeout} s" if shed is None else
+                                  f"TOO_MANY_REQUESTS for {timeout} s (shedding load): {shed}")
 
     # --- completions ----------------------------------------------------------------------
     def _complete_futures(self) -> None:

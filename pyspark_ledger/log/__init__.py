@@ -1,14 +1,16 @@
 """Logs of ledgers: streams, their partitions, and positions in a log.
 
 Pure building blocks (``positions``, ``log_metadata``, ``log_transitions``,
-``inputs``) import neither gRPC nor pyarrow; the log layer proper builds on
-the replication client and is loaded on first use of its names:
+``inputs``, ``log_spans``) import neither gRPC nor pyarrow; ``stream_schema``,
+the codec of a stream's stored Arrow schema, imports pyarrow only. The log
+layer proper builds on the replication client and is loaded on first use of
+its names:
 
 * ``stream_client.StreamClient`` -- the façade: streams, writers, readers, commits, retention
 * ``streams`` -- the stream registry (create/open/list/delete, schema, partitions)
 * ``log_writer`` -- the single writer of a partition (fence, create, CAS; roll; close)
 * ``log_reader`` -- reading a partition across ledgers from a position
-* ``log_views`` -- partition logs as ``spark.planning.PartitionLog`` values
+* ``log_views`` -- partition logs as ``log_spans.PartitionLog`` values, for read planning
 * ``commits`` -- exactly-once commits of closed ledgers (the Spark sink)
 * ``retention`` -- truncation by position, by age, of everything; garbage collection
 * ``orphans`` -- finding and deleting ledgers of a stream that no log references

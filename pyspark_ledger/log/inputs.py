@@ -77,7 +77,7 @@ def check_schema(schema: Any) -> bytes | None:
             raise InvalidConfigurationError("a stream schema must not be empty bytes: pass None for no schema")
         return bytes(schema)
     if type(schema).__module__.startswith("pyarrow") and type(schema).__name__ == "Schema":
-        from pyspark_ledger.spark.schema import encode_stream_schema
+        from pyspark_ledger.log.stream_schema import encode_stream_schema
         return encode_stream_schema(schema)
     raise InvalidConfigurationError(
         f"a stream schema must be a pyarrow.Schema or the bytes of encode_stream_schema(), got "

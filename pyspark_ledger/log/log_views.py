@@ -1,4 +1,4 @@
-"""What a partition's log holds now, as ``spark.planning.PartitionLog`` values for read planning.
+"""What a partition's log holds now, as ``log_spans.PartitionLog`` values for read planning.
 
 For each ledger of the log, oldest first: a CLOSED ledger is readable to its
 last entry and its byte length comes from its metadata; an OPEN (or
@@ -27,9 +27,9 @@ from pyspark_ledger.errors import MetadataError, NoSuchKeyError, NoSuchLedgerErr
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.ledgers import LedgerEnd, readable_end
 from pyspark_ledger.log.log_metadata import StreamRecord
+from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
 from pyspark_ledger.log.stream_password import verify_password
 from pyspark_ledger.log.stream_store import read_stream
-from pyspark_ledger.spark.planning import LedgerSpan, PartitionLog
 
 MAX_ATTEMPTS = 5
 MAX_CACHED_ENDS = 100_000

@@ -33,12 +33,12 @@ from pyspark_ledger.log.context import DEFAULT_PASSWORD_NAME, LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.ledgers import create_stream_ledger
 from pyspark_ledger.log.log_reader import DEFAULT_POLL_INTERVAL_S, LogReader
+from pyspark_ledger.log.log_spans import PartitionLog
 from pyspark_ledger.log.log_transitions import check_active
 from pyspark_ledger.log.log_writer import LogWriter, RollPolicy, open_log_writer
 from pyspark_ledger.log.positions import EARLIEST
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.store import MetadataStore
-from pyspark_ledger.spark.planning import PartitionLog
 
 
 class StreamClient:

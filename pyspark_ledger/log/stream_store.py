@@ -2,7 +2,8 @@
 
 ``update_stream(store, name, transition)`` is the one way a record changes:
 read it, apply a pure transition (``log_transitions``), write it back with
-compare-and-set on the version read, and on a lost CAS read again and re-apply.
+compare-and-set on the version read, and on a lost CAS read again and re-apply
+(``metadata.update_loop``, the loop ledger metadata changes go through too).
 The store's errors surface as the store raised them, with the missing key
 reworded as a missing stream. An unknown outcome (the store failed during the
 write) is raised, not retried: the caller decides (commits are idempotent).
@@ -14,8 +15,10 @@ from typing import Callable
 from pyspark_ledger.errors import MetadataError, MetadataExistsError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import STREAMS_ROOT, StreamRecord, decode, encode, stream_key
 from pyspark_ledger.metadata.store import MetadataStore, Versioned
+from pyspark_ledger.metadata.update_loop import RetryPolicy, update_loop
 
-MAX_CAS_ATTEMPTS = 100
+#: Many writers (Spark tasks, log writers) may change one record at once: more attempts than a ledger's.
+STREAM_RETRY = RetryPolicy(attempts=100)
 Transition = Callable[[StreamRecord], "StreamRecord | None"]
 
 
@@ -38,27 +41,39 @@ def create_stream_record(store: MetadataStore, record: StreamRecord) -> Versione
     return Versioned(record, version)
 
 
-def update_stream(store: MetadataStore, name: str,
-                  transition: Transition) -> tuple[Versioned[StreamRecord], bool]:
+class _TransitionConflict(Exception):
+    """Carries a MetadataVersionConflictError the transition itself raised (e.g. "another writer added a
+    ledger") through the loop, so that it is not taken for the loop's own running out of attempts."""
+
+
+def update_stream(store: MetadataStore, name: str, transition: Transition,
+                  policy: RetryPolicy = STREAM_RETRY) -> tuple[Versioned[StreamRecord], bool]:
     """Apply ``transition`` by CAS until it sticks: (the stored record, whether it changed).
 
-    ``transition`` returning None means "nothing to change"; its exceptions propagate.
+    ``transition`` returning None means "nothing to change"; its exceptions propagate (its
+    MetadataVersionConflictError means what it says: the callers retry their whole operation). When
+    ``policy``'s attempts run out: MetadataError (too many writers of the record; not a conflict of theirs).
     """
-    stored = read_stream(store, name)
-    for _ in range(MAX_CAS_ATTEMPTS):
-        after = transition(stored.value)
-        if after is None:
-            return stored, False
+    def compare_and_set(after: StreamRecord, version: int) -> int:
         try:
-            version = store.set(stream_key(name), encode(after), stored.version)
-        except MetadataVersionConflictError:
-            stored = read_stream(store, name)
-            continue
+            return store.set(stream_key(name), encode(after), version)
         except NoSuchKeyError as exc:
             raise NoSuchKeyError(f"stream {name!r} was deleted while it was being changed") from exc
-        return Versioned(after, version), True
-    raise MetadataError(f"changing stream {name!r} lost {MAX_CAS_ATTEMPTS} compare-and-sets in a row: too many "
-                        "concurrent writers of its record")
+
+    def transform(record: StreamRecord) -> StreamRecord | None:
+        try:
+            return transition(record)
+        except MetadataVersionConflictError as exc:
+            raise _TransitionConflict(exc) from exc
+
+    try:
+        updated = update_loop(f"stream {name!r}", lambda: read_stream(store, name), compare_and_set,
+                              needs_update=lambda _: True, transform=transform, policy=policy)
+    except _TransitionConflict as wrapped:
+        raise wrapped.args[0] from None
+    except MetadataVersionConflictError as exc:
+        raise MetadataError(str(exc)) from exc
+    return updated.stored, updated.written
 
 
 def delete_stream_record(store: MetadataStore, name: str, version: int) -> None:

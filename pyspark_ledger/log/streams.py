@@ -2,7 +2,7 @@
 
 A stream is a name, a number of partitions (each a log of ledgers), the
 replication settings of its ledgers and, optionally, an Arrow schema stored as
-the bytes of ``pyspark_ledger.spark.schema.encode_stream_schema`` (pyarrow is
+the bytes of ``pyspark_ledger.log.stream_schema.encode_stream_schema`` (pyarrow is
 imported only to encode a ``pyarrow.Schema`` or to decode one on request).
 
 The record keeps a salted check of the password the stream's ledgers are
@@ -58,7 +58,7 @@ class StreamInfo:
         """The stored schema as a ``pyarrow.Schema`` (imports pyarrow); None if none is stored."""
         if self.schema is None:
             return None
-        from pyspark_ledger.spark.schema import decode_stream_schema
+        from pyspark_ledger.log.stream_schema import decode_stream_schema
         return decode_stream_schema(self.schema)
 
 

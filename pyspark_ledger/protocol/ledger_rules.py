@@ -6,9 +6,15 @@ mutates); the caller writes it with compare-and-set. When that CAS loses, the
 ``Resolution``: WRITE (CAS the given metadata), SUCCESS (nothing to write),
 CHOOSE_AGAIN (pick replacements again), ERROR (stop; ``reason`` says why).
 
-States only move OPEN -> IN_RECOVERY -> CLOSED (docs/protocol.md M1). Fragment first
-entries strictly increase and no fragment starts below the current
-fragment's first entry (R8). ``check_transition`` asserts all of this.
+States only move OPEN -> IN_RECOVERY -> CLOSED (docs/protocol.md M1). Fragment
+first entries strictly increase, no fragment starts below the current
+fragment's first entry (R8), and a CLOSED ledger's last fragment starts at most
+one entry past its end (M3: a fragment begins at the first unconfirmed
+entry, LAC + 1). Sealed fragments (every one but the last, and
+the last once CLOSED) change only by a repair (M5): re-replication putting
+a bookie outside the fragment's ensemble in place of one of its bookies; a
+CLOSED ledger changes no other way. ``check_transition`` asserts all of
+this, and every change is checked by it (M4).
 """
 from __future__ import annotations
 
@@ -204,14 +210,37 @@ def check_transition(before: LedgerMetadata, after: LedgerMetadata) -> None:
             raise InvalidConfigurationError(f"a metadata update must not change {name}")
     if STATES.index(after.state) < STATES.index(before.state):
         raise InvalidConfigurationError(f"ledger state cannot go back from {before.state} to {after.state}")
-    if before.state == CLOSED and after != before:
-        raise InvalidConfigurationError("a CLOSED ledger's metadata is final")
+    if after.state == CLOSED and after.last_entry_id < after.current_fragment.first_entry_id - 1:
+        raise InvalidConfigurationError(
+            f"ledger {after.ledger_id} cannot end at entry {after.last_entry_id}: its last fragment starts at entry"
+            f" {after.current_fragment.first_entry_id} (fragments begin at most one entry past the end)")
+    if before.state == CLOSED:
+        if len(after.fragments) != len(before.fragments) or after.with_changes(fragments=before.fragments) != before:
+            raise InvalidConfigurationError("a CLOSED ledger's metadata is final (only a repair may replace a bookie)")
+        _check_repairs(before.fragments, after.fragments)
+        return
     kept = len(before.fragments) - 1
     old_firsts = [f.first_entry_id for f in before.fragments[:kept]]
     if len(after.fragments) <= kept or [f.first_entry_id for f in after.fragments[:kept]] != old_firsts:
         raise InvalidConfigurationError("earlier fragments must keep their first entries")
+    _check_repairs(before.fragments[:kept], after.fragments[:kept])
     if after.fragments[kept].first_entry_id < before.current_fragment.first_entry_id:
         raise InvalidConfigurationError(
             f"a fragment may not start below the current fragment's first entry"
             f" {before.current_fragment.first_entry_id}"
         )
+
+
+def _check_repairs(before: Sequence[Fragment], after: Sequence[Fragment]) -> None:
+    """Raise unless each sealed fragment of ``after`` is its ``before`` with, at most, some bookies replaced by
+    bookies outside that ensemble (re-replication's repair), at the same first entry."""
+    for old, new in zip(before, after):
+        if new.first_entry_id != old.first_entry_id:
+            raise InvalidConfigurationError("sealed fragments must keep their first entries")
+        for slot, (was, now) in enumerate(zip(old.bookies, new.bookies)):
+            if was != now and now in old.bookies:
+                raise InvalidConfigurationError(
+                    f"the fragment at entry {old.first_entry_id} is sealed: slot {slot} may only take a bookie outside"
+                    f" its ensemble {list(old.bookies)}, not {now!r}")
+        if len(set(new.bookies)) != len(new.bookies):
+            raise InvalidConfigurationError(f"the fragment at entry {old.first_entry_id} would name a bookie twice")

@@ -31,12 +31,12 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from pyspark_ledger.entry import verify_password
 from pyspark_ledger.errors import DataLossError, InvalidConfigurationError, NoSuchLedgerError, UnauthorizedError
+from pyspark_ledger.log.log_spans import PartitionLog
 from pyspark_ledger.log.positions import LogPosition
 from pyspark_ledger.spark.arrow_codec import decode_batch
 from pyspark_ledger.spark.executor import ledger_client, stream_client
 from pyspark_ledger.spark.options import ReadOptions
-from pyspark_ledger.spark.planning import (PartitionLog, ReadRange, check_lost, check_position, plan_ranges,
-                                           resolve_offsets)
+from pyspark_ledger.spark.planning import ReadRange, check_lost, check_position, plan_ranges, resolve_offsets
 from pyspark_ledger.spark.schema import METADATA_FIELDS, add_metadata_columns, conform_batch, spark_to_arrow_schema
 
 log = logging.getLogger(__name__)

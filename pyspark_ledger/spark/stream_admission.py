@@ -27,10 +27,11 @@ import logging
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
+from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
 from pyspark_ledger.log.positions import LogPosition
 from pyspark_ledger.spark.offsets import StreamOffset
 from pyspark_ledger.spark.options import ReadOptions
-from pyspark_ledger.spark.planning import LedgerSpan, PartitionLog, admit
+from pyspark_ledger.spark.planning import admit
 from pyspark_ledger.spark.stream_reader import LedgerStreamReader
 
 log = logging.getLogger(__name__)

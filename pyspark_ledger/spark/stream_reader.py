@@ -33,11 +33,12 @@ from typing import Iterator, Mapping
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from pyspark_ledger.log.log_spans import PartitionLog
 from pyspark_ledger.spark.batch_reader import (LedgerRangePartition, check_password, entries_per_split, read_partition,
                                                skip_lost, stream_logs)
 from pyspark_ledger.spark.offsets import StreamOffset
 from pyspark_ledger.spark.options import ReadOptions
-from pyspark_ledger.spark.planning import PartitionLog, check_offset, plan_ranges, resolve_offsets
+from pyspark_ledger.spark.planning import check_offset, plan_ranges, resolve_offsets
 from pyspark_ledger.spark.schema import spark_to_arrow_schema
 
 log = logging.getLogger(__name__)

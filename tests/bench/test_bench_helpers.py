@@ -77,7 +77,7 @@ class TestSparkIo:
     def test_the_client_read_fetches_every_entry_in_a_child_process(self, spark_io, tmp_path):
         from pyspark_ledger import LedgerClient
         from pyspark_ledger.sandbox import Sandbox
-        from pyspark_ledger.spark.planning import LedgerSpan
+        from pyspark_ledger.log.log_spans import LedgerSpan
 
         class Log:  # the part of a PartitionLog that client_read looks at
             def __init__(self, spans) -> None:

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from bookie_server.config import parse_args
-from pyspark_ledger.cli.arg_types import number
+from pyspark_ledger.arg_types import number
 
 port = number(int, lambda value: 1 <= value <= 65535, "must be a TCP port in 1..65535")
 fraction = number(float, lambda value: 0 < value <= 1, "must be a fraction in (0, 1]")

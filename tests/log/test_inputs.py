@@ -62,7 +62,7 @@ def test_schema_forms():
 
 def test_arrow_schemas_are_encoded_as_the_spark_layer_stores_them():
     pa = pytest.importorskip("pyarrow")
-    from pyspark_ledger.spark.schema import decode_stream_schema
+    from pyspark_ledger.log.stream_schema import decode_stream_schema
     stored = inputs.check_schema(pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.large_string())]))
     assert decode_stream_schema(stored) == pa.schema([("id", pa.int64()), ("s", pa.string())])
 

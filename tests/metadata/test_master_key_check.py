@@ -7,11 +7,12 @@ from pyspark_ledger.client.metadata_ops import create_ledger
 from pyspark_ledger.entry import master_key
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import Fragment, LedgerMetadata, master_key_check, master_key_matches
+from pyspark_ledger.metadata.update_loop import RetryPolicy
 
 
 def test_new_ledgers_carry_a_check_of_their_master_key(tmp_path):
     with open_metadata_store(f"sqlite:///{tmp_path}/m.db", create=True) as store:
-        created = create_ledger(store, ("b1", "b2"), 2, 1, "crc32c", b"pw", None, 3)
+        created = create_ledger(store, ("b1", "b2"), 2, 1, "crc32c", b"pw", None, RetryPolicy(attempts=3))
         stored = store.read_ledger(created.value.ledger_id).value
     assert stored.master_key_check == created.value.master_key_check
     assert master_key_matches(master_key(b"pw"), stored.master_key_check)

@@ -135,3 +135,39 @@ def test_check_transition_refuses_going_back_and_changing_a_closed_ledger():
         check_transition(closed, closed.with_changes(length=31))
     with pytest.raises(InvalidConfigurationError, match="write_quorum"):
         check_transition(ledger(3, 3, 2), ledger(3, 2, 2))
+
+
+def two_fragments():
+    return ensemble_change(ledger(), {1: "b3"}, 12)  # (0: b0 b1 b2), (12: b0 b3 b2)
+
+
+def test_check_transition_lets_a_repair_replace_a_bookie_of_a_closed_ledger_and_nothing_else():
+    closed = close_metadata(two_fragments(), 20, 300)
+    repaired = closed.with_changes(fragments=(Fragment(0, ("b0", "b9", "b2")), closed.fragments[1]))
+    check_transition(closed, repaired)
+    check_transition(closed, closed.with_changes(fragments=(closed.fragments[0], Fragment(12, ("b7", "b3", "b8")))))
+    with pytest.raises(InvalidConfigurationError, match="outside its ensemble"):
+        check_transition(closed, closed.with_changes(fragments=(Fragment(0, ("b0", "b2", "b1")), closed.fragments[1])))
+    with pytest.raises(InvalidConfigurationError, match="final"):
+        check_transition(closed, repaired.with_changes(last_entry_id=21))
+    with pytest.raises(InvalidConfigurationError, match="final"):
+        check_transition(closed, closed.with_changes(fragments=closed.fragments[:1]))
+    with pytest.raises(InvalidConfigurationError, match="keep their first entries"):
+        check_transition(closed, closed.with_changes(fragments=(closed.fragments[0], Fragment(13, ("b0", "b3", "b2")))))
+
+
+def test_check_transition_lets_only_a_repair_touch_a_sealed_fragment_of_an_open_ledger():
+    md = two_fragments()
+    check_transition(md, md.with_changes(fragments=(Fragment(0, ("b0", "b9", "b2")), md.fragments[1])))
+    check_transition(md, ensemble_change(md, {0: "b5"}, 12))  # the writer's fragment: replaced in place
+    with pytest.raises(InvalidConfigurationError, match="outside its ensemble"):
+        check_transition(md, md.with_changes(fragments=(Fragment(0, ("b2", "b1", "b0")), md.fragments[1])))
+    with pytest.raises(InvalidConfigurationError, match="twice"):
+        check_transition(md, md.with_changes(fragments=(Fragment(0, ("b0", "b8", "b8")), md.fragments[1])))
+
+
+def test_check_transition_refuses_an_end_before_the_last_fragment():
+    md = two_fragments()
+    check_transition(md, close_metadata(md, 11, 120))  # the new fragment holds nothing yet: LAC + 1 == 12
+    with pytest.raises(InvalidConfigurationError, match="its last fragment starts at entry 12"):
+        check_transition(md, md.with_changes(state=CLOSED, last_entry_id=10, length=110))

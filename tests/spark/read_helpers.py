@@ -15,9 +15,9 @@ from typing import Sequence
 
 import pyarrow as pa
 
+from pyspark_ledger.log.stream_schema import stored_schema
 from pyspark_ledger.sandbox import Sandbox
 from pyspark_ledger.spark.arrow_codec import encode_batch
-from pyspark_ledger.spark.schema import stored_schema
 from tests.waiting import wait_until as shared_wait_until
 
 PASSWORD = "read-side"

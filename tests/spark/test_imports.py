@@ -13,8 +13,8 @@ import pytest
 
 PURE = ["pyspark_ledger", "pyspark_ledger.spark", "pyspark_ledger.spark.options",
         "pyspark_ledger.spark.offsets", "pyspark_ledger.spark.planning", "pyspark_ledger.log",
-        "pyspark_ledger.log.positions"]
-ARROW_ONLY = ["pyspark_ledger.spark.schema", "pyspark_ledger.spark.arrow_codec",
+        "pyspark_ledger.log.positions", "pyspark_ledger.log.log_spans"]
+ARROW_ONLY = ["pyspark_ledger.spark.schema", "pyspark_ledger.spark.arrow_codec", "pyspark_ledger.log.stream_schema",
               "pyspark_ledger.testing.spark"]
 
 

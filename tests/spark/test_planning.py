@@ -9,10 +9,10 @@ import pytest
 
 from pyspark_ledger.errors import DataLossError, InvalidConfigurationError
 from pyspark_ledger.log import EARLIEST, LATEST, LogPosition as P
+from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
 from pyspark_ledger.spark.offsets import StreamOffset
-from pyspark_ledger.spark.planning import (LedgerSpan, PartitionLog, ReadRange, admit, advance,
-                                           check_offset, check_position, plan_ranges, resolve,
-                                           resolve_offsets)
+from pyspark_ledger.spark.planning import (ReadRange, admit, advance, check_offset, check_position, plan_ranges,
+                                           resolve, resolve_offsets)
 
 
 def log_of(*entry_counts: int, first_seq: int = 0, entry_bytes: int = 100, **kwargs) -> PartitionLog:

@@ -18,12 +18,13 @@ pytest.importorskip("pyspark.sql.datasource")
 from pyspark_ledger.client.config import ClientConfig  # noqa: E402
 from pyspark_ledger.client.ledger_client import LedgerClient  # noqa: E402
 from pyspark_ledger.log.stream_client import StreamClient  # noqa: E402
+from pyspark_ledger.log.stream_schema import stored_schema  # noqa: E402
 from pyspark_ledger.log.stream_store import read_stream  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
 from pyspark_ledger.spark.arrow_codec import encode_batch  # noqa: E402
 from pyspark_ledger.spark.batch_reader import entries_per_split  # noqa: E402
-from pyspark_ledger.spark.schema import conform_batch, stored_schema  # noqa: E402
+from pyspark_ledger.spark.schema import conform_batch  # noqa: E402
 from tests.spark.read_helpers import (PASSWORD, SCHEMA, append_rows, commit, read_options, rows_batch,  # noqa: E402
                                       unique_stream, write_ledger)
 

@@ -9,6 +9,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")  # the connector's extra: pip install 'pyspark-ledger[spark]'
 
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataError  # noqa: E402
+from pyspark_ledger.log import stream_schema as ss  # noqa: E402
 from pyspark_ledger.spark import schema as sc  # noqa: E402
 
 # A schema as writers may produce it: large types, other units and zones, odd list field names.
@@ -39,7 +40,7 @@ def spark_types():
 
 
 def test_normalized_types_are_sparks():
-    normal = sc.normalize_arrow_schema(RAW)
+    normal = ss.normalize_arrow_schema(RAW)
     expect = {"name": pa.string(), "view": pa.string(), "blob": pa.binary(), "fixed": pa.binary(),
               "day": pa.date32(), "ts": pa.timestamp("us", tz="UTC"), "ts_ntz": pa.timestamp("us"),
               "price": pa.decimal128(12, 2), "wide": pa.decimal128(38, 10), "kind": pa.string(),
@@ -56,24 +57,24 @@ def test_normalized_types_are_sparks():
 
 
 def test_normalisation_keeps_nullability_and_order_unless_asked():
-    normal = sc.normalize_arrow_schema(RAW)
+    normal = ss.normalize_arrow_schema(RAW)
     assert normal.names == RAW.names
     assert [field.nullable for field in normal] == [field.nullable for field in RAW]
     assert not normal.field("who").type.field("id").nullable
 
 
 def test_stored_schema_is_nullable_at_every_level():
-    stored = sc.stored_schema(RAW)
+    stored = ss.stored_schema(RAW)
     assert all(field.nullable for field in stored)
     assert stored.field("tags").type.value_field.nullable
     assert stored.field("who").type.field("id").nullable
     assert not stored.field("attrs").type.key_field.nullable  # map keys never are
-    assert sc.stored_schema(stored).equals(stored)  # idempotent
+    assert ss.stored_schema(stored).equals(stored)  # idempotent
 
 
 def test_normalisation_agrees_with_sparks_own_arrow_conversion():
     pandas_types = pytest.importorskip("pyspark.sql.pandas.types")
-    normal = sc.normalize_arrow_schema(RAW)
+    normal = ss.normalize_arrow_schema(RAW)
     spark_schema = pandas_types.from_arrow_schema(normal, prefer_timestamp_ntz=True)
     assert pandas_types.to_arrow_schema(spark_schema, timezone="UTC").equals(normal)
 
@@ -87,7 +88,7 @@ def test_normalisation_agrees_with_sparks_own_arrow_conversion():
 ])
 def test_types_spark_cannot_hold_are_refused_naming_the_field(arrow_type, fragment):
     with pytest.raises(InvalidConfigurationError, match="which a ledger stream cannot hold") as caught:
-        sc.stored_schema(pa.schema([pa.field("col", arrow_type)]))
+        ss.stored_schema(pa.schema([pa.field("col", arrow_type)]))
     assert fragment in str(caught.value)
 
 
@@ -111,7 +112,7 @@ def test_spark_struct_to_arrow_and_back():
     assert not arrow.field("id").nullable
     assert sc.arrow_to_spark_schema(arrow) == struct
     assert sc.spark_to_arrow_schema(struct.json()).equals(arrow)
-    as_stored = sc.arrow_to_spark_schema(sc.stored_schema(arrow))
+    as_stored = sc.arrow_to_spark_schema(ss.stored_schema(arrow))
     assert all(field.nullable for field in as_stored.fields)
     assert as_stored["tags"].dataType == types.ArrayType(types.StringType(), containsNull=True)
     assert [f.dataType.simpleString() for f in as_stored.fields] == [
@@ -120,7 +121,7 @@ def test_spark_struct_to_arrow_and_back():
 
 def test_read_schema_appends_the_metadata_columns():
     types = spark_types()
-    stored = sc.stored_schema(pa.schema([pa.field("v", pa.string())]))
+    stored = ss.stored_schema(pa.schema([pa.field("v", pa.string())]))
     assert sc.read_arrow_schema(stored) is stored
     with_meta = sc.read_arrow_schema(stored, include_metadata=True)
     assert with_meta.names == ["v", "_partition", "_ledger_id", "_entry_id"]
@@ -184,7 +185,7 @@ def raw_batch(rows: int = 3) -> pa.RecordBatch:
 
 def test_conform_batch_casts_to_the_stored_schema_keeping_values():
     batch = raw_batch()
-    stored = sc.stored_schema(RAW)
+    stored = ss.stored_schema(RAW)
     conformed = sc.conform_batch(batch, stored)
     assert conformed.schema.equals(stored)
     assert conformed.column("ts").to_pylist()[0] == dt.datetime(2024, 3, 10, 6, 30, tzinfo=dt.timezone.utc)
@@ -195,7 +196,7 @@ def test_conform_batch_casts_to_the_stored_schema_keeping_values():
 
 
 def test_conform_batch_is_free_when_schemas_match_and_reorders_by_name():
-    stored = sc.stored_schema(RAW)
+    stored = ss.stored_schema(RAW)
     conformed = sc.conform_batch(raw_batch(), stored)
     assert sc.conform_batch(conformed, stored) is conformed
     reversed_batch = conformed.select(list(reversed(stored.names)))
@@ -215,7 +216,7 @@ def test_conform_batch_refuses_other_columns_and_nulls_in_not_null_fields():
 
 
 def test_add_metadata_columns():
-    stored = sc.stored_schema(RAW)
+    stored = ss.stored_schema(RAW)
     batch = sc.add_metadata_columns(sc.conform_batch(raw_batch(), stored), 2, 123456789012, 17)
     assert batch.schema.equals(sc.read_arrow_schema(stored, include_metadata=True))
     assert batch.column("_partition").to_pylist() == [2, 2, 2]
@@ -229,14 +230,14 @@ def test_add_metadata_columns():
 
 
 def test_compatible_schemas_ignore_order_nullability_zone_and_width():
-    stored = sc.stored_schema(RAW)
-    incoming = pa.schema(list(reversed(list(sc.normalize_arrow_schema(RAW)))))
+    stored = ss.stored_schema(RAW)
+    incoming = pa.schema(list(reversed(list(ss.normalize_arrow_schema(RAW)))))
     sc.check_compatible(stored, incoming)
     sc.check_compatible(stored, RAW)
 
 
 def test_incompatible_schemas_list_every_difference():
-    stored = sc.stored_schema(pa.schema([("id", pa.int64()), ("name", pa.string()), ("gone", pa.float64()),
+    stored = ss.stored_schema(pa.schema([("id", pa.int64()), ("name", pa.string()), ("gone", pa.float64()),
                                          ("who", pa.struct([("a", pa.int32())]))]))
     incoming = pa.schema([("id", pa.int32()), ("name", pa.large_string()), ("extra", pa.bool_()),
                           ("who", pa.struct([("a", pa.int32()), ("b", pa.int32())]))])
@@ -255,11 +256,11 @@ def test_incompatible_schemas_list_every_difference():
 
 
 def test_stream_schema_bytes_round_trip():
-    data = sc.encode_stream_schema(RAW)
-    assert sc.decode_stream_schema(data).equals(sc.stored_schema(RAW))
+    data = ss.encode_stream_schema(RAW)
+    assert ss.decode_stream_schema(data).equals(ss.stored_schema(RAW))
 
 
 @pytest.mark.parametrize("data", [b"", b"not a schema", b"\xff" * 64], ids=["empty", "text", "ff"])
 def test_unreadable_stored_schema_is_a_metadata_error(data):
     with pytest.raises(MetadataError, match="stored schema is unreadable"):
-        sc.decode_stream_schema(data)
+        ss.decode_stream_schema(data)

@@ -17,10 +17,10 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")  # the connector's extra: pip install 'pyspark-ledger[spark]'
 
+from pyspark_ledger.log.stream_schema import decode_stream_schema, encode_stream_schema, stored_schema  # noqa: E402
 from pyspark_ledger.spark.arrow_codec import decode_batch, encode_batch, entry_batches  # noqa: E402
 from pyspark_ledger.spark.schema import (add_metadata_columns, check_compatible, conform_batch,  # noqa: E402
-                                         decode_stream_schema, encode_stream_schema, read_arrow_schema,
-                                         read_spark_schema, spark_to_arrow_schema, stored_schema)
+                                         read_arrow_schema, read_spark_schema, spark_to_arrow_schema)
 from pyspark_ledger.testing.spark import register_data_source  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -7,6 +7,9 @@ given. argparse puts the flag's name in front, so every message names the
 flag, the rule and the bad value, whether the text was no number at all or a
 number out of range. A float check refuses NaN, since NaN fails every
 comparison.
+
+It sits at the bottom of the layers (argparse only) so that the bookie server
+uses it without importing the CLI.
 """
 from __future__ import annotations
 
