@@ -3,7 +3,9 @@
 The registration is an ephemeral znode (ZooKeeper) or a heartbeat lease
 (SQLite): it vanishes when the bookie deregisters on a clean stop, and at
 session/lease expiry when the process is killed. Its info tells clients how
-to reach the bookie (host, port) and where its metrics are.
+to reach the bookie (host, port) and where its metrics are; ``space_report``
+adds the free and total space of its journal and ledger dirs and keeps it
+current (``Registration.update_info``).
 """
 from __future__ import annotations
 

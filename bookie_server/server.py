@@ -5,7 +5,8 @@ port clash fails the start before anything is read or written), opens the
 metadata store, checks the cookie (reading only), opens storage (replaying
 the journal), binds the gRPC port, serves /metrics, starts gRPC, and only
 then, the bookie being known to serve, writes the cookie (if it is new),
-registers the bookie, starts the garbage collector (``--gc-interval``) and
+registers the bookie (with the free and total space of its journal and
+ledger dirs, kept current by ``space_report``), starts the garbage collector (``--gc-interval``) and
 reports SERVING on the standard gRPC health service.
 
 Health and registration say whether the bookie takes adds: a full disk (the
@@ -121,6 +122,7 @@ class BookieServer:
         self._health: health.HealthServicer | None = None
         self._trimmer: BurstTrimmer | None = None
         self._registration = None
+        self._space_report = None  # keeps the registration's disk space current
         self._disk_monitor = None
         self._storage_watch = None
         self._read_only_reasons: dict[str, str] = {}  # "disk" / "storage" -> why the bookie takes no adds
@@ -303,11 +305,17 @@ class BookieServer:
                 "pick another --metrics-port (0 = any free port)") from exc
 
     def _register(self) -> None:
-        info = bookie_info(self.config.host, self.config.port, self.metrics_port, self.metrics_url,
-                           str(self.config.data_dir), tls=self.config.tls)
+        from bookie_server.space_report import SpaceReport, measure_space
+
+        storage_config = self.config.storage_config()
+        self._space_report = SpaceReport(lambda: measure_space(storage_config.journal_dir,
+                                                               storage_config.entry_log_dir))
+        info = self._space_report.info(bookie_info(self.config.host, self.config.port, self.metrics_port,
+                                                   self.metrics_url, str(self.config.data_dir), tls=self.config.tls))
         with self._state_lock:
             read_only = bool(self._read_only_reasons)
             self._registration = register(self._store, self.bookie_id, info, read_only=read_only)
+        self._space_report.start(self._registration)
 
     def _watch_disks(self) -> None:
         from bookie_server.disk_monitor import DiskMonitor, DiskPolicy
@@ -406,6 +414,8 @@ class BookieServer:
             self._storage_watch.stop()
         if self._disk_monitor is not None:
             self._disk_monitor.stop()
+        if self._space_report is not None:
+            self._space_report.stop()
         if self._gc is not None:
             self._gc.stop()
         if self._grpc is not None and not self._grpc.stop(0).wait(EXTRA_STOP_WAIT_S):

@@ -12,6 +12,7 @@ from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.cli.output import human_bytes, human_bytes_exact, print_json, print_record, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerInUseError, NoSuchLedgerError
 from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.bookie_space import AREAS, Space, read_space
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import MetadataStore
 
@@ -80,16 +81,25 @@ def ledger_document(md: LedgerMetadata, version: int) -> dict:
 
 def cmd_bookies(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
-        rows = [
-            {"bookie_id": reg.bookie_id, "mode": "read-only" if reg.read_only else "writable",
-             "tls": _tls_mode(reg.info), "metrics": reg.info.get("metrics_url", "")}
-            for reg in sorted(store.bookies().values(), key=lambda r: r.bookie_id)
-        ]
-    if args.json:
-        print_json(rows)
+        registrations = sorted(store.bookies().values(), key=lambda r: r.bookie_id)
+    rows = [{"bookie_id": reg.bookie_id, "mode": "read-only" if reg.read_only else "writable",
+             "tls": _tls_mode(reg.info), "metrics": reg.info.get("metrics_url", "")} for reg in registrations]
+    spaces = [read_space(reg.info) for reg in registrations]
+    if args.json:  # bytes; null where the bookie does not say (older than the field) or says nonsense
+        print_json([{**row, **{f"{area}_{key}": None if space is None else getattr(space, key)
+                               for area, space in space_of.items() for key in Space._fields}}
+                    for row, space_of in zip(rows, spaces)])
     else:
-        print_table(rows, ["bookie_id", "mode", "tls", "metrics"])
+        print_table([{**row, **{area: _human_space(space) for area, space in space_of.items()}}
+                     for row, space_of in zip(rows, spaces)], ["bookie_id", "mode", "tls", *AREAS, "metrics"])
     return 0
+
+
+def _human_space(space: Space | None) -> str:
+    """'58.1 GiB free of 251.9 GiB', or 'unknown'."""
+    if space is None:
+        return "unknown"
+    return f"{human_bytes(space.free_bytes)} free of {human_bytes(space.total_bytes)}"
 
 
 def _tls_mode(info: dict) -> str:

@@ -2,6 +2,10 @@
 
 Opening first verifies the password against the stream's (``stream_password``):
 another password fails with UnauthorizedError before any ledger is touched.
+So do a stream record whose replication breaks E >= Qw >= Qa >= 1 and fewer
+writable bookies registered than the stream's ensemble size (one line naming
+``ensemble_size`` and how many bookies are live: ``writable_bookies``): the
+log's current writer is not fenced by a writer that could not write.
 Then it follows docs/protocol.md G1: read the partition's ledger list,
 fence its last two ledgers (a recovery open: a writer still appending to
 either fails as fenced), create a new ledger, and add it to the list by
@@ -42,6 +46,7 @@ from pyspark_ledger.log.log_transitions import add_ledger, check_active
 from pyspark_ledger.log.positions import LogPosition
 from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
+from pyspark_ledger.log.writable_bookies import check_bookies_for_write, check_stream_replication
 
 log = logging.getLogger(__name__)
 MAX_OPEN_ATTEMPTS = 20
@@ -82,6 +87,9 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
     for _ in range(MAX_OPEN_ATTEMPTS):
         record = check_active(read_stream(ctx.store, stream).value)
         check_partition(partition, record.partition_count, stream)
+        # before fencing anything: a writer that could not write must not depose the current one
+        check_stream_replication(stream, record.replication)
+        check_bookies_for_write(ctx.store, ctx.store.uri, stream, record.replication, stream_exists=True)
         part = record.partition(partition)
         fence_ledgers(ctx.client, part.ledger_ids[-FENCED_TAIL:], ctx.password)
         writer = create_stream_ledger(ctx.client, record.replication, ctx.password, stream, partition)

@@ -17,9 +17,10 @@ import sqlite3
 import threading
 import time
 import uuid
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from pyspark_ledger.errors import MetadataError
+from pyspark_ledger.metadata.names import encode_bookie_info
 from pyspark_ledger.metadata.sqlite_db import SqliteDatabase
 from pyspark_ledger.metadata.store import Registration
 from pyspark_ledger.metadata.workers import TickerThread
@@ -82,6 +83,20 @@ class SqliteRegistration(Registration):
                     (int(read_only), time.time() + self._lease_seconds, self.bookie_id, self.token),
                 ).rowcount
                 self._read_only = bool(read_only)
+                if not updated:
+                    self._reclaim(conn)
+            if self._lost:
+                raise MetadataError(self._lost_message())
+
+    def update_info(self, info: Mapping[str, Any]) -> None:
+        data = encode_bookie_info(self.bookie_id, info)
+        with self._lock:
+            self._check_usable()
+            with self._db.write() as conn:
+                updated = conn.execute(
+                    "UPDATE bookies SET info = ?, expires_at = ? WHERE bookie_id = ? AND token = ?",
+                    (data, time.time() + self._lease_seconds, self.bookie_id, self.token)).rowcount
+                self._info = data
                 if not updated:
                     self._reclaim(conn)
             if self._lost:

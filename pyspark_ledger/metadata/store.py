@@ -55,6 +55,11 @@ class Registration(abc.ABC):
     def set_read_only(self, read_only: bool) -> None: ...
 
     @abc.abstractmethod
+    def update_info(self, info: Mapping[str, Any]) -> None:
+        """Replace the info published with the registration (e.g. refreshed disk space); MetadataError if the
+        registration is closed or lost, InvalidConfigurationError if ``info`` is not JSON or too large."""
+
+    @abc.abstractmethod
     def close(self) -> None: ...
 
 

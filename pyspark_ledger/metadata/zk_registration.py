@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any, Mapping
 
 from pyspark_ledger.errors import MetadataError, MetadataExistsError, NoSuchKeyError
 from pyspark_ledger.metadata import layout
-from pyspark_ledger.metadata.names import decode_bookie
+from pyspark_ledger.metadata.names import decode_bookie, encode_bookie_info
 from pyspark_ledger.metadata.store import BookieRegistration, Registration
 from pyspark_ledger.metadata.zk_session import ZooKeeperSession
 
@@ -88,6 +89,19 @@ class ZooKeeperRegistration(Registration):
                 f"{what}: its node is not in {self._session.uri} right now (the session was lost "
                 "and is being restored); retry"))
             self._read_only = read_only
+
+    def update_info(self, info: Mapping[str, Any]) -> None:
+        data = encode_bookie_info(self.bookie_id, info)
+        with self._lock:
+            if self._closed or self._lost:
+                raise MetadataError(f"registration of bookie {self.bookie_id!r} is "
+                                    f"{'closed' if self._closed else 'lost'}")
+            self._info = data  # a node re-created after a session loss carries it too
+            path = layout.bookie_path(self.bookie_id, self._read_only)
+            self._session.call(f"update the registration of bookie {self.bookie_id!r}",
+                               self._session.client.set_async, path, data, missing=MetadataError(
+                                   f"the registration of bookie {self.bookie_id!r} is not in {self._session.uri} "
+                                   "right now (the session was lost and is being restored); retry"))
 
     def close(self) -> None:
         with self._lock:

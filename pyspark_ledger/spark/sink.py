@@ -25,7 +25,11 @@ Exactly once:
 Streaming writes append only: ``outputMode("complete")`` (which asks the sink
 to overwrite the stream each micro-batch) is refused; Spark itself refuses
 ``update`` for this sink. ``mode("overwrite")`` of a batch write replaces the
-stream's data atomically (``sink_overwrite``).
+stream's data atomically (``sink_overwrite``). Spark refuses the batch save
+modes ``ErrorIfExists`` (its default) and ``Ignore`` for Python data sources
+before a writer is asked for, naming Append and Overwrite; so the sink only
+ever sees append or overwrite (``tests/spark/test_save_modes.py`` holds Spark,
+the sink and the README to that).
 """
 from __future__ import annotations
 

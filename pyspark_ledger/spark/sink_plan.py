@@ -8,8 +8,9 @@ Arrow schema a stream stores, and looks the stream up:
   naming the option, before any task runs;
 - enough writable bookies must be registered for the ensemble size (the
   stream's, or option ``ensembleSize`` for a new one), else NotEnoughBookiesError
-  naming E, how many are live and what to do (``sink_bookies``); the quorum
-  rules were checked with the options (``options``);
+  naming E, how many are live and what to do (``log.writable_bookies``, which
+  ``LogWriter`` uses too); the quorum rules were checked with the options
+  (``options``), and an existing stream's stored ones are checked here;
 - an existing stream fixes the schema the tasks conform their batches to
   (an incompatible DataFrame is refused here, naming every differing field),
   its replication and its partition count: task ``t`` writes partition
@@ -34,12 +35,17 @@ import pyarrow as pa
 from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.log.stream_store import read_stream
+from pyspark_ledger.log.writable_bookies import ReplicationNames, check_bookies_for_write, check_stream_replication
 from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.arrow_codec import DEFAULT_MAX_ENTRY_BYTES
 from pyspark_ledger.spark.executor import stream_client
 from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY, WriteOptions
-from pyspark_ledger.spark.sink_bookies import check_bookies_for_write
 from pyspark_ledger.spark.schema import check_compatible, spark_to_arrow_schema, stored_schema
+
+
+#: How the sink's errors name the replication settings: as the write's options.
+OPTION_NAMES = ReplicationNames("ensembleSize", "writeQuorum", "ackQuorum",
+                                fixed="fixed when it was created; the write's replication options do not change it")
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,11 @@ def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPl
     except NoSuchKeyError:
         plan = _new_stream_plan(options, incoming, overwrite)
         check_bookies_for_write(streams.context.store, plan.uri, plan.stream, plan.replication,
-                                stream_exists=False)
+                                stream_exists=False, names=OPTION_NAMES)
         return plan
+    check_stream_replication(options.stream, info.replication, OPTION_NAMES)
     check_bookies_for_write(streams.context.store, options.metadata_service_uri, options.stream,
-                            info.replication, stream_exists=True)
+                            info.replication, stream_exists=True, names=OPTION_NAMES)
     schema = target_schema(streams, options.stream, info.arrow_schema(), incoming)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=schema,
                     replication=info.replication, partition_count=info.partitions, exists=True,

@@ -77,16 +77,55 @@ def test_metadata_from_environment(store_uri):
     assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 2
 
 
+NO_SPACE = {"journal_free_bytes": None, "journal_total_bytes": None, "ledgers_free_bytes": None,
+            "ledgers_total_bytes": None}
+
+
 def test_bookies_lists_registrations(store_uri):
+    """Registrations of bookies older than the disk-space field list with the space unknown (null in JSON)."""
     with open_metadata_store(store_uri) as store:
         registration = store.register_bookie("127.0.0.1:3181", {"metrics_url": "http://127.0.0.1:9000/metrics"})
         store.register_bookie("127.0.0.1:3182", {}, read_only=True)
         rows = json.loads(run_ledger("--metadata", store_uri, "--json", "bookies").stdout)
+        table = run_ledger("--metadata", store_uri, "bookies").stdout.splitlines()
         registration.close()
     assert rows == [
-        {"bookie_id": "127.0.0.1:3181", "mode": "writable", "tls": "", "metrics": "http://127.0.0.1:9000/metrics"},
-        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", "tls": "", "metrics": ""},
+        {"bookie_id": "127.0.0.1:3181", "mode": "writable", "tls": "", "metrics": "http://127.0.0.1:9000/metrics",
+         **NO_SPACE},
+        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", "tls": "", "metrics": "", **NO_SPACE},
     ]
+    assert table[0].split() == ["BOOKIE_ID", "MODE", "TLS", "JOURNAL", "LEDGERS", "METRICS"]
+    assert [line.split()[2:4] for line in table[1:]] == [["unknown", "unknown"], ["unknown", "unknown"]]
+
+
+HUGE = 2**63
+HOSTILE_DISK = [
+    "full", ["journal"], {"journal": "lots"}, {"journal": {"free_bytes": -1, "total_bytes": 10}},
+    {"journal": {"free_bytes": 11, "total_bytes": 10}}, {"journal": {"free_bytes": True, "total_bytes": 10}},
+    {"journal": {"free_bytes": 1.5, "total_bytes": 10}}, {"journal": {"free_bytes": "1", "total_bytes": "10"}},
+    {"journal": {"free_bytes": 1, "total_bytes": HUGE}}, {"journal": {"free_bytes": 10**400, "total_bytes": 10}},
+    {"journal": {"free_bytes": None}}, {"journal": {"total_bytes": 10}},
+]
+
+
+@pytest.mark.parametrize("disk", HOSTILE_DISK, ids=range(len(HOSTILE_DISK)))
+def test_bookies_calls_a_nonsense_disk_field_unknown(store_uri, disk):
+    """A registration is data from the network: disk figures that are not byte counts (0..2**63-1, free <=
+    total) list as unknown, the other area and the other columns as usual."""
+    good = {"free_bytes": 4096, "total_bytes": 8192}
+    info = {"tls": "", "disk": disk if not isinstance(disk, dict) else {**disk, "ledgers": good}}
+    with open_metadata_store(store_uri) as store:
+        registration = store.register_bookie("127.0.0.1:3181", info)
+        listed = run_ledger("--metadata", store_uri, "--json", "bookies")
+        table = run_ledger("--metadata", store_uri, "bookies")
+        registration.close()
+    assert listed.returncode == 0 and table.returncode == 0, listed.stderr + table.stderr
+    row = json.loads(listed.stdout)[0]
+    assert (row["journal_free_bytes"], row["journal_total_bytes"], row["tls"]) == (None, None, "plaintext")
+    expected_ledgers = (4096, 8192) if isinstance(disk, dict) else (None, None)
+    assert (row["ledgers_free_bytes"], row["ledgers_total_bytes"]) == expected_ledgers
+    line = table.stdout.splitlines()[1]
+    assert "unknown" in line and ("4.0 KiB free of 8.0 KiB" in line) == isinstance(disk, dict), line
 
 
 @pytest.mark.parametrize("args,code,message", [

@@ -137,3 +137,20 @@ def test_closed_registration_cannot_change_mode(store):
     registration.close()
     with pytest.raises(MetadataError, match="closed"):
         registration.set_read_only(True)
+
+
+def test_update_info_replaces_what_others_see_and_survives_a_mode_change(store, open_store):
+    registration = store.register_bookie("b1", {"port": 3181})
+    registration.update_info({"port": 3181, "disk": {"journal": {"free_bytes": 5, "total_bytes": 9}}})
+    observer = open_store()
+    assert observer.bookies()["b1"].info == {"port": 3181, "disk": {"journal": {"free_bytes": 5, "total_bytes": 9}}}
+    registration.set_read_only(True)  # a mode change keeps the updated info (ZooKeeper re-creates the node)
+    assert observer.bookies()["b1"] == BookieRegistration("b1", True, {"port": 3181, "disk": {
+        "journal": {"free_bytes": 5, "total_bytes": 9}}})
+    with pytest.raises(InvalidConfigurationError, match="JSON"):
+        registration.update_info({"when": object()})
+    assert observer.bookies()["b1"].info["port"] == 3181, "a refused update changed nothing"
+    registration.close()
+    with pytest.raises(MetadataError, match="closed"):
+        registration.update_info({"port": 1})
+    assert "b1" not in observer.bookies()
