@@ -136,8 +136,8 @@ def check_read(first_entry_id: int, last_entry_id: int, ledger_id: int = 0, mast
     step = max(entry_step, 1)
     span = (last_entry_id - first_entry_id) // step + 1
     if span > MAX_READ_ENTRIES:
-        every = "" if step == 1 else f" every {step}th"
-        return (f"a read of {span} entries ({first_entry_id}..{last_entry_id}{every}) of ledger {ledger_id} is over "
+        steps = "" if step == 1 else f" in steps of {step}"
+        return (f"a read of {span} entries ({first_entry_id}..{last_entry_id}{steps}) of ledger {ledger_id} is over "
                 f"the limit of {MAX_READ_ENTRIES} entries per read: read in smaller ranges")
     return _key_length_problem(master_key, f"read of ledger {ledger_id}")
 

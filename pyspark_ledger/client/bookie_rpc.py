@@ -198,8 +198,8 @@ class BookieClient:
     def read(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
              fence: bool = False, master_key: bytes = b"", recovery: bool = False, max_bytes: int = 0,
              timeout: float | None = None, entry_step: int = 1) -> ReadResult:
-        """Read one entry or the range first..last, every ``entry_step``-th entry (stops early at a missing
-        entry or max_bytes)."""
+        """Read one entry or the range first..last (only first, first + entry_step, ... with entry_step > 1);
+        stops early at a missing entry or max_bytes."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
         return self._unary("Read", request, timeout, what, _read_result)
@@ -218,8 +218,8 @@ class BookieClient:
         request = _message(pb.ReadRequest, ledger_id=ledger_id, first_entry_id=first_entry_id,
                            last_entry_id=last, fence=fence, recovery=recovery, master_key=master_key,
                            max_bytes=max_bytes, entry_step=entry_step)
-        every = f" every {entry_step}th" if entry_step > 1 else ""
-        what = (f"read of ledger {ledger_id} entries {first_entry_id}..{last}{every}"
+        steps = f" in steps of {entry_step}" if entry_step > 1 else ""
+        what = (f"read of ledger {ledger_id} entries {first_entry_id}..{last}{steps}"
                 + (" with fence" if fence else ""))
         return request, what
 
