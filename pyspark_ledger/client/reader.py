@@ -27,6 +27,7 @@ from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.read_rules import (advance_lac, check_read_range, lac_floor, plan_batches,
                                                 readable_last_entry)
+from pyspark_ledger.protocol.stripes import stripes_per_batch
 
 __all__ = ["LedgerEntry", "LedgerReader", "open_reader"]
 
@@ -136,7 +137,8 @@ class LedgerReader:
 
     def _read(self, first: int, last: int, copy: bool) -> Iterator[LedgerEntry]:
         md = self._md
-        batches = plan_batches(md, first, last, self._ctx.config.read_batch_entries)
+        per_read = self._ctx.config.read_batch_entries
+        batches = plan_batches(md, first, last, per_read * stripes_per_batch(md.ensemble_size, md.write_quorum))
         window: deque[RangeFetch | StripedFetch] = deque()
         wait_s = self._ctx.config.read_timeout_s * (md.write_quorum + 1) + 5.0
         while True:

@@ -61,6 +61,14 @@ class StripedFetch:
         fetch.start()
 
     def _on_stripe(self, index: int, stripe: ReadBatch, done: Future) -> None:
+        try:
+            self._next_round(index, stripe, done)
+        except Exception as exc:  # noqa: BLE001 - a callback's error would be lost; the reader must see it
+            if not self.result.done():
+                self.result.set_exception(exc)
+
+    def _next_round(self, index: int, stripe: ReadBatch, done: Future) -> None:
+        """Keep what the stripe's round read; start its next round, or finish once every stripe is done."""
         error = done.exception()
         rest = None
         with self._lock:

@@ -12,7 +12,9 @@ whom to ask for all of them and whom next after an error, a "no such entry",
 a corrupt entry or a slow answer. The stripes are read in parallel; each entry
 of the batch is in exactly one stripe, and the stripes start on E different
 bookies (the first replica of each write set). With E == Qw every bookie
-stores every entry: the batch stays one contiguous read (step 1).
+stores every entry: the batch stays one contiguous read (step 1). A reader's
+batch is ``stripes_per_batch`` times ``read_batch_entries`` long, so that each
+range read holds as many entries as one contiguous read would.
 
 A stripe's answer may be short (byte budget, a missing or corrupt entry):
 ``stripe_rest`` is what is left of it to read. ``merged_prefix`` interleaves
@@ -27,6 +29,13 @@ from pyspark_ledger.metadata.model import check_quorums
 from pyspark_ledger.protocol.read_rules import ReadBatch
 
 T = TypeVar("T")
+
+
+def stripes_per_batch(ensemble_size: int, write_quorum: int) -> int:
+    """How many stripes ``split_batch`` cuts a long batch into: E, or 1 when E == Qw. A reader makes its
+    batches this many times ``read_batch_entries`` long, so that each range read still holds that many."""
+    check_quorums(ensemble_size, write_quorum, 1)
+    return 1 if ensemble_size == write_quorum else ensemble_size
 
 
 def split_batch(batch: ReadBatch, write_quorum: int) -> tuple[ReadBatch, ...]:

@@ -38,17 +38,18 @@ def read_until_error(reader, first: int = 0) -> tuple[list[int], BaseException |
 
 @pytest.mark.parametrize("quorums", [(5, 3, 2), (3, 2, 2), (4, 2, 1), (5, 1, 1)])
 def test_each_write_set_is_asked_once_per_batch_for_its_entries(client, make_client, cluster, quorums):
-    writer = closed_ledger(client, 200, quorums)
-    ensemble = writer.metadata.current_fragment.bookies
-    reader = make_client(seed=2, read_batch_entries=100).open_ledger(writer.ledger_id, PASSWORD)
-    before = len(cluster.requests)
-    assert [e.data for e in reader.read()] == [data(i) for i in range(200)]
-    reads = reads_since(cluster, before)
     size = quorums[0]
-    assert len(reads) == 2 * size, reads  # two batches of 100 entries, one read per stripe
+    count = 2 * 20 * size  # two batches of E stripes of 20 entries
+    writer = closed_ledger(client, count, quorums)
+    ensemble = writer.metadata.current_fragment.bookies
+    reader = make_client(seed=2, read_batch_entries=20).open_ledger(writer.ledger_id, PASSWORD)
+    before = len(cluster.requests)
+    assert [e.data for e in reader.read()] == [data(i) for i in range(count)]
+    reads = reads_since(cluster, before)
+    assert len(reads) == 2 * size, reads  # one read per stripe and batch
     for _, bookie, _, first, last, _ in reads:
         assert bookie == write_set_bookies(first, ensemble, quorums[1])[0]  # the first replica of its write set
-        assert (last - first) % size == 0
+        assert (last - first) % size == 0 and (last - first) // size + 1 == 20  # read_batch_entries per read
     assert {request[1] for request in reads} == set(ensemble), "every bookie shares the work"
 
 

@@ -10,7 +10,8 @@ from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.protocol.read_rules import ReadBatch
 from pyspark_ledger.protocol.reads import ReadPlan
 from pyspark_ledger.protocol.schedule import write_set
-from pyspark_ledger.protocol.stripes import merged_prefix, split_batch, stripe_rest, stripe_size
+from pyspark_ledger.protocol.stripes import (merged_prefix, split_batch, stripe_rest, stripe_size,
+                                             stripes_per_batch)
 
 
 def ensemble(size: int) -> tuple[str, ...]:
@@ -65,6 +66,15 @@ def test_split_e5_qw3_example():
     assert [entries_of(s) for s in stripes] == [[10, 15, 20], [11, 16, 21], [12, 17], [13, 18], [14, 19]]
     assert [ReadPlan(s.first_entry_id, s.ensemble, 3, 2).replicas for s in stripes] == [
         ("b0", "b1", "b2"), ("b1", "b2", "b3"), ("b2", "b3", "b4"), ("b3", "b4", "b0"), ("b4", "b0", "b1")]
+
+
+def test_stripes_per_batch():
+    for size in range(1, 9):
+        for write_quorum in range(1, size + 1):
+            expected = len(split_batch(ReadBatch(0, 100, ensemble(size)), write_quorum))
+            assert stripes_per_batch(size, write_quorum) == expected
+    with pytest.raises(InvalidConfigurationError):
+        stripes_per_batch(3, 4)
 
 
 def test_split_refuses_what_is_not_a_batch():
