@@ -40,6 +40,8 @@ def test_striped_ledger_reads_back_exactly(bookies, make_client, quorums, specul
     reader = make_client(speculative_read_delay_s=speculative, read_batch_entries=300)
     assert read_all(reader, ledger_id) == [payload(i, 64) for i in range(ENTRIES)]
     assert read_all(reader, ledger_id, 1_234) == [payload(i, 64) for i in range(1_234, ENTRIES)]
+    views = reader.open_ledger(ledger_id, PASSWORD).read(copy=False)  # Spark's reads: views into the answers
+    assert [bytes(entry.data) for entry in views] == [payload(i, 64) for i in range(ENTRIES)]
 
 
 @pytest.mark.parametrize("quorums", [(5, 3, 2), (3, 2, 2)], ids=["E5-Qw3", "E3-Qw2"])
