@@ -6,7 +6,9 @@ entry, all stored by one write set); each stripe is read by a ``RangeFetch``
 one on an error, a "no such entry", a corrupt entry or a slow answer, and
 verifies every entry). A stripe whose answer is short (its share of
 ``read_batch_bytes``, or an entry its replica could not give) goes on with a
-new ``RangeFetch`` for the rest of it. Once every stripe is read or failed,
+new ``RangeFetch`` for the rest of it while the batch holds less than
+``read_batch_bytes`` (a batch's memory stays bounded by the bytes, not by its
+count of entries). Once every stripe is read, stopped or failed,
 ``result`` holds the batch's entries in order up to the first one no stripe
 could read (``stripes.merged_prefix``): the caller continues from there with
 a new fetch, as after a short answer of a contiguous read. A batch whose very
@@ -38,7 +40,9 @@ class StripedFetch:
         self._key = master_key
         self.batch = batch
         self._stripes = split_batch(batch, write_quorum)
-        self._max_bytes = max(1, ctx.config.read_batch_bytes // len(self._stripes))
+        self._budget = ctx.config.read_batch_bytes
+        self._max_bytes = max(1, self._budget // len(self._stripes))
+        self._bytes = 0  # payload bytes read so far
         self._read: list[list[LedgerEntry]] = [[] for _ in self._stripes]
         self._errors: dict[int, BaseException] = {}
         self._unread_from = batch.last_entry_id + 1  # the lowest entry a stripe failed to read
@@ -79,9 +83,10 @@ class StripedFetch:
             else:
                 entries = done.result()
                 self._read[index].extend(entries)
+                self._bytes += sum(len(entry.data) for entry in entries)
                 rest = stripe_rest(stripe, len(entries))
-                if rest is not None and rest.first_entry_id > self._unread_from:
-                    rest = None  # entries past one that failed would only be read again by the next fetch
+                if rest is not None and (rest.first_entry_id > self._unread_from or self._bytes >= self._budget):
+                    rest = None  # past an entry that failed: read again by the next fetch anyway; or enough bytes
             if rest is None:
                 self._running -= 1
                 finished = self._running == 0

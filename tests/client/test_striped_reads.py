@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pyspark_ledger.errors import BookieUnavailableError, CorruptEntryError, NoSuchEntryError
+from pyspark_ledger.protocol.read_rules import ReadBatch
 from pyspark_ledger.protocol.schedule import write_set_bookies
 from tests.client.conftest import PASSWORD
 
@@ -72,6 +73,18 @@ def test_short_answers_go_on_within_their_stripe(client, make_client, cluster):
     starts = [r[3] for r in reads]
     assert len(starts) == len(set(starts)), "a round starts where the stripe's last answer stopped, never again"
     assert all((r[4] - r[3]) % 5 == 0 for r in reads)
+
+
+def test_a_batch_holds_about_read_batch_bytes_however_many_entries_it_spans(client, make_client, cluster):
+    with client.create_ledger(5, 3, 2, password=PASSWORD) as writer:
+        futures = [writer.append_async(b"%04d" % i * 250) for i in range(300)]
+        [future.result(10) for future in futures]
+    reader = make_client(seed=2, read_batch_bytes=10_000).open_ledger(writer.ledger_id, PASSWORD)
+    batch = ReadBatch(0, 299, writer.metadata.current_fragment.bookies)
+    held = reader._fetch(batch, True).result.result(10)  # one batch of 300 entries of 1,000 bytes
+    assert [entry.entry_id for entry in held] == list(range(len(held)))
+    assert 5 <= len(held) <= 10 + 5, "stripes stop going on once the batch holds read_batch_bytes"
+    assert [entry.data for entry in reader.read()] == [b"%04d" % i * 250 for i in range(300)]
 
 
 def test_a_down_bookie_is_read_around(client, make_client, cluster):
