@@ -106,8 +106,9 @@ def one_mode(uri: str, ids: dict[str, int], entries: int, size: int, repetitions
 
 
 def run(entries: int, size: int, repetitions: int) -> dict:
+    shapes = {name: dict(zip(("E", "Qw", "Qa"), quorums)) for name, quorums in LEDGERS.items()}
     result: dict = {"benchmark": "striped_reads", "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "bookies": BOOKIES, "ledgers": {name: dict(zip(("E", "Qw", "Qa"), q)) for name, q in LEDGERS.items()},
+                    "bookies": BOOKIES, "ledgers": shapes,
                     "entries": entries, "entry_bytes": size, "repetitions": repetitions,
                     "order": "interleaved: " + ", ".join(LEDGERS) + ", ...", "goal": GOAL, "at_start": load()}
     with tempfile.TemporaryDirectory(prefix="bench-striped-") as tmp:
@@ -117,8 +118,9 @@ def run(entries: int, size: int, repetitions: int) -> dict:
                 started = time.perf_counter()
                 ids = write_ledgers(client, entries, size)
                 result["write_seconds_all_ledgers"] = round(time.perf_counter() - started, 1)
+            default_delay = ClientConfig().speculative_read_delay_s
             result["modes"] = {
-                "speculative_reads": one_mode(uri, ids, entries, size, repetitions, ClientConfig().speculative_read_delay_s),
+                "speculative_reads": one_mode(uri, ids, entries, size, repetitions, default_delay),
                 "no_speculative_reads": one_mode(uri, ids, entries, size, repetitions, None),
             }
     ratio = min(mode["median_ratios"][f"{GOAL['ledger']} / {BASELINE}"] for mode in result["modes"].values())
