@@ -16,7 +16,8 @@ Accepted ranges (the wire types are wider):
 - master key: at most 64 bytes (the client derives 32-byte keys); a missing key is not malformed but
   unauthorized (``authorization``);
 - entry body: the 36-byte header and a 4-byte digest at least, ``--max-entry-size`` at most;
-- range read: first .. last within the entry ids, at most ``MAX_READ_ENTRIES`` entries; ``max_bytes``
+- range read: first .. last within the entry ids, at most ``MAX_READ_ENTRIES`` entries (with ``entry_step``
+  > 1, the entries first, first + step, ... counted; the step at most ``MAX_ENTRY_STEP``); ``max_bytes``
   (0 = the server's limit) and a long poll's ``timeout_ms`` are capped at ``MAX_READ_BYTES`` and
   ``MAX_LAC_WAIT_S`` (an answer at the cap is a normal answer; the client repeats);
 - adds per AddBatch: ``--max-batch-adds``; bytes per message: ``grpc_max_message_bytes`` (the gRPC
@@ -37,6 +38,7 @@ MAX_LEDGER_ID = 2**63 - 1
 MAX_MASTER_KEY_BYTES = 64
 MIN_BODY_BYTES = HEADER_SIZE + 4     # header and the smallest digest (CRC32C)
 MAX_READ_ENTRIES = 65_536           # entries one range read may span
+MAX_ENTRY_STEP = 65_536             # distance between the entries of a strided range read
 MAX_READ_BYTES = 16 * 1024 * 1024   # a range read stops near this many bytes
 MAX_LAC_WAIT_S = 60.0               # longest ReadLac long poll
 MAX_FENCE_WAIT_S = 30.0             # longest wait for a fence to become durable
@@ -118,8 +120,9 @@ def check_batch(add_count: int, max_batch_adds: int) -> str | None:
     return None
 
 
-def check_read(first_entry_id: int, last_entry_id: int, ledger_id: int = 0, master_key: bytes = b"") -> str | None:
-    """A message saying why a read request is malformed, or None."""
+def check_read(first_entry_id: int, last_entry_id: int, ledger_id: int = 0, master_key: bytes = b"",
+               entry_step: int = 0) -> str | None:
+    """A message saying why a read request is malformed, or None (``entry_step`` 0 or 1: every entry)."""
     problem = (_ledger_problem(ledger_id) or _entry_problem("first_entry_id", first_entry_id, ledger_id)
                or _entry_problem("last_entry_id", last_entry_id, ledger_id, lowest=-1))
     if problem is not None:
@@ -127,10 +130,15 @@ def check_read(first_entry_id: int, last_entry_id: int, ledger_id: int = 0, mast
     if last_entry_id < first_entry_id:
         return (f"last_entry_id {last_entry_id} is below first_entry_id {first_entry_id}: "
                 "use first == last for one entry")
-    span = last_entry_id - first_entry_id + 1
+    if entry_step > MAX_ENTRY_STEP:
+        return (f"entry_step {entry_step} of a read of ledger {ledger_id} is over the limit of {MAX_ENTRY_STEP} "
+                "(the distance between the entries read)")
+    step = max(entry_step, 1)
+    span = (last_entry_id - first_entry_id) // step + 1
     if span > MAX_READ_ENTRIES:
-        return (f"a read of {span} entries ({first_entry_id}..{last_entry_id}) of ledger {ledger_id} is over the "
-                f"limit of {MAX_READ_ENTRIES} entries per read: read in smaller ranges")
+        steps = "" if step == 1 else f" in steps of {step}"
+        return (f"a read of {span} entries ({first_entry_id}..{last_entry_id}{steps}) of ledger {ledger_id} is over "
+                f"the limit of {MAX_READ_ENTRIES} entries per read: read in smaller ranges")
     return _key_length_problem(master_key, f"read of ledger {ledger_id}")
 
 

@@ -154,7 +154,8 @@ class BookieServicer(pb_grpc.BookieServicer):
 
     def _read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
         ledger_id = request.ledger_id
-        problem = check_read(request.first_entry_id, request.last_entry_id, ledger_id, request.master_key)
+        problem = check_read(request.first_entry_id, request.last_entry_id, ledger_id, request.master_key,
+                             request.entry_step)
         if problem is not None:
             return _no_view(pb.ReadResponse(status=pb.BAD_REQUEST, message=problem))
         op = "fence" if request.fence else "read"
@@ -168,7 +169,8 @@ class BookieServicer(pb_grpc.BookieServicer):
                 return _no_view(pb.ReadResponse(status=status, message=message))
             if status != pb.OK:
                 return self._with_view(pb.ReadResponse(status=status, message=message), ledger_id)
-        response = self._read_entries(ledger_id, request.first_entry_id, request.last_entry_id,
+        response = self._read_entries(ledger_id, range(request.first_entry_id, request.last_entry_id + 1,
+                                                       max(request.entry_step, 1)),
                                       read_byte_budget(request.max_bytes), key)
         if response.status == pb.UNAUTHORIZED:
             self._metrics.unauthorized(op)
@@ -216,13 +218,14 @@ class BookieServicer(pb_grpc.BookieServicer):
             return status, f"{wrong_key('fence', ledger_id)}: not fenced"
         return status, f"fence of ledger {ledger_id} answered {pb.Status.Name(status)}"
 
-    def _read_entries(self, ledger_id: int, first: int, last: int, budget: int,
+    def _read_entries(self, ledger_id: int, entry_ids: range, budget: int,
                       master_key: bytes | None) -> pb.ReadResponse:
-        """Entries first..last, stopping at the first missing/unreadable one or the byte budget. Storage checks
-        ``master_key`` (None: an administrator's read of a ledger it does not store) under its lock."""
+        """The entries ``entry_ids`` (first..last, maybe every step-th), stopping at the first missing/unreadable
+        one or the byte budget. Storage checks ``master_key`` (None: an administrator's read of a ledger it does
+        not store) under its lock."""
         response = pb.ReadResponse(status=pb.OK)
         total = 0
-        for entry_id in range(first, last + 1):
+        for entry_id in entry_ids:
             try:
                 body = self._storage.read_entry(ledger_id, entry_id, master_key)
             except UnauthorizedError:  # the ledger appeared since the key was checked, with another key

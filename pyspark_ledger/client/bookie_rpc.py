@@ -197,26 +197,30 @@ class BookieClient:
     # --- reads ---------------------------------------------------------------------
     def read(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
              fence: bool = False, master_key: bytes = b"", recovery: bool = False, max_bytes: int = 0,
-             timeout: float | None = None) -> ReadResult:
-        """Read one entry or the range first..last (stops early at a missing entry or max_bytes)."""
+             timeout: float | None = None, entry_step: int = 1) -> ReadResult:
+        """Read one entry or the range first..last (only first, first + entry_step, ... with entry_step > 1);
+        stops early at a missing entry or max_bytes."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
-                                           max_bytes)
+                                           max_bytes, entry_step)
         return self._unary("Read", request, timeout, what, _read_result)
 
     def read_async(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
                    fence: bool = False, master_key: bytes = b"", recovery: bool = False, max_bytes: int = 0,
-                   timeout: float | None = None) -> "Future[ReadResult]":
+                   timeout: float | None = None, entry_step: int = 1) -> "Future[ReadResult]":
         """``read`` without blocking a thread."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
-                                           max_bytes)
+                                           max_bytes, entry_step)
         return self._unary_async("Read", request, timeout, what, _read_result)
 
-    def _read_request(self, ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery, max_bytes):
+    def _read_request(self, ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery, max_bytes,
+                      entry_step):
         last = first_entry_id if last_entry_id is None else last_entry_id
         request = _message(pb.ReadRequest, ledger_id=ledger_id, first_entry_id=first_entry_id,
                            last_entry_id=last, fence=fence, recovery=recovery, master_key=master_key,
-                           max_bytes=max_bytes)
-        what = f"read of ledger {ledger_id} entries {first_entry_id}..{last}" + (" with fence" if fence else "")
+                           max_bytes=max_bytes, entry_step=entry_step)
+        steps = f" in steps of {entry_step}" if entry_step > 1 else ""
+        what = (f"read of ledger {ledger_id} entries {first_entry_id}..{last}{steps}"
+                + (" with fence" if fence else ""))
         return request, what
 
     def read_lac(self, ledger_id: int, previous: int | None = None, timeout: float = 10.0, *,

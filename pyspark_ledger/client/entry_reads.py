@@ -7,7 +7,9 @@ entry, or -- speculatively -- when no answer came within
 ``speculative_read_delay_s``). A replica's answer is used from its first
 entry on for as long as the entries verify (digest, ledger and entry ids);
 the first corrupt one ends it, so the caller continues from there with a new
-fetch (docs/protocol.md L5). Payloads are copied out of the answer unless ``copy=False``
+fetch (docs/protocol.md L5). A stripe of a striped ledger (``protocol.stripes``: every E-th
+entry, all with one write set) is fetched the same way, as one strided range
+read (``entry_step``). Payloads are copied out of the answer unless ``copy=False``
 (then they are read-only views into it). ``result`` is a Future of the verified ``LedgerEntry`` list, or
 fails with NoSuchEntryError (an explicit absence of a confirmed entry),
 CorruptEntryError (every replica corrupt) or BookieUnavailableError.
@@ -42,9 +44,14 @@ class LedgerEntry:
 class RangeFetch:
     """Reads the entries of one ``ReadBatch`` (see the module docstring)."""
 
+    #: A fetch makes no progress of its own before its ``result`` is done (see ``StripedFetch.progress``).
+    progress = 0
+
     def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
-                 write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes) -> None:
+                 write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes,
+                 max_bytes: int | None = None) -> None:
         self._ctx = ctx
+        self._max_bytes = ctx.config.read_batch_bytes if max_bytes is None else max_bytes
         self._key = master_key
         self._copy = copy
         self._ledger_id = ledger_id
@@ -65,8 +72,8 @@ class RangeFetch:
         config = self._ctx.config
         future = self._ctx.transport.read(bookie, self._ledger_id, self.batch.first_entry_id,
                                           self.batch.last_entry_id, master_key=self._key,
-                                          max_bytes=config.read_batch_bytes,
-                                          timeout=config.read_timeout_s)
+                                          max_bytes=self._max_bytes, timeout=config.read_timeout_s,
+                                          entry_step=self.batch.step)
         if config.speculative_read_delay_s is not None:
             self._timers.append(self._ctx.scheduler.call_later(config.speculative_read_delay_s,
                                                                lambda: self._speculate(bookie)))
@@ -136,6 +143,7 @@ class RangeFetch:
         entries: list[LedgerEntry] = []
         answer = ReadAnswer.unknown("the answer held no entries")
         expected = self.batch.first_entry_id
+        step = self.batch.step
         for entry_id, body in answered:
             if entry_id != expected or entry_id > self.batch.last_entry_id:
                 break
@@ -149,5 +157,5 @@ class RangeFetch:
             if not entries:
                 answer = ReadAnswer.present(body, decoded.length)
             entries.append(LedgerEntry(entry_id, decoded.payload))
-            expected += 1
+            expected += step
         return entries, answer

@@ -2,8 +2,11 @@
 
 ``open_reader`` recovers the ledger first when asked to (``recovery_op``),
 else reads its LAC with coverage. ``read(first, last)`` yields entries in
-order, keeping ``read_ahead_batches`` range reads in flight (``entry_reads``);
-the range must lie within ``readable_last_entry`` (protocol ``read_rules``).
+order, keeping ``read_ahead_batches`` batches in flight: one range read each
+(``entry_reads``), or, for a striped ledger (E > Qw, where no bookie stores
+every entry), one strided range read per write set, in parallel
+(``striped_reads``); the range must lie within ``readable_last_entry``
+(protocol ``read_rules``).
 A tailing reader calls ``wait_for_entry`` / ``read_last_add_confirmed``, which
 re-read the metadata first (new fragments, a close) and never lower the LAC.
 """
@@ -17,12 +20,14 @@ from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.entry_reads import LedgerEntry, RangeFetch
 from pyspark_ledger.client.lac_reads import poll_lac, read_lac
 from pyspark_ledger.client.recovery_op import recover_ledger
+from pyspark_ledger.client.striped_reads import StripedFetch
 from pyspark_ledger.entry import EntryCodec, master_key
 from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, NoSuchEntryError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.read_rules import (advance_lac, check_read_range, lac_floor, plan_batches,
                                                 readable_last_entry)
+from pyspark_ledger.protocol.stripes import stripes_per_batch
 
 __all__ = ["LedgerEntry", "LedgerReader", "open_reader"]
 
@@ -132,8 +137,9 @@ class LedgerReader:
 
     def _read(self, first: int, last: int, copy: bool) -> Iterator[LedgerEntry]:
         md = self._md
-        batches = plan_batches(md, first, last, self._ctx.config.read_batch_entries)
-        window: deque[RangeFetch] = deque()
+        per_read = self._ctx.config.read_batch_entries
+        batches = plan_batches(md, first, last, per_read * stripes_per_batch(md.ensemble_size, md.write_quorum))
+        window: deque[RangeFetch | StripedFetch] = deque()
         wait_s = self._ctx.config.read_timeout_s * (md.write_quorum + 1) + 5.0
         while True:
             while len(window) < self._ctx.config.read_ahead_batches:
@@ -145,7 +151,7 @@ class LedgerReader:
                 return
             fetch = window.popleft()
             try:
-                entries = fetch.result.result(timeout=wait_s)
+                entries = _outcome(fetch, wait_s)
             except TimeoutError as exc:
                 raise BookieUnavailableError(f"reading entries {fetch.batch.first_entry_id}.."
                                              f"{fetch.batch.last_entry_id} of ledger {self.ledger_id} took over "
@@ -155,13 +161,26 @@ class LedgerReader:
                 window.appendleft(self._fetch(rest, copy))
             yield from entries
 
-    def _fetch(self, batch, copy: bool) -> RangeFetch:
+    def _fetch(self, batch, copy: bool) -> RangeFetch | StripedFetch:
         md = self._md
-        return RangeFetch(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum,
-                          copy=copy, master_key=self._key).start()
+        kind = RangeFetch if len(batch.ensemble) == md.write_quorum else StripedFetch
+        return kind(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum,
+                    copy=copy, master_key=self._key).start()
 
 
-def _remainder(fetch: RangeFetch, entries: list[LedgerEntry]):
+def _outcome(fetch: RangeFetch | StripedFetch, wait_s: float) -> list[LedgerEntry]:
+    """The fetch's entries; TimeoutError once ``wait_s`` passed without an answer (a striped fetch reads on in
+    rounds: each answer gives it another ``wait_s``)."""
+    while True:
+        progress = fetch.progress
+        try:
+            return fetch.result.result(timeout=wait_s)
+        except TimeoutError:
+            if fetch.progress == progress:
+                raise
+
+
+def _remainder(fetch: RangeFetch | StripedFetch, entries: list[LedgerEntry]):
     """The part of the batch a short answer did not cover (max bytes, striping, a corrupt entry)."""
     batch = fetch.batch
     got_to = entries[-1].entry_id if entries else batch.first_entry_id - 1

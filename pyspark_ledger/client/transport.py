@@ -54,7 +54,7 @@ class BookieTransport(Protocol):
 
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
              master_key: bytes, fence: bool = False, max_bytes: int = 0,
-             timeout: float = 10.0) -> "Future[ReadResult]": ...
+             timeout: float = 10.0, entry_step: int = 1) -> "Future[ReadResult]": ...
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
                  timeout: float = 10.0, *, master_key: bytes) -> "Future[LacResult]": ...
@@ -127,10 +127,10 @@ class GrpcTransport:
 
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
              master_key: bytes, fence: bool = False, max_bytes: int = 0,
-             timeout: float = 10.0) -> "Future[ReadResult]":
+             timeout: float = 10.0, entry_step: int = 1) -> "Future[ReadResult]":
         return self._call(bookie_id, lambda client: client.read_async(
             ledger_id, first_entry_id, last_entry_id, fence=fence, master_key=master_key,
-            recovery=fence, max_bytes=max_bytes, timeout=timeout))
+            recovery=fence, max_bytes=max_bytes, timeout=timeout, entry_step=entry_step))
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
                  timeout: float = 10.0, *, master_key: bytes) -> "Future[LacResult]":

@@ -11,6 +11,7 @@ the decisions and feeds the answers back.
 * ``placement``    -- choosing and repairing ensembles
 * ``ledger_rules`` -- metadata transitions and CAS-conflict resolutions
 * ``reads``        -- reading one entry from its replicas; the LAC read
+* ``stripes``      -- striped ledgers (E > Qw): a batch read as one strided read per write set
 * ``recovery``     -- the recovery state machine (fence, read forward, write back, close)
 * ``recovery_actions`` -- the actions recovery returns to its caller
 """

@@ -9,6 +9,7 @@
   and when an entry counts as absent, stays with ``reads.ReadPlan`` (driven
   for the batch's first entry; a replica's range answer stops at its first
   missing entry, so a short answer is simply continued by the next batch).
+  With E > Qw a batch is read as stripes, one per write set (``stripes``).
 * ``advance_lac`` -- any LAC a bookie reports was written in an entry header
   by the writer, which only writes LACs it had confirmed: a single such answer
   is a safe lower bound (tailing readers), while the *maximum* needs coverage
@@ -25,11 +26,13 @@ from pyspark_ledger.metadata.model import LedgerMetadata
 
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
-    """Entries ``first_entry_id..last_entry_id``, all stored by the fragment ``ensemble``."""
+    """Entries ``first_entry_id..last_entry_id`` (every ``step``-th: a stripe, see ``stripes``), all stored by
+    the fragment ``ensemble``."""
 
     first_entry_id: int
     last_entry_id: int
     ensemble: tuple[str, ...]
+    step: int = 1
 
 
 def lac_floor(md: LedgerMetadata) -> int:

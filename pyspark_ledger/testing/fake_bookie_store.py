@@ -122,7 +122,8 @@ class FakeBookie:
             ledger.fenced = True
         if ledger is None:
             return pb.ReadResponse(status=pb.NO_SUCH_LEDGER, message=f"no ledger {request.ledger_id}")
-        return _entries(ledger, first, last, request.max_bytes or MAX_READ_BYTES)
+        entry_ids = range(first, last + 1, max(request.entry_step, 1))
+        return _entries(ledger, entry_ids, request.max_bytes or MAX_READ_BYTES)
 
     def handle_read_lac(self, data: bytes) -> tuple[bytes, pb.ReadLacRequest | None]:
         """The answer and the parsed request; None instead of the request when it was refused (no waiting)."""
@@ -152,10 +153,10 @@ class FakeBookie:
         response.fenced = ledger is not None and ledger.fenced
 
 
-def _entries(ledger: FakeLedger, first: int, last: int, budget: int) -> pb.ReadResponse:
+def _entries(ledger: FakeLedger, entry_ids: range, budget: int) -> pb.ReadResponse:
     response = pb.ReadResponse(status=pb.OK)
     total = 0
-    for entry_id in range(first, last + 1):
+    for entry_id in entry_ids:
         body = ledger.entries.get(entry_id)
         if body is None:
             if not response.entries:

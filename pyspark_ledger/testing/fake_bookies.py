@@ -154,12 +154,12 @@ class FakeTransport:
 
     def read(self, bookie_id: str, ledger_id: int, first_entry_id: int, last_entry_id: int, *,
              master_key: bytes, fence: bool = False, max_bytes: int = 0,
-             timeout: float = 10.0) -> "Future[ReadResult]":
+             timeout: float = 10.0, entry_step: int = 1) -> "Future[ReadResult]":
         data = pb.ReadRequest(ledger_id=ledger_id, first_entry_id=first_entry_id, last_entry_id=last_entry_id,
                               fence=fence, recovery=fence, master_key=master_key,
-                              max_bytes=max_bytes).SerializeToString()
+                              max_bytes=max_bytes, entry_step=entry_step).SerializeToString()
         return self._send(Request("fence" if fence else "read", bookie_id, ledger_id, first_entry_id,
-                                  last_entry_id, fence, data, timeout, _read_result))
+                                  last_entry_id, fence, data, timeout, _read_result, step=max(entry_step, 1)))
 
     def read_lac(self, bookie_id: str, ledger_id: int, previous: int | None = None,
                  timeout: float = 10.0, *, master_key: bytes) -> "Future[LacResult]":

@@ -37,6 +37,7 @@ class Request:
     timeout: float | None
     convert: Callable[[bytes], object]
     future: Future | None = None
+    step: int = 1        # read: the distance between the entries of the range
 
 
 class Rule:
@@ -65,7 +66,8 @@ class Rule:
             return False
         if self.ledger_id is not None and self.ledger_id != request.ledger_id:
             return False
-        if self.entry_id is not None and not (request.op != "lac" and request.first <= self.entry_id <= request.last):
+        if self.entry_id is not None and not (request.op != "lac" and request.first <= self.entry_id <= request.last
+                                              and (self.entry_id - request.first) % request.step == 0):
             return False
         return self.recovery is None or request.op != "add" or self.recovery == request.flag
 

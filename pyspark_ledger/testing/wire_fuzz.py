@@ -43,6 +43,7 @@ REQUEST_TYPES = {"AddStream": pb.AddBatch, "Read": pb.ReadRequest, "ReadLac": pb
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
+U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 I64_MAX = 2**63 - 1
 I64_MIN = -(2**63)
@@ -58,6 +59,7 @@ EDGE_ENTRY_IDS = (I64_MIN, -2, -1, 0, 1, 2, 1023, 1024, 2**20, 2**31 - 1, 2**31,
 EDGE_TIMEOUTS_MS = (0, 1, 10, 100, 999, 1000, 60_000, 60_001, 2**31 - 1, 2**32 - 1)
 #: max_bytes of a range read (uint64)
 EDGE_MAX_BYTES = (0, 1, 35, 36, 40, 4096, 16 * 1024 * 1024, 16 * 1024 * 1024 + 1, 2**32, I64_MAX, U64_MAX)
+EDGE_ENTRY_STEPS = (0, 1, 2, 3, 5, 65_536, 65_537, U32_MAX)
 
 
 def edge_or_any(edges: Sequence[int], low: int, high: int) -> st.SearchStrategy[int]:
@@ -185,7 +187,7 @@ def tiny_add_batch(count: int, ledger_id: int, key: bytes, ledgers: int = 1) -> 
 
 def read_requests(seed_ledgers: Sequence[int] = ()
                   ) -> st.SearchStrategy[pb.ReadRequest]:
-    """Reads with hostile ranges (reversed, negative, enormous), max_bytes, fence flags and keys."""
+    """Reads with hostile ranges (reversed, negative, enormous), entry steps, max_bytes, fence flags and keys."""
     targets = ledger_ids()
     if seed_ledgers:
         targets = st.one_of(targets, st.sampled_from(sorted(seed_ledgers)))
@@ -198,7 +200,8 @@ def read_requests(seed_ledgers: Sequence[int] = ()
         return pb.ReadRequest(ledger_id=draw(targets), first_entry_id=first, last_entry_id=last,
                               fence=draw(st.booleans()), recovery=draw(st.booleans()),
                               master_key=draw(master_keys(huge=1024 * 1024)),
-                              max_bytes=draw(edge_or_any(EDGE_MAX_BYTES, 0, U64_MAX)))
+                              max_bytes=draw(edge_or_any(EDGE_MAX_BYTES, 0, U64_MAX)),
+                              entry_step=draw(edge_or_any(EDGE_ENTRY_STEPS, 0, U32_MAX)))
     return build()
 
 

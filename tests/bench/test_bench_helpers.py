@@ -106,3 +106,11 @@ class TestSparkIo:
         assert ratios["ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores"] == round(
             1.0 / (3.0 / cores), 3)
         assert ratios["ledger_write_vs_parquet_write"] == 1.25 and not ratios["write_goal_met"]
+
+
+def test_striped_reads_summary_and_payloads():
+    from bench import striped_reads as striped
+
+    assert striped.summary([3.0, 1.0, 2.0]) == {"median": 2, "min": 1, "max": 3, "runs": [3, 1, 2]}
+    assert len(striped.payload(7, 100)) == 100 and striped.payload(7, 100) != striped.payload(8, 100)
+    assert striped.BASELINE in striped.LEDGERS and striped.GOAL["ledger"] in striped.LEDGERS

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from bookie_server import limits
-from bookie_server.limits import (MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MAX_READ_BYTES,
+from bookie_server.limits import (MAX_ENTRY_ID, MAX_ENTRY_STEP, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MAX_READ_BYTES,
                                   MAX_READ_ENTRIES, MIN_BODY_BYTES, Budget, add_cost, add_is_plain, check_add,
                                   check_batch, check_read, check_read_lac, check_write_lac, grpc_max_message_bytes,
                                   lac_wait_seconds, read_byte_budget)
@@ -100,6 +100,19 @@ def test_check_read(first, last, ledger_id, key, words):
         assert problem is None
     else:
         assert problem is not None and words in problem, problem
+
+
+@pytest.mark.parametrize("first,last,step,words", [
+    (0, 10, 0, None), (0, 10, 1, None), (3, 23, 5, None), (0, 0, MAX_ENTRY_STEP, None),
+    (0, 0, MAX_ENTRY_STEP + 1, f"limit of {MAX_ENTRY_STEP}"),
+    (0, 5 * (MAX_READ_ENTRIES - 1), 5, None),  # 65,536 entries, every fifth
+    (0, 5 * MAX_READ_ENTRIES, 5, f"65537 entries (0..{5 * MAX_READ_ENTRIES} in steps of 5)"),
+    (0, 2 * MAX_READ_ENTRIES, 2, f"limit of {MAX_READ_ENTRIES} entries per read"),
+    (4, 3, 5, "below first_entry_id"),
+])
+def test_check_strided_read(first, last, step, words):
+    problem = check_read(first, last, 1, KEY, step)
+    assert (problem is None) if words is None else (words in problem), problem
 
 
 @pytest.mark.parametrize("ledger_id,has_previous,previous,words", [

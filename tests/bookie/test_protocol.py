@@ -105,6 +105,24 @@ def test_range_read_respects_max_bytes(client):
     assert [e for e, _ in limited.entries] == [0, 1, 2]
 
 
+def test_strided_range_reads_answer_every_step_th_entry(client):
+    """What a striped ledger's reader asks: only the entries of one write set, first, first + step, ..."""
+    stored = [e for e in range(40) if e % 5 in (1, 2, 3)]  # what bookie 3 of E=5, Qw=3 stores
+    add_all(client, [(110, e, KEY, entry(110, e)) for e in stored])
+    strided = client.read(110, 3, 38, entry_step=5, master_key=KEY)
+    assert strided.status == BookieStatus.OK
+    assert strided.entries == tuple((e, entry(110, e)) for e in range(3, 39, 5))
+    assert [e for e, _ in client.read(110, 1, 36, entry_step=5, master_key=KEY).entries] == list(range(1, 37, 5))
+    # stops at the first missing entry of the stride; a missing first entry is NO_SUCH_ENTRY
+    assert [e for e, _ in client.read(110, 32, 60, entry_step=5, master_key=KEY).entries] == [32, 37]
+    assert client.read(110, 4, 39, entry_step=5, master_key=KEY).status == BookieStatus.NO_SUCH_ENTRY
+    assert [e for e, _ in client.read(110, 1, 38, entry_step=5, max_bytes=1,
+                                      master_key=KEY).entries] == [1]  # at least one entry, then the budget
+    assert [e for e, _ in client.read(110, 1, 3, entry_step=0, master_key=KEY).entries] == [1, 2, 3]
+    refused = client.read(110, 1, 3, entry_step=70_000, master_key=KEY)
+    assert refused.status == BookieStatus.BAD_REQUEST and "entry_step 70000" in refused.message
+
+
 def test_fence_of_unknown_ledger_creates_it_fenced(client):
     """docs/protocol.md F4: later adds are FENCED, recovery adds are accepted."""
     fenced = client.read(103, 0, fence=True, master_key=KEY)

@@ -120,7 +120,8 @@ def _check_read(target: FuzzTarget, request: pb.ReadRequest, response: pb.ReadRe
     if (first < 0 or last < first) and response.status != pb.BAD_REQUEST:
         target.fail("bad answer", f"{_status_name(response.status)} (not BAD_REQUEST) to {what}")
     ids = [entry.entry_id for entry in response.entries]
-    if ids and (ids != list(range(first, first + len(ids))) or ids[-1] > last):
+    step = max(request.entry_step, 1)
+    if ids and (ids != list(range(first, first + len(ids) * step, step)) or ids[-1] > last):
         target.fail("bad answer", f"entries {ids[:5]}... outside or out of order for {what}")
     payloads = target.seed.get(request.ledger_id)
     if payloads is None:

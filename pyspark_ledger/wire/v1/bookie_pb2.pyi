@@ -69,7 +69,7 @@ class AddResultBatch(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "fence", "recovery", "master_key", "max_bytes")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "fence", "recovery", "master_key", "max_bytes", "entry_step")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class ReadRequest(_message.Message):
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_STEP_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
@@ -84,7 +85,8 @@ class ReadRequest(_message.Message):
     recovery: bool
     master_key: bytes
     max_bytes: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., fence: _Optional[bool] = ..., recovery: _Optional[bool] = ..., master_key: _Optional[bytes] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    entry_step: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., fence: _Optional[bool] = ..., recovery: _Optional[bool] = ..., master_key: _Optional[bytes] = ..., max_bytes: _Optional[int] = ..., entry_step: _Optional[int] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("entry_id", "body")
