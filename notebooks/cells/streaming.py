@@ -17,19 +17,16 @@ checkout clicks, and writes them into the stream `checkouts`. Along the way:
 """),
 ("code", """
 import tempfile
-import warnings
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from pyspark.sql import functions as F
 
 from pyspark_ledger.sandbox import Sandbox
-from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session
-
-warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")  # pandas 3: harmless
+from pyspark_ledger.spark import spark_session, stop_spark_session
 
 sb = Sandbox(bookies=3).start()
-spark = local_spark_session("streaming")
+spark = spark_session("streaming")
 LEDGER = {"metadataServiceUri": sb.metadata_uri}
 checkpoints = tempfile.TemporaryDirectory(prefix="ledger-checkpoints-")
 pd.set_option("display.max_colwidth", 100)  # show offsets whole
