@@ -1,20 +1,28 @@
-"""Writes the notebooks of this directory from their cell sources in ``notebooks/cells/``.
+"""Builds the notebooks of this directory from their cell sources in ``notebooks/cells/``, and checks them.
 
 The cells live in plain Python modules (one per notebook, each a list of
 ``("markdown" | "code", text)`` pairs) because those are easy to review and
-diff; this script turns them into ``.ipynb`` files with nbformat, without any
-output or execution count, and with stable cell ids, so the committed files
-change only when their cells do::
+diff; ``build_notebook`` turns them into notebooks with nbformat, with stable
+cell ids. The committed ``.ipynb`` files are those notebooks *executed*, with
+the outputs and pictures of one real run, top to bottom, so that a reader on
+the web sees results without running anything. ``refresh.py`` writes them::
 
-    python notebooks/build_notebooks.py            # (re)write every notebook
-    python notebooks/build_notebooks.py --check    # exit 1 if a notebook differs from its cells
+    python notebooks/refresh.py                    # build, execute and save every notebook
+    python notebooks/build_notebooks.py --check    # exit 1 if a committed notebook is stale or unfit
 
-``tests/notebooks`` runs the ``--check`` comparison and executes every notebook.
+A committed notebook is *stale* when its cells, stripped of their outputs,
+differ from what ``cells/`` builds; it is *unfit* (``output_problems``) when a
+code cell was not executed in one run from the top, or an output is an error
+or a warning (a stderr stream), or it shows a path of the machine that ran it,
+or the file is too big. ``tests/notebooks`` runs both checks and executes
+every notebook again.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -34,6 +42,10 @@ KINDS = ("markdown", "code")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3", "file_extension": ".py",
                  "mimetype": "text/x-python"}
+#: A committed notebook stays well under 1 MB (its pictures are PNGs of a few tens of kB).
+MAX_NOTEBOOK_BYTES = 600_000
+#: Placeholder of the temp dir a notebook ran in, in saved outputs.
+TMP_PLACEHOLDER = "/tmp"
 
 
 def load_cells(module_name: str) -> list[tuple[str, str]]:
@@ -67,42 +79,102 @@ def build_notebook(file_name: str) -> nbformat.NotebookNode:
 
 
 def render(file_name: str) -> str:
-    """The exact text of ``file_name`` as committed."""
+    """The exact text of ``file_name`` built from its cells, without outputs."""
     return nbformat.writes(build_notebook(file_name)) + "\n"
 
 
+def strip_outputs(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of ``notebook`` without outputs, execution counts or execution metadata."""
+    stripped = copy.deepcopy(notebook)
+    for cell in stripped.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata.pop("execution", None)
+    return stripped
+
+
+def is_stale(notebook: nbformat.NotebookNode, file_name: str) -> bool:
+    """True if ``notebook``'s cells (outputs aside) differ from what ``cells/`` builds for ``file_name``."""
+    return nbformat.writes(strip_outputs(notebook)) + "\n" != render(file_name)
+
+
 def stale_notebooks() -> list[str]:
-    """Notebooks whose committed text differs from what their cells build (missing ones included)."""
+    """Committed notebooks whose cells (outputs aside) differ from what ``cells/`` builds, or missing."""
     stale = []
     for file_name in NOTEBOOKS:
-        path = NOTEBOOK_DIR / file_name
-        if not path.exists() or path.read_text(encoding="utf-8") != render(file_name):
+        try:
+            committed = nbformat.read(NOTEBOOK_DIR / file_name, as_version=4)
+        except (OSError, ValueError):
+            stale.append(file_name)
+            continue
+        if is_stale(committed, file_name):
             stale.append(file_name)
     return stale
 
 
-def write_all() -> list[Path]:
-    written = []
-    for file_name in NOTEBOOKS:
-        path = NOTEBOOK_DIR / file_name
-        path.write_text(render(file_name), encoding="utf-8")
-        written.append(path)
-    return written
+def output_problems(notebook: nbformat.NotebookNode, machine_paths: tuple[str, ...] = ()) -> list[str]:
+    """What keeps an executed notebook from being shown as it is ([] if nothing):
+
+    a code cell not executed, execution counts other than 1, 2, 3 ... in order (one run, top to
+    bottom), an error output, a stderr stream (a warning or log line in the reader's face), or
+    one of ``machine_paths`` (the checkout, the home dir, the temp dir of the run) in an output."""
+    problems = []
+    code = [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+    counts = [cell.execution_count for _, cell in code]
+    if counts != list(range(1, len(code) + 1)):
+        problems.append(f"execution counts {counts} are not 1..{len(code)}: execute every cell once, in order")
+    for index, cell in code:
+        for output in cell.outputs:
+            if output.output_type == "error":
+                problems.append(f"cell {index} raised {output.ename}: {output.evalue}"[:300])
+            elif output.output_type == "stream" and output.name == "stderr":
+                problems.append(f"cell {index} wrote to stderr: {output.text.strip()}"[:300])
+            text = _output_text(output)
+            for path in machine_paths:
+                if path and path in text:
+                    problems.append(f"cell {index} shows the path {path} of the machine that ran it")
+    return problems
+
+
+def committed_problems(file_name: str) -> list[str]:
+    """``output_problems`` of the committed ``file_name``, plus its size."""
+    path = NOTEBOOK_DIR / file_name
+    problems = output_problems(nbformat.read(path, as_version=4), machine_paths())
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        problems.append(f"{size:,} bytes, more than {MAX_NOTEBOOK_BYTES:,}: make its pictures smaller")
+    return problems
+
+
+def machine_paths() -> tuple[str, ...]:
+    """Paths of this machine that must not appear in committed outputs."""
+    return tuple(sorted({str(NOTEBOOK_DIR.parent), os.path.expanduser("~")} - {"/", "~"}))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if a committed notebook differs from its cells")
-    args = parser.parse_args(argv)
-    if args.check:
-        stale = stale_notebooks()
-        for file_name in stale:
-            print(f"{file_name} is out of date: run python notebooks/build_notebooks.py", file=sys.stderr)
-        return 1 if stale else 0
-    for path in write_all():
-        print(f"wrote {path}")
-    return 0
+                        help="exit 1 if a committed notebook is stale or unfit (the default action)")
+    parser.parse_args(argv)
+    failed = False
+    for file_name in stale_notebooks():
+        failed = True
+        print(f"{file_name} differs from notebooks/cells/: run python notebooks/refresh.py", file=sys.stderr)
+    for file_name in NOTEBOOKS:
+        if (NOTEBOOK_DIR / file_name).exists():
+            for problem in committed_problems(file_name):
+                failed = True
+                print(f"{file_name}: {problem}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _output_text(output: nbformat.NotebookNode) -> str:
+    """The text an output shows (streams, text/plain, text/html), for path checks."""
+    if output.output_type == "stream":
+        return output.text
+    data = output.get("data", {})
+    return "".join(str(data.get(mime, "")) for mime in ("text/plain", "text/html", "text/markdown"))
 
 
 def _import_cells_module(module_name: str) -> ModuleType:

@@ -29,8 +29,12 @@ import sys
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from pyspark_ledger import LedgerClient
+from pyspark_ledger.client import BookieClient
+from pyspark_ledger.entry import master_key
 from pyspark_ledger.errors import LedgerFencedError
 from pyspark_ledger.sandbox import Sandbox
 
@@ -119,9 +123,10 @@ fragments_table(md)
 ("markdown", """
 ### The ledger as a picture
 
-Top: which bookies hold which range of entries, one colour per fragment. Bottom: a close-up around the
-ensemble change, one square per (bookie, entry) that stores a copy — the striping of Qw = 2 copies over
-E = 3 bookies, and the replacement bookie taking over the killed one's share.
+Top: which bookies hold which range of entries, one colour per fragment (each fragment has its own
+ensemble of E bookies). Bottom: a close-up around the ensemble change, one square per copy of an entry:
+each column has Qw = 2 squares, striped over the E = 3 bookies of its fragment, and the replacement
+bookie takes over the killed one's share. The legends say what each colour means.
 """),
 ("code", """
 boundary = md.fragments[1].first_entry_id
@@ -129,25 +134,41 @@ rows = {bookie_id: row for row, bookie_id in enumerate(sb.bookie_ids)}
 colors = plt.cm.tab10.colors
 ends = [f.first_entry_id for f in md.fragments[1:]] + [md.last_entry_id + 1]
 labels = [name[b] + (" (killed)" if b == victim_id else "") for b in sb.bookie_ids]
-fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.5), height_ratios=[1, 1.3])
+replacement_id = next(b for b in md.fragments[1].bookies if b not in md.fragments[0].bookies)
+
+
+def fragment_meaning(k):
+    if k == 0:
+        return "the ensemble chosen at creation"
+    return f"after the ensemble change: {name[replacement_id]} replaces {name[victim_id]}"
+
+
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), height_ratios=[1, 1.3])
+fig.suptitle(f"ledger {ledger_id}:  E = {md.ensemble_size} bookies per ensemble,  Qw = {md.write_quorum} copies "
+             f"of each entry,  Qa = {md.ack_quorum} copies on disk before an entry is confirmed", fontsize="medium")
 
 for k, ((first, bookies), end) in enumerate(zip(md.fragments, ends)):
     top.barh([rows[b] for b in bookies], end - first, left=first, height=0.6, color=colors[k],
-             label=f"fragment {k}: entries {first}..{end - 1}")
-top.set(yticks=range(len(labels)), yticklabels=labels, xlabel="entry id", title=f"ledger {ledger_id}: fragments")
+             label=f"fragment {k}, entries {first}..{end - 1}:\\n{fragment_meaning(k)}")
+top.set(yticks=range(len(labels)), yticklabels=labels, xlabel="entry id",
+        title=f"fragments: which bookies hold which entries (E = {md.ensemble_size} bookies each)")
 top.invert_yaxis()
-top.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+top.legend(title="colour = fragment", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 
 shown = range(boundary - 6, boundary + 6)
 for column, entry_id in enumerate(shown):
     k = sum(f.first_entry_id <= entry_id for f in md.fragments) - 1
     for bookie_id in write_set(md, entry_id):
         bottom.add_patch(plt.Rectangle((column + 0.05, rows[bookie_id] - 0.45), 0.9, 0.9, color=colors[k]))
-bottom.axvline(boundary - shown.start, color="red", linestyle="--", label="ensemble change")
+bottom.axvline(boundary - shown.start, color="red", linestyle="--")
 bottom.set(xlim=(0, len(shown)), ylim=(len(labels) - 0.5, -0.5), yticks=range(len(labels)), yticklabels=labels,
            xticks=[c + 0.5 for c in range(len(shown))], xticklabels=list(shown), xlabel="entry id",
-           title="who stores each entry (close-up)")
-bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+           title=f"close-up: each column is one entry, its Qw = {md.write_quorum} squares its copies")
+bottom.legend(handles=[Patch(color=colors[k], label=f"a copy of an entry of fragment {k}")
+                       for k in range(len(md.fragments))]
+              + [Line2D([], [], color="red", linestyle="--", label=f"ensemble change at entry {boundary}"),
+                 Patch(color="white", label=f"(confirmed once Qa = {md.ack_quorum} of\\nits copies are on disk)")],
+              title="colour = fragment", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 for axes in (top, bottom):
     axes.get_yticklabels()[victim].set_color("red")
 fig.tight_layout()
@@ -195,8 +216,9 @@ Let's say the disk of a bookie that is in both fragments just died.
 md = client.ledger_metadata(ledger_id)
 lost_id = next(b for b in md.fragments[0].bookies if b in md.fragments[1].bookies)
 sb.kill_bookie(sb.bookie_ids.index(lost_id))
+before = md
 print(f"{name[lost_id]} is gone; before re-replication:")
-fragments_table(md)
+fragments_table(before)
 """),
 ("code", """
 report = client.rereplicate(ledger_id, password=PASSWORD, lost_bookies=[lost_id])
@@ -208,6 +230,61 @@ assert all(lost_id not in f.bookies for f in md.fragments)
 data = [entry.data for entry in other.open_ledger(ledger_id, password=PASSWORD).read()]
 assert data == [f"event {i}".encode() for i in range(1200)]
 fragments_table(md)
+"""),
+("markdown", """
+### Where the lost bookie's copies went
+
+Each square below is one (bookie, fragment) pair, with the number of that fragment's entries the bookie
+stores. Before: the lost bookie's share of each fragment is gone, so those entries have a single copy
+left. After: re-replication has copied exactly that share, entry by entry, to one bookie outside the
+fragment's ensemble, and every other copy stayed where it was.
+"""),
+("code", """
+def fragment_range(md, k):
+    \"\"\"First and last entry of fragment k.\"\"\"
+    last = md.fragments[k + 1].first_entry_id - 1 if k + 1 < len(md.fragments) else md.last_entry_id
+    return md.fragments[k].first_entry_id, last
+
+
+def copies(md, bookie_id, k):
+    \"\"\"How many entries of fragment k have a copy on bookie_id.\"\"\"
+    first, last = fragment_range(md, k)
+    return sum(bookie_id in write_set(md, e) for e in range(first, last + 1))
+
+
+received = {(move["replacement"], move["first_entry_id"]): move["entries"] for move in report.replaced}
+KEPT, LOST, COPIED, EMPTY = "tab:blue", "tab:red", "tab:green", "whitesmoke"
+fig, panels = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+for panel, state, title in ((panels[0], before, f"before: {name[lost_id]}'s disk is gone"),
+                            (panels[1], md, "after re-replication")):
+    for k, fragment in enumerate(state.fragments):
+        for bookie_id in sb.bookie_ids:
+            n = copies(state, bookie_id, k)
+            if state is before and bookie_id == lost_id:
+                color, text = LOST, f"{n} lost"
+            elif state is md and (bookie_id, fragment.first_entry_id) in received:
+                assert n == received[bookie_id, fragment.first_entry_id]
+                color, text = COPIED, f"{n} copied here"
+            else:
+                color, text = (KEPT, str(n)) if n else (EMPTY, "-")
+            panel.add_patch(plt.Rectangle((k + 0.04, rows[bookie_id] - 0.46), 0.92, 0.92, color=color))
+            panel.text(k + 0.5, rows[bookie_id], text, ha="center", va="center",
+                       color="grey" if color == EMPTY else "white", fontweight="bold")
+    panel.set(xlim=(0, len(state.fragments)), ylim=(len(rows) - 0.5, -0.5), title=title,
+              xticks=[k + 0.5 for k in range(len(state.fragments))],
+              xticklabels=["fragment {}\\nentries {}..{}".format(k, *fragment_range(state, k))
+                           for k in range(len(state.fragments))])
+    panel.tick_params(length=0)
+panels[0].set(yticks=range(len(rows)), yticklabels=[name[b] + (" (lost)" if b == lost_id else "") for b in rows])
+fig.legend(handles=[Patch(color=KEPT, label="copies that stayed where they were"),
+                    Patch(color=LOST, label="copies lost with the bookie's disk"),
+                    Patch(color=COPIED, label="copies re-replication made on this bookie"),
+                    Patch(color=EMPTY, label="not in the fragment's ensemble")],
+           loc="lower center", ncol=2, fontsize="small", frameon=False)
+fig.suptitle(f"ledger {ledger_id}: entries of each fragment stored per bookie "
+             f"(Qw = {md.write_quorum} copies of every entry)", fontsize="medium")
+fig.tight_layout(rect=(0, 0.14, 1, 1))
+plt.show()
 """),
 ("markdown", """
 No fragment names the lost bookie any more, and every entry has Qw copies again. (A real operator would now
@@ -229,12 +306,13 @@ ledger stays *open*: the metadata does not say where it ends, and some entries m
 bookies. Every bookie does remember the **last add confirmed (LAC)** it has heard of: each entry the
 writer sends carries the id of the highest entry confirmed so far.
 
-Let's run a writer in a separate Python process, let it append as fast as it can, and `kill -9` it.
-It prints the id of each entry it sees confirmed.
+Let's run a writer in a separate Python process, let it append as fast as it can with up to 50 entries in
+flight (as a busy application would), and `kill -9` it. It prints the id of each entry it sees confirmed.
 """),
 ("code", """
 WRITER = '''
 import sys
+from collections import deque
 from pyspark_ledger import LedgerClient
 
 writer = LedgerClient(sys.argv[1]).create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2,
@@ -245,9 +323,12 @@ def report(done):
     if done.exception() is None:
         print("confirmed", done.result(), flush=True)
 
-entry = 0
+entry, in_flight = 0, deque()
 while True:
-    writer.append_async(f"reading {entry}".encode()).add_done_callback(report)
+    in_flight.append(writer.append_async(f"reading {entry}".encode()))
+    in_flight[-1].add_done_callback(report)
+    if len(in_flight) > 50:
+        in_flight.popleft().result()
     entry += 1
 '''
 
@@ -267,6 +348,31 @@ print(f"writer of ledger {dead_ledger} killed (exit status {child.returncode}) "
 md = client.ledger_metadata(dead_ledger)
 print(f"state={md.state}  last entry={md.last_entry_id}")
 fragments_table(md)
+"""),
+("markdown", """
+The metadata knows nothing about the end. The bookies know more: asked directly (a `BookieClient` talks to
+one bookie; reading a ledger's LAC needs its key), each says the highest LAC it has heard of and the last
+entry it holds. Entries past the LAC were on their way when the writer died: each may have reached all,
+some or none of the bookies, and the bookies may disagree about where the ledger ends.
+"""),
+("code", """
+key = master_key(PASSWORD)
+dead_ensemble = md.current_fragment.bookies
+
+
+def bookie_view(ledger):
+    \"\"\"bookie id -> (the LAC it has heard of, the last entry it holds) for the ledger's ensemble.\"\"\"
+    view = {}
+    for bookie_id in dead_ensemble:
+        with BookieClient(bookie_id) as bookie:
+            answer = bookie.read_lac(ledger, master_key=key)
+        view[bookie_id] = (answer.last_add_confirmed, answer.last_entry_id)
+    return view
+
+
+found = bookie_view(dead_ledger)
+pd.DataFrame({"bookie": name[b], "LAC it has heard of": lac, "last entry it holds": last}
+             for b, (lac, last) in found.items())
 """),
 ("markdown", """
 ## Recovery
@@ -293,6 +399,71 @@ assert md.state == "CLOSED" and md.last_entry_id >= last_seen
 assert data == [f"reading {i}".encode() for i in range(md.last_entry_id + 1)]
 print(f"state={md.state}  last entry={md.last_entry_id} (we saw {last_seen} confirmed)  "
       f"{len(data)} entries readable, last {data[-1]!r}")
+"""),
+("markdown", """
+### What recovery found and closed
+
+One row per bookie of the ensemble, around the end of the ledger (every bookie held all the entries
+further left). Recovery started reading after the highest LAC any bookie reported, found each next entry
+on at least one bookie, wrote it back to all Qw = 3 of them, and stopped at the first entry that enough
+bookies said they did not have; the ledger is closed at the entry before.
+"""),
+("code", """
+from itertools import groupby
+
+max_lac = max(lac for lac, _ in found.values())
+end = md.last_entry_id
+written_back = range(max_lac + 1, end + 1)
+after = bookie_view(dead_ledger)
+assert all(last >= end for _, last in after.values())  # every bookie now holds every entry up to the end
+
+STATUS = {  # what one (bookie, entry) was, and its colour
+    "held": ("held before the crash, at or below the LAC: left alone", "tab:blue"),
+    "rewritten": ("held, past the LAC: found by recovery and written again", "tab:cyan"),
+    "filled": ("missing here: written back by recovery", "tab:green"),
+    "gap": ("missing here, at or below the LAC: confirmed elsewhere", "tab:orange"),
+    "beyond": ("held, past the recovered end: on too few bookies to have been confirmed; never read", "tab:red"),
+}
+
+
+def status(entry_id, last_held):
+    \"\"\"A bookie receives a ledger's entries in order, so it held 0..last_held.\"\"\"
+    held = entry_id <= last_held
+    if entry_id <= max_lac:
+        return "held" if held else "gap"
+    if entry_id <= end:
+        return "rewritten" if held else "filled"
+    return "beyond" if held else None
+
+
+lo = max(0, min(max_lac, *(last for _, last in found.values())) - 20)
+hi = max(end, *(last for _, last in found.values())) + 6
+fig, ax = plt.subplots(figsize=(10, 4))
+for row, bookie_id in enumerate(dead_ensemble):
+    last_held = found[bookie_id][1]
+    for kind, run in groupby(range(lo, hi), key=lambda e: status(e, last_held)):
+        run = list(run)
+        if kind is not None:
+            ax.barh(row, len(run), left=run[0], height=0.6, color=STATUS[kind][1])
+    ax.text(hi + 1, row, f"LAC {found[bookie_id][0]}\\nholds ..{last_held}", va="center", fontsize="small")
+ax.axvline(max_lac + 1, color="black", linestyle=":")
+ax.axvline(last_seen + 1, color="purple", linestyle="--")
+ax.axvline(end + 1, color="black", linewidth=2.5)
+shown = {kind for b in dead_ensemble for e in range(lo, hi) if (kind := status(e, found[b][1]))}
+fig.legend(handles=[Patch(color=color, label=label) for kind, (label, color) in STATUS.items() if kind in shown]
+           + [Line2D([], [], color="black", linestyle=":", label=f"highest LAC reported ({max_lac}): reading starts after it"),
+              Line2D([], [], color="purple", linestyle="--", label=f"last entry we saw confirmed ({last_seen})"),
+              Line2D([], [], color="black", linewidth=2.5, label=f"recovered end ({end}): the ledger is closed here")],
+           loc="lower center", ncol=2, fontsize="small", frameon=False)
+ax.set(xlim=(lo, hi), yticks=range(len(dead_ensemble)), yticklabels=[name[b] for b in dead_ensemble],
+       xlabel="entry id", title=f"ledger {dead_ledger}: what recovery found and closed "
+                                f"(E = {md.ensemble_size}, Qw = {md.write_quorum}, Qa = {md.ack_quorum})")
+ax.invert_yaxis()
+fig.tight_layout(rect=(0, 0.2, 1, 1))
+plt.show()
+wrote = (f"wrote back entries {written_back.start}..{written_back.stop - 1} ({len(written_back)} entries, "
+         f"each to all {md.write_quorum} bookies)") if written_back else "found nothing past the LAC"
+print(f"recovery read from entry {max_lac + 1}, {wrote}, and closed the ledger at entry {end}")
 """),
 ("markdown", """
 ## Fencing: the writer that was only slow

@@ -28,23 +28,20 @@ The sandbox runs, as separate processes on 127.0.0.1:
 * three **bookies** — the storage servers. Each piece of data is stored on several of them, and is on disk
   (fsync'd) before a write is acknowledged.
 
-`local_spark_session()` gives a local Spark session bound to 127.0.0.1.
+`spark_session()` (from `pyspark_ledger.spark`) gives a local Spark session bound to 127.0.0.1, with
+quiet logs; the `ledger` source needs no registration. `stop_spark_session(spark)` stops it, JVM included.
 """),
 ("code", """
-import warnings
-
 import pandas as pd
 from pyspark.sql import functions as F
 
 from pyspark_ledger import LedgerClient
 from pyspark_ledger.log import StreamClient
 from pyspark_ledger.sandbox import Sandbox
-from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session
-
-warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")  # pandas 3: harmless
+from pyspark_ledger.spark import spark_session, stop_spark_session
 
 sb = Sandbox(bookies=3).start()
-spark = local_spark_session("quickstart")
+spark = spark_session("quickstart")
 LEDGER = {"metadataServiceUri": sb.metadata_uri}
 print("metadataServiceUri =", sb.metadata_uri)
 print("bookies:", sb.bookie_ids)

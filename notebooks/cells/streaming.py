@@ -17,19 +17,18 @@ checkout clicks, and writes them into the stream `checkouts`. Along the way:
 """),
 ("code", """
 import tempfile
-import warnings
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from pyspark.sql import functions as F
 
 from pyspark_ledger.sandbox import Sandbox
-from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session
-
-warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")  # pandas 3: harmless
+from pyspark_ledger.spark import spark_session, stop_spark_session
 
 sb = Sandbox(bookies=3).start()
-spark = local_spark_session("streaming")
+spark = spark_session("streaming")
 LEDGER = {"metadataServiceUri": sb.metadata_uri}
 checkpoints = tempfile.TemporaryDirectory(prefix="ledger-checkpoints-")
 pd.set_option("display.max_colwidth", 100)  # show offsets whole
@@ -147,14 +146,16 @@ log (`"ledger": 1`).
 """),
 ("code", """
 runs = pd.concat([first_run, second_run], ignore_index=True)
-fig, ax = plt.subplots(figsize=(9, 3.5))
+fig, ax = plt.subplots(figsize=(10, 3.5))
 colors = runs["run"].map({1: "tab:blue", 2: "tab:orange"})
 ax.bar(runs["batch"].astype(str), runs["rows read"], color=colors)
-ax.axhline(4 * 500, color="red", linestyle="--", label="cap: maxEntriesPerTrigger=4 × 500 rows per entry")
-ax.set(xlabel="micro-batch id (blue: first run, orange: after the restart)", ylabel="rows read",
-       title="clicks read per micro-batch")
+ax.axhline(4 * 500, color="red", linestyle="--")
+ax.set(xlabel="micro-batch id", ylabel="rows read", title="clicks read per micro-batch")
 ax.set_ylim(0, 2_600)
-ax.legend(loc="upper right")
+ax.legend(handles=[Patch(color="tab:blue", label="first run: the 6,000 clicks written first"),
+                   Patch(color="tab:orange", label="second run, after the restart: the 2,500 new clicks"),
+                   Line2D([], [], color="red", linestyle="--", label="cap: maxEntriesPerTrigger=4 × 500 rows per entry")],
+          loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 fig.tight_layout()
 plt.show()
 """),

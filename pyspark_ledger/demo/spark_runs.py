@@ -17,9 +17,7 @@
 from __future__ import annotations
 
 import json
-import os
 import time
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,6 @@ from typing import Callable, Iterator
 
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
-PANDAS_WARNING = "PySpark does not yet fully support pandas"
 WAITING_FOR_DATA = "Waiting for data to arrive"
 POLL_S = 0.2
 READ_BYTES_PER_TRIGGER = "128m"
@@ -49,37 +46,18 @@ class WriteSettings:
     partitions: int
 
 
-@contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``path`` meanwhile; processes started meanwhile keep it."""
-    saved = os.dup(2)
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.dup2(target, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(target)
-
-
 def start_spark(log_path: Path, cores: int = 2):
     """A local SparkSession whose JVM logs to ``log_path``; its JVM's pid via ``jvm_pid``."""
-    from pyspark_ledger.testing.spark import local_spark_session, spark_unavailable_reason
+    from pyspark_ledger.spark.session import spark_session, spark_unavailable_reason
 
     reason = spark_unavailable_reason()
     if reason:
         raise InvalidConfigurationError(f"ledger demo needs Spark: {reason}")
-    warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
     try:
-        with _stderr_to(log_path):
-            return local_spark_session("ledger-demo", cores=cores, log_level="WARN",
-                                       conf={"spark.master": f"local[{cores},4]"})
-    except BaseException as exc:
-        _kill_jvm(jvm_process())  # launched but never handed over: nobody else would stop it
-        if isinstance(exc, Exception):
-            raise LedgerError(f"Spark did not start ({_first_lines(str(exc), 2)}); its log: {log_path}") from exc
-        raise
+        return spark_session("ledger-demo", cores=cores, log_level="WARN", log_file=log_path,
+                             conf={"spark.master": f"local[{cores},4]"})
+    except Exception as exc:  # the helper has ended a JVM that started but failed
+        raise LedgerError(f"Spark did not start ({_first_lines(str(exc), 2)}); its log: {log_path}") from exc
 
 
 def jvm_process():
@@ -96,7 +74,7 @@ def jvm_pid() -> int | None:
 
 def stop_spark(spark, jvm) -> None:
     """Stop the session and its JVM; if the JVM does not go cleanly (e.g. after Ctrl-C), kill it."""
-    from pyspark_ledger.testing.spark import stop_spark_session
+    from pyspark_ledger.spark.session import stop_spark_session
 
     try:
         stop_spark_session(spark)

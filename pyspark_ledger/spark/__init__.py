@@ -17,9 +17,14 @@ and users without Spark must be able to use the client). The modules:
 - ``offsets``: streaming offsets (a log position per partition) and startingOffsets/endingOffsets;
 - ``planning``: offsets resolved against partition logs, data loss, admission control, read ranges;
 - ``schema``: Spark schemas <-> the Arrow schema a stream stores, batches conformed to it;
-- ``arrow_codec``: one Arrow record batch per entry, encoded and decoded without per-row Python.
+- ``arrow_codec``: one Arrow record batch per entry, encoded and decoded without per-row Python;
+- ``session``: ``spark_session`` / ``stop_spark_session``, the public helper for a local, quiet
+  SparkSession (re-exported here).
 
 The pure modules (``options``, ``offsets``, ``planning``) import neither pyspark
 nor pyarrow; ``schema`` imports pyspark only inside the functions that need it;
 the Spark-facing modules (``source``, readers, sinks) import pyspark.
 """
+from pyspark_ledger.spark.session import spark_session, spark_unavailable_reason, stop_spark_session
+
+__all__ = ["spark_session", "spark_unavailable_reason", "stop_spark_session"]

@@ -168,10 +168,12 @@ def end_processes(infos: list[ProcessInfo]) -> None:
 
 
 def kernel_env(work_dir: Path) -> dict[str, str]:
-    """The kernel's environment: ours, with temp files (sandbox dirs, checkpoints) under ``work_dir``."""
+    """The kernel's environment: ours, with temp files (sandbox dirs, checkpoints) under ``work_dir``, and
+    this checkout first on its path (the kernel runs in ``work_dir``, outside the checkout)."""
     tmp = work_dir / "tmp"
     tmp.mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(tmp)}
+    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": python_path}
 
 
 def execute_notebook(source: Path, work_dir: Path) -> NotebookRun:
