@@ -102,12 +102,11 @@ class AddStream:
         Blocks while ``max_inflight`` adds are unanswered (never on the loop thread).
         BookieUnavailableError, with nothing queued, if the stream has ended.
         """
+        if len(adds) == 1:
+            entry_id, frame = adds[0]
+            return self.send_one(ledger_id, entry_id, frame, listener)
         with self._lock:
-            if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
-                self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
-                                    or self._failure is not None)
-            if self._failure is not None or self._closing:
-                raise self._ended_error()
+            self._wait_for_room()
             pending = self._pending
             keys = [(ledger_id, entry_id) for entry_id, _ in adds]
             repeated = len(keys) > 1 and len(set(keys)) < len(keys)
@@ -125,6 +124,36 @@ class AddStream:
                     self._large_queued += 1
         if was_empty:
             self._io.kick(id(self), self._flush)
+
+    def send_one(self, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener) -> None:
+        """``send(ledger_id, ((entry_id, frame),), listener)``: one add, the writer's hot path (an entry to each
+        bookie of its write set), without the lists and checks a batch needs."""
+        key = (ledger_id, entry_id)
+        with self._lock:
+            self._wait_for_room()
+            pending = self._pending
+            if key in pending:
+                raise InvalidConfigurationError(
+                    f"ledger {ledger_id} entry {entry_id} is already in flight on this stream to bookie "
+                    f"{self.bookie_id}: wait for its answer before re-sending it")
+            pending[key] = listener
+            queue = self._queue
+            was_empty = not queue
+            queue.append(frame)
+            self._queued_bytes += len(frame)
+            if len(frame) >= WRITE_ALONE_BYTES:
+                self._large_queued += 1
+        if was_empty:
+            self._io.kick(id(self), self._flush)
+
+    def _wait_for_room(self) -> None:
+        """Block while ``max_inflight`` adds are unanswered (never on the loop thread); refuse once ended
+        (lock held)."""
+        if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
+            self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
+                                or self._failure is not None)
+        if self._failure is not None or self._closing:
+            raise self._ended_error()
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":
