@@ -1,8 +1,10 @@
 """A client-side add stream to one bookie: coalesced sends, answers delivered per received batch.
 
-``AddStream.send(ledger_id, adds, listener)`` queues adds already encoded by
-``add_wire`` (one encoding shared by every bookie of the write set) and kicks
-the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
+``AddStream.send(ledger_id, adds, listener)`` (``send_one`` for one add, a
+writer's hot path) queues adds already encoded by ``add_wire`` (one encoding
+shared by every bookie of the write set), on the caller's thread, and kicks
+the owner's ``IoLoop`` when the queue was empty; a client keeps one stream,
+so one queue, per bookie (``BookiePool``); the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done. For each AddResultBatch it calls ``listener.on_add_results(
 bookie_id, results)`` once, with the ``AddResult`` messages of that
