@@ -128,8 +128,19 @@ class AddStream:
             self._io.kick(id(self), self._flush)
 
     def send_one(self, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener) -> None:
-        """``send(ledger_id, ((entry_id, frame),), listener)``: one add, the writer's hot path (an entry to each
-        bookie of its write set), without the lists and checks a batch needs."""
+        """``send(ledger_id, ((entry_id, frame),), listener)``: one add, without the lists and checks a batch
+        needs."""
+        if self.queue_one(ledger_id, entry_id, frame, listener):
+            self.kick()
+
+    def kick(self) -> None:
+        """Have the network loop write what is queued."""
+        self._io.kick(id(self), self._flush)
+
+    def queue_one(self, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener) -> bool:
+        """Queue one add as ``send_one`` does, but leave the kick to the caller: True if the queue was empty
+        (then ``kick()`` once this and its siblings are queued: an entry to each bookie of its write set costs
+        one wake-up of the network loop, not one per bookie -- the writer's hot path)."""
         key = (ledger_id, entry_id)
         with self._lock:
             self._wait_for_room()
@@ -145,8 +156,7 @@ class AddStream:
             self._queued_bytes += len(frame)
             if len(frame) >= WRITE_ALONE_BYTES:
                 self._large_queued += 1
-        if was_empty:
-            self._io.kick(id(self), self._flush)
+        return was_empty
 
     def _wait_for_room(self) -> None:
         """Block while ``max_inflight`` adds are unanswered (never on the loop thread); refuse once ended

@@ -100,12 +100,44 @@ class GrpcTransport:
     def send_adds_to(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
                      listener: AddListener) -> list[tuple[str, BookieError]]:
         refused = []
-        for bookie_id in bookie_ids:
-            try:
-                self._send_now(bookie_id, ledger_id, adds, listener)
-            except LedgerError as exc:
-                refused.append((bookie_id, _as_bookie_error(exc, bookie_id)))
+        if len(adds) != 1:
+            for bookie_id in bookie_ids:
+                try:
+                    self._send_now(bookie_id, ledger_id, adds, listener)
+                except LedgerError as exc:
+                    refused.append((bookie_id, _as_bookie_error(exc, bookie_id)))
+            return refused
+        (entry_id, frame), = adds
+        idle = []  # streams to kick once the entry is queued on every one: one wake-up of the loop per entry
+        try:
+            for bookie_id in bookie_ids:
+                try:
+                    stream = self._queue_one(bookie_id, ledger_id, entry_id, frame, listener)
+                except LedgerError as exc:
+                    refused.append((bookie_id, _as_bookie_error(exc, bookie_id)))
+                    continue
+                if stream is not None:
+                    idle.append(stream)
+        finally:  # what was queued is written whatever happened to the other bookies
+            for stream in idle:
+                stream.kick()
         return refused
+
+    def _queue_one(self, bookie_id: str, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener):
+        """Queue one add on the bookie's stream (one that had ended is replaced once); the stream if it needs a
+        kick."""
+        for attempt in (0, 1):
+            try:
+                stream = self._pool.stream(bookie_id)
+            except LedgerError as exc:
+                raise _as_bookie_error(exc, bookie_id) from exc
+            try:
+                return stream if stream.queue_one(ledger_id, entry_id, frame, listener) else None
+            except BookieUnavailableError:
+                if attempt:
+                    raise
+                self._pool.forget_stream(bookie_id, stream)  # it had ended: open a new one once
+        return None
 
     def _send_now(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
