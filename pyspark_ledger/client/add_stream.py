@@ -3,7 +3,9 @@
 ``AddStream.send(ledger_id, adds, listener)`` (``send_one`` for one add, a
 writer's hot path) queues adds already encoded by ``add_wire`` (one encoding
 shared by every bookie of the write set), on the caller's thread, and kicks
-the owner's ``IoLoop`` when the queue was empty; a client keeps one stream,
+the owner's ``IoLoop`` when the queue was empty and no batch is being written
+(the loop looks at the queue again after each write: a kick then would only
+cost a wake-up); a client keeps one stream,
 so one queue, per bookie (``BookiePool``); the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done. For each AddResultBatch it calls ``listener.on_add_results(
@@ -85,6 +87,7 @@ class AddStream:
         self._call: grpc.aio.StreamStreamCall | None = None
         self._wakeup: asyncio.Event | None = None
         self._answers_ended = False
+        self._writing = False  # the loop is writing a batch and will look at the queue again: no kick needed
         self._futures = FutureAnswers()
         io_loop.spawn(self._run(open_call))
 
@@ -117,7 +120,7 @@ class AddStream:
                     raise InvalidConfigurationError(
                         f"ledger {ledger_id} entry {key[1]} is already in flight on this stream to bookie "
                         f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
-            was_empty = not self._queue
+            was_empty = not self._queue and not self._writing
             for key, (_, frame) in zip(keys, adds):
                 pending[key] = listener
                 self._queue.append(frame)
@@ -138,8 +141,8 @@ class AddStream:
         self._io.kick(id(self), self._flush)
 
     def queue_one(self, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener) -> bool:
-        """Queue one add as ``send_one`` does, but leave the kick to the caller: True if the queue was empty
-        (then ``kick()`` once this and its siblings are queued: an entry to each bookie of its write set costs
+        """Queue one add as ``send_one`` does, but leave the kick to the caller: True if the loop must be woken
+        (the queue was empty and no batch is being written; then ``kick()`` once this and its siblings are queued: an entry to each bookie of its write set costs
         one wake-up of the network loop, not one per bookie -- the writer's hot path)."""
         key = (ledger_id, entry_id)
         with self._lock:
@@ -151,7 +154,7 @@ class AddStream:
                     f"{self.bookie_id}: wait for its answer before re-sending it")
             pending[key] = listener
             queue = self._queue
-            was_empty = not queue
+            was_empty = not queue and not self._writing
             queue.append(frame)
             self._queued_bytes += len(frame)
             if len(frame) >= WRITE_ALONE_BYTES:
@@ -254,6 +257,7 @@ class AddStream:
                     if self._failure is not None:
                         return False
                     batch = self._take_batch()
+                    self._writing = batch is not None
                     closing = self._closing
                 if batch is None:
                     break
