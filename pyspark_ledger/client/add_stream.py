@@ -1,12 +1,8 @@
 """A client-side add stream to one bookie: coalesced sends, answers delivered per received batch.
 
-``AddStream.send(ledger_id, adds, listener)`` (``send_one`` for one add, a
-writer's hot path) queues adds already encoded by ``add_wire`` (one encoding
-shared by every bookie of the write set), on the caller's thread, and kicks
-the owner's ``IoLoop`` when the queue was empty and no batch is being written
-(the loop looks at the queue again after each write: a kick then would only
-cost a wake-up); a client keeps one stream,
-so one queue, per bookie (``BookiePool``); the loop writes whatever is queued as one AddBatch
+``AddStream.send(ledger_id, adds, listener)`` queues adds already encoded by
+``add_wire`` (one encoding shared by every bookie of the write set) and kicks
+the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done. For each AddResultBatch it calls ``listener.on_add_results(
 bookie_id, results)`` once, with the ``AddResult`` messages of that
@@ -87,7 +83,6 @@ class AddStream:
         self._call: grpc.aio.StreamStreamCall | None = None
         self._wakeup: asyncio.Event | None = None
         self._answers_ended = False
-        self._writing = False  # the loop is writing a batch and will look at the queue again: no kick needed
         self._futures = FutureAnswers()
         io_loop.spawn(self._run(open_call))
 
@@ -107,11 +102,12 @@ class AddStream:
         Blocks while ``max_inflight`` adds are unanswered (never on the loop thread).
         BookieUnavailableError, with nothing queued, if the stream has ended.
         """
-        if len(adds) == 1:
-            entry_id, frame = adds[0]
-            return self.send_one(ledger_id, entry_id, frame, listener)
         with self._lock:
-            self._wait_for_room()
+            if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
+                self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
+                                    or self._failure is not None)
+            if self._failure is not None or self._closing:
+                raise self._ended_error()
             pending = self._pending
             keys = [(ledger_id, entry_id) for entry_id, _ in adds]
             repeated = len(keys) > 1 and len(set(keys)) < len(keys)
@@ -120,7 +116,7 @@ class AddStream:
                     raise InvalidConfigurationError(
                         f"ledger {ledger_id} entry {key[1]} is already in flight on this stream to bookie "
                         f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
-            was_empty = not self._queue and not self._writing
+            was_empty = not self._queue
             for key, (_, frame) in zip(keys, adds):
                 pending[key] = listener
                 self._queue.append(frame)
@@ -129,46 +125,6 @@ class AddStream:
                     self._large_queued += 1
         if was_empty:
             self._io.kick(id(self), self._flush)
-
-    def send_one(self, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener) -> None:
-        """``send(ledger_id, ((entry_id, frame),), listener)``: one add, without the lists and checks a batch
-        needs."""
-        if self.queue_one(ledger_id, entry_id, frame, listener):
-            self.kick()
-
-    def kick(self) -> None:
-        """Have the network loop write what is queued."""
-        self._io.kick(id(self), self._flush)
-
-    def queue_one(self, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener) -> bool:
-        """Queue one add as ``send_one`` does, but leave the kick to the caller: True if the loop must be woken
-        (the queue was empty and no batch is being written; then ``kick()`` once this and its siblings are queued: an entry to each bookie of its write set costs
-        one wake-up of the network loop, not one per bookie -- the writer's hot path)."""
-        key = (ledger_id, entry_id)
-        with self._lock:
-            self._wait_for_room()
-            pending = self._pending
-            if key in pending:
-                raise InvalidConfigurationError(
-                    f"ledger {ledger_id} entry {entry_id} is already in flight on this stream to bookie "
-                    f"{self.bookie_id}: wait for its answer before re-sending it")
-            pending[key] = listener
-            queue = self._queue
-            was_empty = not queue and not self._writing
-            queue.append(frame)
-            self._queued_bytes += len(frame)
-            if len(frame) >= WRITE_ALONE_BYTES:
-                self._large_queued += 1
-        return was_empty
-
-    def _wait_for_room(self) -> None:
-        """Block while ``max_inflight`` adds are unanswered (never on the loop thread); refuse once ended
-        (lock held)."""
-        if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
-            self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
-                                or self._failure is not None)
-        if self._failure is not None or self._closing:
-            raise self._ended_error()
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":
@@ -257,7 +213,6 @@ class AddStream:
                     if self._failure is not None:
                         return False
                     batch = self._take_batch()
-                    self._writing = batch is not None
                     closing = self._closing
                 if batch is None:
                     break

@@ -20,13 +20,11 @@ cannot be reached at all, or report that later to the listener's
 with their errors, instead of raising. Listeners and future callbacks run on transport threads
 and must not block.
 
-``GrpcTransport`` puts adds straight into the queue of the one shared
-AddStream per bookie of its ``BookiePool``, on the caller's thread: that
-queue is the only client-side queue an add waits in before the pool's IoLoop
-thread writes it (one kick of the loop per stream that was idle). It makes
-unary calls through gRPC futures: no thread waits for an answer.
-``pyspark_ledger.testing.fake_bookies`` implements the same interface in
-memory.
+``GrpcTransport`` queues adds in an ``AddOutbox`` that hands them, batched,
+to the one shared AddStream per bookie of its ``BookiePool`` (all on the
+pool's IoLoop thread), and makes unary calls through gRPC futures: no thread
+waits for an answer. ``pyspark_ledger.testing.
+fake_bookies`` implements the same interface in memory.
 """
 from __future__ import annotations
 
@@ -35,6 +33,7 @@ import time
 from concurrent.futures import Future
 from typing import Protocol, Sequence
 
+from pyspark_ledger.client.add_outbox import AddOutbox
 from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_pool import BookiePool
@@ -86,62 +85,20 @@ class GrpcTransport:
                  max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000, tls=None) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight,
                                 tls=tls)
+        self._outbox = AddOutbox(self._pool.io_loop, self._send_now)
         self._health = Reachability()
 
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
-        """Queue adds on the bookie's stream (one ledger, in order); BookieError, nothing sent, if the bookie
-        cannot be reached or the client is closed."""
-        try:
-            self._send_now(bookie_id, ledger_id, adds, listener)
-        except LedgerError as exc:  # also a re-send of an add the stream still awaits: refused, not lost
-            raise _as_bookie_error(exc, bookie_id) from exc
+        self._outbox.put(bookie_id, ledger_id, adds, listener)
 
     def send_adds_to(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
                      listener: AddListener) -> list[tuple[str, BookieError]]:
-        refused = []
-        if len(adds) != 1:
-            for bookie_id in bookie_ids:
-                try:
-                    self._send_now(bookie_id, ledger_id, adds, listener)
-                except LedgerError as exc:
-                    refused.append((bookie_id, _as_bookie_error(exc, bookie_id)))
-            return refused
-        (entry_id, frame), = adds
-        idle = []  # streams to kick once the entry is queued on every one: one wake-up of the loop per entry
-        try:
-            for bookie_id in bookie_ids:
-                try:
-                    stream = self._queue_one(bookie_id, ledger_id, entry_id, frame, listener)
-                except LedgerError as exc:
-                    refused.append((bookie_id, _as_bookie_error(exc, bookie_id)))
-                    continue
-                if stream is not None:
-                    idle.append(stream)
-        finally:  # what was queued is written whatever happened to the other bookies
-            for stream in idle:
-                stream.kick()
-        return refused
-
-    def _queue_one(self, bookie_id: str, ledger_id: int, entry_id: int, frame: bytes, listener: AddListener):
-        """Queue one add on the bookie's stream (one that had ended is replaced once); the stream if it needs a
-        kick."""
-        for attempt in (0, 1):
-            try:
-                stream = self._pool.stream(bookie_id)
-            except LedgerError as exc:
-                raise _as_bookie_error(exc, bookie_id) from exc
-            try:
-                return stream if stream.queue_one(ledger_id, entry_id, frame, listener) else None
-            except BookieUnavailableError:
-                if attempt:
-                    raise
-                self._pool.forget_stream(bookie_id, stream)  # it had ended: open a new one once
-        return None
+        return self._outbox.put_all(bookie_ids, ledger_id, adds, listener)
 
     def _send_now(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
-        """Hand adds to the bookie's stream queue (a stream that had ended is replaced once)."""
+        """Hand adds to the bookie's stream (on the network loop, from the outbox)."""
         for attempt in (0, 1):
             try:
                 stream = self._pool.stream(bookie_id)
@@ -199,6 +156,7 @@ class GrpcTransport:
 
     def close(self) -> None:
         """Close every add stream and channel (calls in flight fail as cancelled) and join the loop thread."""
+        self._outbox.close()
         self._pool.close()
 
     def _call(self, bookie_id: str, call) -> Future:

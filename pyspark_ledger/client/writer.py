@@ -1,32 +1,12 @@
 """The writer's handle of one ledger: pipelined appends, ensemble changes, explicit LAC and close.
 
 Every decision is the protocol core's (``AddTracker`` for write sets,
-confirmation order, the LAC and the entries to re-send; ``add_answers`` for
-what each add status means; ``add_timeouts`` for which bookies are silent;
-``ledger_rules`` through ``ensemble_change`` / ``metadata_ops`` for
-metadata). This module
+confirmation order, the LAC and the entries to re-send; ``ledger_rules``
+through ``ensemble_change`` / ``metadata_ops`` for metadata). This module
 encodes each entry once (``add_wire.AddEncoder``: the same bytes go to every
 bookie of its write set), sends it over the transport, feeds the answers back
 -- one event per answer batch of a bookie -- and completes the callers'
 futures, in entry order.
-
-The path of one add over ``GrpcTransport`` (1-4 are the hand-offs between threads or tasks):
-
-* the caller's thread, in ``append_async`` under ``_lock``: ``AddTracker.add``, the
-  entry encoded once, then queued on the ``AddStream`` of each bookie of its write set
-  (``AddStream.send_one``: that stream's queue is the one client-side queue of the
-  bookie); a queue that was empty kicks the network loop (``IoLoop.kick``) --
-  (1) caller -> network thread;
-* the network thread: the stream's task joins its queue into one AddBatch and writes it
-  through grpc.aio -- (2) into gRPC's core, which sends it; the bookie's AddResultBatch
-  comes back through gRPC's poller -- (3) to the stream's reader task, which calls
-  ``_answered`` once per batch;
-* ``_answered`` posts the batch to ``WriterEvents``: run at once if the lock is free, else
-  left queued for the thread holding the lock (usually a caller in ``append_async``),
-  which runs it before it returns; the tracker releases confirmations in entry order;
-* the confirmed futures are completed outside the lock by ``OrderedCompletions``, in entry
-  order, by whichever thread gets there first -- (4) possibly another thread than the one
-  that confirmed them.
 
 Threads: answers arrive on the transport's thread, add timeouts and explicit
 LAC checks on the client's scheduler, ensemble changes run on the client's
