@@ -1,12 +1,35 @@
 """The writer's handle of one ledger: pipelined appends, ensemble changes, explicit LAC and close.
 
 Every decision is the protocol core's (``AddTracker`` for write sets,
-confirmation order, the LAC and the entries to re-send; ``ledger_rules``
-through ``ensemble_change`` / ``metadata_ops`` for metadata). This module
+confirmation order, the LAC and the entries to re-send; ``add_answers`` for
+what each add status means; ``add_timeouts`` for which bookies are silent;
+``ledger_rules`` through ``ensemble_change`` / ``metadata_ops`` for
+metadata). This module
 encodes each entry once (``add_wire.AddEncoder``: the same bytes go to every
 bookie of its write set), sends it over the transport, feeds the answers back
 -- one event per answer batch of a bookie -- and completes the callers'
 futures, in entry order.
+
+The path of one add over ``GrpcTransport``, from ``append_async`` to its future (hand-offs numbered):
+
+* the caller's thread, under ``_lock``: ``AddTracker.add``, the entry encoded once, then
+  ``send_adds_to`` its write set: ``AddOutbox.put_all`` appends it to one list per bookie
+  (client-side queue 1) and, if the outbox was empty, kicks the network loop --
+  (1) caller -> network thread;
+* the network thread: ``AddOutbox.flush`` hands each list to its bookie's ``AddStream``
+  (client-side queue 2), whose kick -- (2) -- wakes the stream's writer task, which joins the
+  queue into one AddBatch and writes it through grpc.aio -- (3) into gRPC's core; the
+  AddResultBatch comes back through gRPC's poller -- (4) to the stream's reader task, which
+  calls ``_answered`` once per batch;
+* ``_answered`` posts to ``WriterEvents``: run at once if ``_lock`` is free, else left queued
+  for the thread holding it (usually a caller in ``append_async``) -- (5); the tracker
+  releases confirmations in entry order;
+* confirmed futures are completed outside the lock by ``OrderedCompletions``, in entry
+  order, by whichever thread gets there first -- (6).
+
+Putting adds straight into each ``AddStream``'s queue (one queue per bookie) was measured
+against this (issue 15, part 5) and cost more client CPU per
+1 KiB entry: the outbox's extra hop makes larger AddBatches.
 
 Threads: answers arrive on the transport's thread, add timeouts and explicit
 LAC checks on the client's scheduler, ensemble changes run on the client's
@@ -305,7 +328,7 @@ class LedgerWriter:
 
     def _resend(self, entry_id: int, bookie: str) -> None:
         """The back-off of a shed add ended (lock held): send it again unless it was answered, confirmed or
-        moved meanwhile (the bookie failed or was replaced: ``Outstanding`` forgot it)."""
+        moved meanwhile (the bookie failed or was replaced: ``UnansweredAdds`` forgot it)."""
         frame = self._frames.get(entry_id)
         if self._failure is not None or frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
             return
