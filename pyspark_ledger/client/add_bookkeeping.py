@@ -1,4 +1,4 @@
-"""Small bookkeeping of a writer: its event queue, adds awaiting a bookie's answer, futures to complete in order.
+"""Small bookkeeping of a writer: its event queue and the futures to complete in order.
 
 ``WriterEvents`` runs the events posted by transport, scheduler and worker
 threads under the writer's lock, one at a time and never one inside another
@@ -9,18 +9,15 @@ them when it lets go -- every ``with lock`` of the writer is followed by
 ``drain()``. Posters queue before they try the lock and holders drain after
 they release it, so no event is ever stranded.
 
-``Outstanding`` remembers when each add was sent to each bookie, so a bookie
-silent for longer than ``add_timeout_s`` can be treated as failed (the oldest
-unanswered add of each bookie is first in its insertion-ordered dict).
 ``OrderedCompletions`` completes callers' futures outside the writer's lock,
-one thread at a time, in the order they were queued (entry order).
-Neither is thread-safe on its own: the writer's lock guards ``Outstanding``
-and every ``OrderedCompletions.push``.
+one thread at a time, in the order they were queued (entry order); it is not
+thread-safe on its own: the writer's lock guards every ``push``. (Which
+bookies are silent for ``add_timeout_s`` is the core's decision:
+``protocol.add_timeouts``.)
 """
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Callable
@@ -74,49 +71,6 @@ class WriterEvents:
                 self._inbox.popleft()()
         finally:
             self._busy = False
-
-
-class Outstanding:
-    """Send times of unanswered adds, per bookie."""
-
-    def __init__(self) -> None:
-        self._sent: dict[str, dict[int, float]] = {}
-
-    def sent(self, bookie: str, entry_id: int, now: float | None = None) -> None:
-        per_bookie = self._sent.get(bookie)
-        if per_bookie is None:
-            per_bookie = self._sent[bookie] = {}
-        per_bookie[entry_id] = time.monotonic() if now is None else now
-
-    def sent_to_all(self, bookies, entry_id: int, now: float) -> None:
-        """``sent(bookie, entry_id, now)`` for each of ``bookies`` (a write set)."""
-        per = self._sent
-        for bookie in bookies:
-            per_bookie = per.get(bookie)
-            if per_bookie is None:
-                per_bookie = per[bookie] = {}
-            per_bookie[entry_id] = now
-
-    def of(self, bookie: str) -> dict[int, float] | None:
-        """The bookie's unanswered adds (entry id -> send time), to pop answers from; None if none."""
-        return self._sent.get(bookie)
-
-    def answered(self, bookie: str, entry_id: int) -> None:
-        per_bookie = self._sent.get(bookie)
-        if per_bookie is not None:
-            per_bookie.pop(entry_id, None)
-
-    def forget(self, bookie: str) -> None:
-        self._sent.pop(bookie, None)
-
-    def silent_since(self, limit: float) -> list[tuple[str, int]]:
-        """(bookie, oldest entry) for each bookie whose oldest unanswered add was sent before ``limit``."""
-        silent = []
-        for bookie, per_bookie in self._sent.items():
-            oldest = next(iter(per_bookie.items()), None)
-            if oldest is not None and oldest[1] < limit:
-                silent.append((bookie, oldest[0]))
-        return silent
 
 
 class OrderedCompletions:

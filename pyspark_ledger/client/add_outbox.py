@@ -7,7 +7,11 @@ and a wake-up of the network loop per call. ``AddOutbox.put`` instead
 appends the adds to a list per (bookie, ledger, listener) under one lock and
 kicks the loop once while the outbox is not empty; ``flush`` (on the loop)
 passes each list to its stream in one ``send``. Entries keep their order per
-bookie and ledger.
+bookie and ledger. The hop through the loop also coalesces: adds queued
+while the loop is busy reach each stream together and leave as fewer,
+larger AddBatches (issue 15, part 5, measured queueing straight into the
+streams instead: about 0.032 batch writes per 1 KiB entry instead of 0.024,
+and more client CPU per entry).
 
 A bookie that cannot be reached (no registration, its stream ended twice)
 is reported to the listener's ``on_add_failure`` with the adds' keys, as a

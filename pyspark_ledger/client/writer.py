@@ -1,12 +1,35 @@
 """The writer's handle of one ledger: pipelined appends, ensemble changes, explicit LAC and close.
 
 Every decision is the protocol core's (``AddTracker`` for write sets,
-confirmation order, the LAC and the entries to re-send; ``ledger_rules``
-through ``ensemble_change`` / ``metadata_ops`` for metadata). This module
+confirmation order, the LAC and the entries to re-send; ``add_answers`` for
+what each add status means; ``add_timeouts`` for which bookies are silent;
+``ledger_rules`` through ``ensemble_change`` / ``metadata_ops`` for
+metadata). This module
 encodes each entry once (``add_wire.AddEncoder``: the same bytes go to every
 bookie of its write set), sends it over the transport, feeds the answers back
 -- one event per answer batch of a bookie -- and completes the callers'
 futures, in entry order.
+
+The path of one add over ``GrpcTransport``, from ``append_async`` to its future (hand-offs numbered):
+
+* the caller's thread, under ``_lock``: ``AddTracker.add``, the entry encoded once, then
+  ``send_adds_to`` its write set: ``AddOutbox.put_all`` appends it to one list per bookie
+  (client-side queue 1) and, if the outbox was empty, kicks the network loop --
+  (1) caller -> network thread;
+* the network thread: ``AddOutbox.flush`` hands each list to its bookie's ``AddStream``
+  (client-side queue 2), whose kick -- (2) -- wakes the stream's writer task, which joins the
+  queue into one AddBatch and writes it through grpc.aio -- (3) into gRPC's core; the
+  AddResultBatch comes back through gRPC's poller -- (4) to the stream's reader task, which
+  calls ``_answered`` once per batch;
+* ``_answered`` posts to ``WriterEvents``: run at once if ``_lock`` is free, else left queued
+  for the thread holding it (usually a caller in ``append_async``) -- (5); the tracker
+  releases confirmations in entry order;
+* confirmed futures are completed outside the lock by ``OrderedCompletions``, in entry
+  order, by whichever thread gets there first -- (6).
+
+Putting adds straight into each ``AddStream``'s queue (one queue per bookie) was measured
+against this (issue 15, part 5) and cost more client CPU per
+1 KiB entry: the outbox's extra hop makes larger AddBatches.
 
 Threads: answers arrive on the transport's thread, add timeouts and explicit
 LAC checks on the client's scheduler, ensemble changes run on the client's
@@ -16,8 +39,8 @@ one at a time, so a callback never re-enters the tracker half-way. User
 futures are completed after the lock is released, by one thread at a time,
 in order. An answer FENCED or UNAUTHORIZED is fatal for the writer; TOO_MANY_REQUESTS
 (shed load) is sent again after a back-off until ``add_timeout_s`` (``protocol.add_answers``); any other
-error status, a broken stream or a silent bookie (``add_timeout_s``) is a
-bookie failure and leads to an ensemble change -- or, with
+error status, a broken stream or a silent bookie (``add_timeout_s``; which bookies are silent is
+``protocol.add_timeouts``' decision) is a bookie failure and leads to an ensemble change -- or, with
 ``delay_ensemble_change``, to a degraded bookie while Qa stays reachable
 (``degraded_bookies``; logged at INFO once per bookie).
 
@@ -39,7 +62,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, Outstanding, WriterEvents
+from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, WriterEvents
 from pyspark_ledger.client.add_stream import AddCallbacks
 from pyspark_ledger.client.closing import close_leaving_block
 from pyspark_ledger.client.add_wire import AddEncoder, check_payload
@@ -56,6 +79,7 @@ from pyspark_ledger.errors import (BookieError, LedgerClosedError, LedgerError, 
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
+from pyspark_ledger.protocol.add_timeouts import UnansweredAdds
 from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
 from pyspark_ledger.protocol.quarantine import change_delay, streak_after_change
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -89,9 +113,8 @@ class LedgerWriter:
         self._frames: dict[int, bytes] = {}  # entry id -> encoded add, kept until confirmed (for re-sends)
         self._futures: dict[int, Future] = {}
         self._answers = AddCallbacks(self._answered, self._stream_failed)
-        self._outstanding = Outstanding()
+        self._outstanding = UnansweredAdds()  # send times; which bookies are silent (protocol.add_timeouts)
         self._failed_bookies: set[str] = set()
-        self._shedding: dict[str, str] = {}  # bookie -> its last TOO_MANY_REQUESTS message, while it sheds adds
         self._failure: LedgerError | None = None
         self._closing = False
         self._close_done = threading.Event()
@@ -272,7 +295,7 @@ class LedgerWriter:
                 acked = []
             self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
         if acked:
-            self._shedding.pop(bookie, None)
+            self._outstanding.acked(bookie)
             self._confirm(self._tracker.ack_many(acked, bookie))
 
     def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
@@ -287,7 +310,7 @@ class LedgerWriter:
                 f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
                 f"key for this ledger id ({message})"))
         if action is AddAction.RETRY and sent_at is not None and self._retry_later(entry_id, bookie, sent_at):
-            self._shedding[bookie] = message
+            self._outstanding.shed(bookie, message)
             return None
         self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}",
                               replace_now=action is AddAction.REPLACE_NOW)
@@ -305,10 +328,9 @@ class LedgerWriter:
 
     def _resend(self, entry_id: int, bookie: str) -> None:
         """The back-off of a shed add ended (lock held): send it again unless it was answered, confirmed or
-        moved meanwhile (the bookie failed or was replaced: ``Outstanding`` forgot it)."""
-        pending = self._outstanding.of(bookie)
+        moved meanwhile (the bookie failed or was replaced: ``UnansweredAdds`` forgot it)."""
         frame = self._frames.get(entry_id)
-        if self._failure is not None or frame is None or pending is None or entry_id not in pending:
+        if self._failure is not None or frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
             return
         try:
             self._ctx.transport.send_adds(bookie, self.ledger_id, ((entry_id, frame),), self._answers)
@@ -442,19 +464,17 @@ class LedgerWriter:
         return max(0.01, self._ctx.config.add_timeout_s / 4)
 
     def _check_timeouts(self) -> None:
-        limit = time.monotonic() - self._ctx.config.add_timeout_s
-        self._events.post(lambda: self._time_out_before(limit))
+        self._events.post(self._time_out)
         with self._lock:
             if not self._tracker.stopped:  # also while close() waits for adds in flight
                 self._timer = self._ctx.scheduler.call_later(self._sweep_interval(), self._check_timeouts)
         self._events.drain()
 
-    def _time_out_before(self, limit: float) -> None:
-        timeout = self._ctx.config.add_timeout_s
-        for bookie, entry_id in self._outstanding.silent_since(limit):
-            shed = self._shedding.get(bookie)
-            self._on_bookie_error(entry_id, bookie, f"no answer within {timeout} s" if shed is None else
-                                  f"TOO_MANY_REQUESTS for {timeout} s (shedding load): {shed}")
+    def _time_out(self) -> None:
+        """The sweep: bookies silent (or still shedding) for ``add_timeout_s`` fail -- the core decides which
+        (``protocol.add_timeouts``, docs/protocol.md W2, W7)."""
+        for silent in self._outstanding.timed_out(time.monotonic(), self._ctx.config.add_timeout_s):
+            self._on_bookie_error(silent.entry_id, silent.bookie, silent.reason)
 
     # --- completions ----------------------------------------------------------------------
     def _complete_futures(self) -> None:

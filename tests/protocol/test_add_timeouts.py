@@ -1,0 +1,46 @@
+"""The core decides which bookies a writer fails for silence (docs/protocol.md W2, W7): pure, time given."""
+from __future__ import annotations
+
+from pyspark_ledger.protocol.add_timeouts import SilentBookie, UnansweredAdds
+
+TIMEOUT = 2.0
+
+
+def test_a_bookie_whose_oldest_add_is_older_than_the_timeout_is_silent_and_no_other():
+    adds = UnansweredAdds()
+    adds.sent_to_all(("a", "b", "c"), 0, now=10.0)
+    adds.sent_to_all(("a", "b"), 1, now=11.0)
+    adds.of("a").pop(0)  # a answered entry 0; its oldest unanswered add is now entry 1
+    adds.of("c").pop(0)
+    assert adds.timed_out(12.0, TIMEOUT) == []  # exactly add_timeout_s is not yet too long
+    assert adds.timed_out(12.5, TIMEOUT) == [SilentBookie("b", 0, "no answer within 2.0 s")]
+    assert adds.timed_out(13.5, TIMEOUT) == [SilentBookie("a", 1, "no answer within 2.0 s"),
+                                             SilentBookie("b", 0, "no answer within 2.0 s")]
+
+
+def test_a_forgotten_bookie_is_never_silent():
+    adds = UnansweredAdds()
+    adds.sent("a", 5, 0.0)
+    adds.forget("a")
+    assert adds.timed_out(100.0, TIMEOUT) == [] and adds.of("a") is None and not adds.is_unanswered("a", 5)
+
+
+def test_a_bookie_still_shedding_at_the_timeout_is_failed_naming_the_shedding_until_it_acks():
+    adds = UnansweredAdds()
+    adds.sent("a", 0, 1.0)
+    adds.shed("a", "too many first adds in flight")
+    assert adds.is_unanswered("a", 0)
+    assert adds.timed_out(3.5, TIMEOUT) == [
+        SilentBookie("a", 0, "TOO_MANY_REQUESTS for 2.0 s (shedding load): too many first adds in flight")]
+    adds.acked("a")  # it stored an add: silence now is silence again
+    assert adds.timed_out(3.5, TIMEOUT) == [SilentBookie("a", 0, "no answer within 2.0 s")]
+
+
+def test_the_oldest_add_decides_not_the_newest():
+    adds = UnansweredAdds()
+    for entry_id in range(5):
+        adds.sent("a", entry_id, float(entry_id))
+    assert [s.entry_id for s in adds.timed_out(2.5, TIMEOUT)] == [0]
+    for entry_id in range(3):
+        adds.of("a").pop(entry_id)
+    assert [s.entry_id for s in adds.timed_out(5.5, TIMEOUT)] == [3]
