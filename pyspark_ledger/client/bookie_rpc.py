@@ -160,7 +160,7 @@ class BookieClient:
         """The aio channel, made at first use (only ever called on the loop thread)."""
         if self._closed:
             raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
-                                         status="CLOSED")
+                                         status=BookieStatus.CLOSED)
         if self._channel is None:
             if self._credentials is not None:
                 self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=CHANNEL_OPTIONS)
@@ -270,7 +270,7 @@ class BookieClient:
         with self._lock:
             if self._closed:
                 return _failed(BookieUnavailableError(f"{what} on bookie {self.bookie_id}: the client is closed",
-                                                      bookie_id=self.bookie_id, status="CLOSED"))
+                                                      bookie_id=self.bookie_id, status=BookieStatus.CLOSED))
             io_loop = self._loop_locked()
         return io_loop.submit(self._invoke(method, request, timeout, what, convert))
 
@@ -283,10 +283,10 @@ class BookieClient:
             raise translate_rpc_error(exc, self.bookie_id, what, self.tls) from exc
         except asyncio.CancelledError:
             raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} was cancelled (the client closed)",
-                                         bookie_id=self.bookie_id, status="CANCELLED") from None
+                                         bookie_id=self.bookie_id, status=BookieStatus.CANCELLED) from None
         except Exception as exc:  # noqa: BLE001 - e.g. the channel was closed under the call
             raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} failed: {exc!r}",
-                                         bookie_id=self.bookie_id, status="CLOSED") from exc
+                                         bookie_id=self.bookie_id, status=BookieStatus.CLOSED) from exc
         return convert(response)
 
     # --- lifecycle -----------------------------------------------------------------

@@ -29,6 +29,7 @@ from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.client.rpc_errors import as_status
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.status import BookieStatus
 from pyspark_ledger.testing.fake_bookie_store import FakeBookie
 from pyspark_ledger.testing.fake_network import FakeNetwork, Rule, Request
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -187,7 +188,7 @@ class FakeTransport:
             self._closed = True
             futures, self._futures = list(self._futures), set()
         for future in futures:
-            _fail(future, BookieUnavailableError("the client closed its connection", status="CANCELLED"))
+            _fail(future, BookieUnavailableError("the client closed its connection", status=BookieStatus.CANCELLED))
 
     def _send(self, request: Request) -> Future:
         future: Future = Future()
@@ -195,7 +196,7 @@ class FakeTransport:
         with self._lock:
             if self._closed:
                 _fail(future, BookieUnavailableError("the client is closed", bookie_id=request.bookie_id,
-                                                     status="CLOSED"))
+                                                     status=BookieStatus.CLOSED))
                 return future
             self._futures.add(future)
         future.add_done_callback(self._forget)

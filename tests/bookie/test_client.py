@@ -49,7 +49,7 @@ def test_a_frozen_bookie_times_out_then_answers_when_resumed(make_bookie, client
             stream.add(701, 1, KEY, entry(701, 1))
         with pytest.raises(BookieUnavailableError) as timed_out:
             client.read(701, 0, timeout=0.5, master_key=KEY)
-        assert timed_out.value.status == "TIMEOUT"
+        assert timed_out.value.status is BookieStatus.TIMEOUT
     finally:
         os.kill(bookie.pid, signal.SIGCONT)
     assert pending.result(30).ok

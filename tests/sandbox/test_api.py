@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pyspark_ledger.errors import BookieError, DataDirectoryError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieProcessError, DataDirectoryError, InvalidConfigurationError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.sandbox import Sandbox
 from pyspark_ledger.sandbox.lock import DataDirLock
@@ -37,7 +37,7 @@ def test_context_manager_kills_restarts_adds_and_cleans_up():
         wait_until(lambda: ids[0] not in registered(sb.metadata_uri), "the killed bookie's lease to expire")
         restarted = sb.start_bookie(0)
         assert restarted.bookie_id == ids[0] and restarted.is_running()
-        with pytest.raises(BookieError, match=f"bookie 0 \\({ids[0]}\\) is already running"):
+        with pytest.raises(BookieProcessError, match=f"bookie 0 \\({ids[0]}\\) is already running"):
             sb.start_bookie(0)
         assert read_payloads(ids[0], LEDGER_ID, ENTRIES) == [payload(ids[0], e) for e in range(ENTRIES)]
 
