@@ -20,7 +20,19 @@ class LedgerError(Exception):
 
 
 class InvalidConfigurationError(LedgerError, ValueError):
-    """A parameter or option is invalid (e.g. E >= Qw >= Qa violated)."""
+    """A setting is invalid: a ``ClientConfig`` field, a bookie flag, a Spark option, a CLI flag, a metadata
+    URI, an environment variable, a file named by a setting, or a ledger's replication settings (ensemble
+    size and quorums, E >= Qw >= Qa; digest type). The message names the setting."""
+
+
+class InvalidArgumentError(LedgerError, ValueError):
+    """A value passed to a call is invalid (an entry id or range out of bounds, a payload that is not bytes,
+    a malformed name): the caller's mistake in this one call, not a setting. The message names the argument."""
+
+
+class InvalidStateError(LedgerError):
+    """The object a call is made on is in a state that does not allow it (a ledger OPEN where it must be
+    CLOSED, a client or writer already closed)."""
 
 
 class InternalError(LedgerError):
@@ -87,6 +99,11 @@ class RepairKeyError(LedgerError):
     """A repair key file or a sealed ledger secret that cannot be used (wrong key, tampered, malformed, unsafe)."""
 
 
+class EntryTooLargeError(InvalidArgumentError):
+    """An entry (or a single row of a Spark write) is larger than an entry may be (``ClientConfig.max_entry_bytes``,
+    within the bookies' ``--max-entry-size``)."""
+
+
 class CorruptEntryError(LedgerError):
     """An entry failed its digest check or could not be decoded."""
 
@@ -142,8 +159,6 @@ class ReadOnlyBookieError(BookieError):
     default_status = BookieStatus.READ_ONLY
 
 
-class EntryTooLargeError(BookieError, InvalidConfigurationError):
-    """An entry exceeds the bookie's maximum entry size."""
 
 
 class BookieProcessError(LedgerError):

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
-from pyspark_ledger.errors import BookieError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieError, EntryTooLargeError, InvalidConfigurationError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _ADDS_FIELD = b"\x0a"         # AddBatch.adds: field 1, length-delimited
@@ -116,13 +116,13 @@ def check_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes) -> 
 
 
 def check_payload(data, max_payload: int) -> bytes:
-    """An entry's payload as bytes; InvalidConfigurationError if it is not bytes-like or too large."""
+    """An entry's payload as bytes; InvalidArgumentError if it is not bytes-like, EntryTooLargeError if too large."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidConfigurationError(
             f"an entry must be bytes-like, got {type(data).__name__}: encode text first (e.g. s.encode())")
     payload = bytes(data)
     if len(payload) > max_payload:
-        raise InvalidConfigurationError(
+        raise EntryTooLargeError(
             f"entry of {len(payload)} bytes exceeds the largest entry of {max_payload} bytes "
             "(ClientConfig.max_entry_bytes, which must stay within the bookies' --max-entry-size): split it")
     return payload

@@ -32,7 +32,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
+from pyspark_ledger.errors import CorruptEntryError, EntryTooLargeError, InvalidConfigurationError
 from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY
 from pyspark_ledger.spark.schema import child_fields
 
@@ -157,7 +157,7 @@ def _split_oversized(piece: pa.RecordBatch, max_entry_bytes: int) -> Iterator[pa
         yield piece
         return
     if piece.num_rows == 1:
-        raise InvalidConfigurationError(
+        raise EntryTooLargeError(
             f"a single row of {piece.nbytes} bytes is larger than an entry may be "
             f"({max_entry_bytes} bytes): store large values elsewhere, or raise the bookies' "
             "--max-entry-size and the writer's entry size limit together")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import (InvalidConfigurationError, LedgerFencedError,
+from pyspark_ledger.errors import (EntryTooLargeError, InvalidConfigurationError, LedgerFencedError,
                                    NotEnoughBookiesError, UnauthorizedError)
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN
 from pyspark_ledger.testing.fake_bookie_store import FakeLedger
@@ -227,7 +227,7 @@ def test_bad_inputs_get_clear_errors(client):
     writer = client.create_ledger(3, 3, 2, password=PASSWORD)
     with pytest.raises(InvalidConfigurationError, match="encode"):
         writer.append("text")
-    with pytest.raises(InvalidConfigurationError, match="max_entry_bytes"):
+    with pytest.raises(EntryTooLargeError, match="max_entry_bytes"):
         writer.append(bytes(client.config.max_entry_bytes))
     with pytest.raises(NotEnoughBookiesError):
         client.create_ledger(5, 3, 2)

@@ -8,7 +8,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")  # the connector's extra: pip install 'pyspark-ledger[spark]'
 
 from pyspark_ledger.entry import EntryCodec  # noqa: E402
-from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError  # noqa: E402
+from pyspark_ledger.errors import CorruptEntryError, EntryTooLargeError, InvalidConfigurationError  # noqa: E402
 from pyspark_ledger.spark.arrow_codec import decode_batch, encode_batch, entry_batches  # noqa: E402
 
 
@@ -179,7 +179,7 @@ def test_uneven_rows_are_halved_until_they_fit():
 
 def test_a_single_row_over_the_limit_is_refused():
     batch = pa.record_batch({"id": [1], "blob": [b"x" * 5000]})
-    with pytest.raises(InvalidConfigurationError, match="single row of .* larger than an entry may be"):
+    with pytest.raises(EntryTooLargeError, match="single row of .* larger than an entry may be"):
         list(entry_batches([batch], max_entry_bytes=1000))
 
 
