@@ -30,7 +30,7 @@ import grpc.aio
 from pyspark_ledger.client.add_wire import ADD_OK, AddResult, FutureAnswers, encode_add
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
-from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError, InvalidStateError
 from pyspark_ledger.status import BookieStatus
 
 __all__ = ["ADD_OK", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
@@ -114,7 +114,7 @@ class AddStream:
             repeated = len(keys) > 1 and len(set(keys)) < len(keys)
             for key in keys:
                 if repeated or key in pending:
-                    raise InvalidConfigurationError(
+                    raise InvalidStateError(
                         f"ledger {ledger_id} entry {key[1]} is already in flight on this stream to bookie "
                         f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
             was_empty = not self._queue

@@ -19,7 +19,7 @@ from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.tls_errors import mismatch
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError, MetadataError
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
 from pyspark_ledger.status import BookieStatus
 
@@ -99,7 +99,7 @@ class BookiePool:
                 try:
                     stream = client.add_stream(max_inflight=self._max_inflight,
                                                max_batch_bytes=self._max_batch_bytes)
-                except InvalidConfigurationError as exc:  # the client was closed underneath us
+                except InvalidStateError as exc:  # the client was closed underneath us
                     raise BookieUnavailableError(str(exc), bookie_id=bookie_id, status=BookieStatus.CLOSED) from exc
                 self._streams[bookie_id] = stream
             return stream
@@ -144,7 +144,7 @@ class BookiePool:
         else:
             try:
                 parse_address(bookie_id)
-            except InvalidConfigurationError as exc:
+            except InvalidArgumentError as exc:
                 raise BookieUnavailableError(
                     f"bookie {bookie_id} is not registered and its id is not a host:port address, so it cannot "
                     "be reached", bookie_id=bookie_id, status=BookieStatus.UNAVAILABLE) from exc

@@ -27,7 +27,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Coroutine
 
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidStateError
 from pyspark_ledger.status import BookieStatus
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class IoLoop:
         """Run ``coroutine`` on the loop and return its result (never call this on the loop thread)."""
         if self.in_loop_thread():
             coroutine.close()
-            raise InvalidConfigurationError(
+            raise InvalidStateError(
                 "a blocking bookie call was made on the client's network thread (from an add listener or a "
                 "future callback): it would wait for itself; use the *_async form there")
         with self._lock:
