@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from pyspark_ledger.errors import BookieProcessError, DataDirectoryError, InvalidConfigurationError
+from pyspark_ledger.errors import (BookieProcessError, DataDirectoryError, InvalidArgumentError,
+                                   InvalidConfigurationError, InvalidStateError)
 from pyspark_ledger.sandbox.layout import (SQLITE, ZOOKEEPER, BookieSlot, SandboxLayout, load_layout,
                                            save_layout)
 from pyspark_ledger.sandbox.lock import LOCK_FILE, DataDirLock
@@ -312,13 +313,13 @@ class Sandbox:
     def _bookie(self, index: int) -> BookieProcess:
         self._started_metadata()
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.bookies):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"bookie index {index!r} is out of range: this sandbox has bookies 0..{len(self.bookies) - 1}")
         return self.bookies[index]
 
     def _started_metadata(self) -> SandboxMetadata:
         if self._metadata is None or not self.running:
-            raise InvalidConfigurationError("the sandbox is not running: call start() or use `with Sandbox(...)`")
+            raise InvalidStateError("the sandbox is not running: call start() or use `with Sandbox(...)`")
         return self._metadata
 
 

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError
 from pyspark_ledger.status import BookieStatus
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
@@ -47,7 +47,7 @@ class Rule:
                  entry_id: int | None = None, recovery: bool | None = None, count: int | None = None,
                  status: int = 0, seconds: float = 0.0) -> None:
         if action not in REQUEST_ACTIONS | REPLY_ACTIONS or op not in OPS:
-            raise InvalidConfigurationError(f"unknown rule action {action!r} or op {op!r} (ops: {sorted(OPS)})")
+            raise InvalidArgumentError(f"unknown rule action {action!r} or op {op!r} (ops: {sorted(OPS)})")
         self.action, self.bookie, self.op = action, bookie, op
         self.ledger_id, self.entry_id, self.recovery = ledger_id, entry_id, recovery
         self.remaining = count
