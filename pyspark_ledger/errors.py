@@ -125,6 +125,7 @@ class BookieError(LedgerError):
     ``status`` (a ``BookieStatus``) is what the bookie answered (e.g. ``IO_ERROR``), or the transport
     condition in which no answer came (``UNAVAILABLE``, ``TIMEOUT``, ``CANCELLED``, ``CLOSED``,
     ``RPC_FAILED``); ``retriable`` says whether sending the request again may succeed (``STATUS_ERRORS``).
+    The constructor also takes a member's name (``"TIMEOUT"``) and stores the member.
     """
 
     default_status = BookieStatus.RPC_FAILED
