@@ -10,13 +10,33 @@ confusing them is how ledgers get truncated.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from pyspark_ledger.status import BookieStatus
+
 
 class LedgerError(Exception):
     """Base class of every error raised by pyspark-ledger."""
 
 
 class InvalidConfigurationError(LedgerError, ValueError):
-    """A parameter or option is invalid (e.g. E >= Qw >= Qa violated)."""
+    """A setting is invalid: a ``ClientConfig`` field, a bookie flag, a Spark option, a CLI flag, a metadata
+    URI, an environment variable, a file named by a setting, or a ledger's replication settings (ensemble
+    size and quorums, E >= Qw >= Qa; digest type). The message names the setting."""
+
+
+class InvalidArgumentError(LedgerError, ValueError):
+    """A value passed to a call is invalid (an entry id or range out of bounds, a payload that is not bytes,
+    a malformed name): the caller's mistake in this one call, not a setting. The message names the argument."""
+
+
+class InvalidStateError(LedgerError):
+    """The object a call is made on is in a state that does not allow it (a ledger OPEN where it must be
+    CLOSED, a client or writer already closed)."""
+
+
+class InternalError(LedgerError):
+    """An invariant of pyspark-ledger itself broke: a bug, never the caller's doing. Please report it."""
 
 
 # --- metadata -----------------------------------------------------------------
@@ -79,6 +99,11 @@ class RepairKeyError(LedgerError):
     """A repair key file or a sealed ledger secret that cannot be used (wrong key, tampered, malformed, unsafe)."""
 
 
+class EntryTooLargeError(InvalidArgumentError):
+    """An entry (or a single row of a Spark write) is larger than an entry may be (``ClientConfig.max_entry_bytes``,
+    within the bookies' ``--max-entry-size``)."""
+
+
 class CorruptEntryError(LedgerError):
     """An entry failed its digest check or could not be decoded."""
 
@@ -97,30 +122,54 @@ class RecoveryError(LedgerError):
 class BookieError(LedgerError):
     """A bookie answered with an error status or could not be reached.
 
-    ``status`` is the wire status name (e.g. ``"IO_ERROR"``) when the bookie
-    answered, or ``"UNAVAILABLE"`` / ``"TIMEOUT"`` for transport failures.
+    ``status`` (a ``BookieStatus``) is what the bookie answered (e.g. ``IO_ERROR``), or the transport
+    condition in which no answer came (``UNAVAILABLE``, ``TIMEOUT``, ``CANCELLED``, ``CLOSED``,
+    ``RPC_FAILED``); ``retriable`` says whether sending the request again may succeed (``STATUS_ERRORS``).
+    The constructor also takes a member's name (``"TIMEOUT"``) and stores the member.
     """
 
-    def __init__(self, message: str, *, bookie_id: str = "", status: str = "") -> None:
+    default_status = BookieStatus.RPC_FAILED
+
+    def __init__(self, message: str, *, bookie_id: str = "", status: BookieStatus | str | None = None) -> None:
         super().__init__(message)
         self.bookie_id = bookie_id
-        self.status = status
+        if status is None:
+            status = self.default_status
+        self.status = BookieStatus[status] if isinstance(status, str) else BookieStatus(status)
+
+    @property
+    def retriable(self) -> bool:
+        return STATUS_ERRORS[self.status].retriable
 
 
 class BookieUnavailableError(BookieError):
-    """The bookie could not be reached or timed out (an unknown outcome)."""
+    """No answer came: the bookie could not be reached, timed out, or the client closed (an unknown outcome)."""
+
+    default_status = BookieStatus.UNAVAILABLE
 
 
 class TooManyRequestsError(BookieError):
-    """The bookie refused the request because too many are in flight."""
+    """The bookie shed the request (too many in flight): the same bookie may take it after a back-off."""
+
+    default_status = BookieStatus.TOO_MANY_REQUESTS
 
 
 class ReadOnlyBookieError(BookieError):
-    """The bookie is read-only (e.g. its disk is full) and takes no adds."""
+    """The bookie is read-only (e.g. its disk is full) and takes no adds; it still serves reads."""
+
+    default_status = BookieStatus.READ_ONLY
 
 
-class EntryTooLargeError(BookieError, InvalidConfigurationError):
-    """An entry exceeds the bookie's maximum entry size."""
+
+
+class BookieProcessError(LedgerError):
+    """A bookie process this library runs (the sandbox, ``pyspark_ledger.testing``) did not start (it exited,
+    was not ready in time, is already running, or its port is taken) or did not stop in time; ``bookie_id``
+    names it."""
+
+    def __init__(self, message: str, *, bookie_id: str = "") -> None:
+        super().__init__(message)
+        self.bookie_id = bookie_id
 
 
 # --- bookie storage (server side) -----------------------------------------------
@@ -154,3 +203,49 @@ class DataLossError(LedgerError):
 class LedgerInUseError(LedgerError):
     """A ledger a stream's log refers to would be deleted: refused unless forced (``--force``), naming the
     stream, partition and range it would break."""
+
+
+# --- the registry: which exception each bookie status raises ----------------------
+
+
+@dataclass(frozen=True)
+class StatusError:
+    """What a ``BookieStatus`` means as an error: the exception it raises (None for OK) and whether it is
+    ``retriable``: sending the same request again (to this bookie after a back-off, or to another bookie
+    holding a replica) may succeed. A status that is not retriable is a final answer to the request."""
+
+    error: type[LedgerError] | None
+    retriable: bool
+
+
+#: every BookieStatus, wire statuses and transport conditions alike (a test checks that none is missing)
+STATUS_ERRORS: dict[BookieStatus, StatusError] = {
+    BookieStatus.OK: StatusError(None, False),
+    BookieStatus.STATUS_UNSPECIFIED: StatusError(BookieError, True),  # an answer this client cannot read
+    BookieStatus.NO_SUCH_LEDGER: StatusError(NoSuchLedgerError, False),  # explicit: this bookie has none
+    BookieStatus.NO_SUCH_ENTRY: StatusError(NoSuchEntryError, False),
+    BookieStatus.FENCED: StatusError(LedgerFencedError, False),
+    BookieStatus.UNAUTHORIZED: StatusError(UnauthorizedError, False),
+    BookieStatus.READ_ONLY: StatusError(ReadOnlyBookieError, True),  # another bookie takes the add
+    BookieStatus.TOO_MANY_REQUESTS: StatusError(TooManyRequestsError, True),  # the same bookie, later
+    BookieStatus.BAD_REQUEST: StatusError(BookieError, False),  # malformed or over a limit: never taken
+    BookieStatus.IO_ERROR: StatusError(BookieError, True),  # another replica may serve it
+    BookieStatus.UNAVAILABLE: StatusError(BookieUnavailableError, True),
+    BookieStatus.TIMEOUT: StatusError(BookieUnavailableError, True),
+    BookieStatus.CANCELLED: StatusError(BookieUnavailableError, False),  # the client itself gave up
+    BookieStatus.CLOSED: StatusError(BookieUnavailableError, False),
+    BookieStatus.RPC_FAILED: StatusError(BookieError, True),
+}
+
+
+def error_for_status(status: BookieStatus, message: str, *, bookie_id: str = "") -> LedgerError:
+    """The exception for a request that ended with ``status`` (not OK), of the class ``STATUS_ERRORS`` names.
+
+    A ``BookieError`` carries ``bookie_id`` and ``status``; the others (fenced, unauthorized, no such
+    ledger or entry) are about the ledger, not the bookie, and carry the message alone."""
+    error = STATUS_ERRORS[status].error
+    if error is None:
+        raise InternalError(f"status {status.name} is not an error")
+    if issubclass(error, BookieError):
+        return error(message, bookie_id=bookie_id, status=status)
+    return error(message)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, MetadataError
 from pyspark_ledger.metadata.model import CLOSED, Fragment, LedgerMetadata, check_quorums
 
 ENSEMBLE = ("b1:1", "b2:2", "b3:3")
@@ -44,7 +44,7 @@ def test_quorum_error_is_also_a_value_error():
     (Fragment(0, ENSEMBLE[:2]),),
 ])
 def test_invalid_fragments_are_refused(fragments):
-    with pytest.raises(InvalidConfigurationError):
+    with pytest.raises(InvalidArgumentError):
         make(fragments=fragments)
 
 

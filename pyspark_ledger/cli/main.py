@@ -15,7 +15,7 @@ from pyspark_ledger import __version__
 from pyspark_ledger.cli import admin, data_cmds, sandbox_cmd, stream_cmds
 from pyspark_ledger.cli import demo_cmd, repair_cmds, security_cmds
 from pyspark_ledger.cli.global_args import add_global_args, spread_global_flags
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, LedgerError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_library_logs()
     try:
         return int(args.handler(args) or 0)
-    except InvalidConfigurationError as exc:
+    except (InvalidConfigurationError, InvalidArgumentError) as exc:
         print(f"ledger: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except LedgerError as exc:

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.errors import BookieError, BookieUnavailableError
+from pyspark_ledger.status import BookieStatus
 
 log = logging.getLogger(__name__)
 SendNow = Callable[[str, int, Sequence[tuple[int, bytes]], AddListener], None]
@@ -48,7 +49,7 @@ class AddOutbox:
         with self._lock:
             if self._closed:
                 raise BookieUnavailableError(f"adds to bookie {bookie_id}: the client is closed",
-                                             bookie_id=bookie_id, status="CLOSED")
+                                             bookie_id=bookie_id, status=BookieStatus.CLOSED)
             kick = not self._queued
             queued = self._queued.get(key)
             if queued is None:
@@ -66,7 +67,7 @@ class AddOutbox:
         with self._lock:
             if self._closed:
                 return [(bookie_id, BookieUnavailableError(f"adds to bookie {bookie_id}: the client is closed",
-                                                           bookie_id=bookie_id, status="CLOSED"))
+                                                           bookie_id=bookie_id, status=BookieStatus.CLOSED))
                         for bookie_id in bookie_ids]
             queued = self._queued
             kick = not queued
@@ -98,7 +99,7 @@ class AddOutbox:
             queued, self._queued = self._queued, {}
         for (bookie_id, ledger_id, _), (listener, adds) in queued.items():
             error = BookieUnavailableError(f"adds to bookie {bookie_id}: the client was closed before they were "
-                                           "sent", bookie_id=bookie_id, status="CLOSED")
+                                           "sent", bookie_id=bookie_id, status=BookieStatus.CLOSED)
             _fail(listener, bookie_id, ledger_id, adds, error)
 
 

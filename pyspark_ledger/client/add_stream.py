@@ -30,7 +30,8 @@ import grpc.aio
 from pyspark_ledger.client.add_wire import ADD_OK, AddResult, FutureAnswers, encode_add
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
-from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError, InvalidStateError
+from pyspark_ledger.status import BookieStatus
 
 __all__ = ["ADD_OK", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
            "DEFAULT_MAX_INFLIGHT"]
@@ -113,7 +114,7 @@ class AddStream:
             repeated = len(keys) > 1 and len(set(keys)) < len(keys)
             for key in keys:
                 if repeated or key in pending:
-                    raise InvalidConfigurationError(
+                    raise InvalidStateError(
                         f"ledger {ledger_id} entry {key[1]} is already in flight on this stream to bookie "
                         f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
             was_empty = not self._queue
@@ -175,19 +176,19 @@ class AddStream:
             if write_failed and failure is not None and not isinstance(failure, BookieUnavailableError):
                 # grpc.aio reports a send that failed on a broken connection as INTERNAL
                 failure = BookieUnavailableError(f"add stream to bookie {self.bookie_id} broke while sending: "
-                                                 f"{failure}", bookie_id=self.bookie_id, status="UNAVAILABLE")
+                                                 f"{failure}", bookie_id=self.bookie_id, status=BookieStatus.UNAVAILABLE)
         except asyncio.CancelledError:
             self._cancel()
             failure = self._closed_error()
         except Exception as exc:  # noqa: BLE001 - every pending add must learn the stream is gone
             self._cancel()
             failure = exc if isinstance(exc, BookieError) else BookieError(
-                f"add stream to bookie {self.bookie_id} failed: {exc!r}", bookie_id=self.bookie_id, status="UNKNOWN")
+                f"add stream to bookie {self.bookie_id} failed: {exc!r}", bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
         finally:
             if failure is None:
                 failure = self._closed_error() if self._closing else BookieUnavailableError(
                     f"bookie {self.bookie_id} ended the add stream before answering every add",
-                    bookie_id=self.bookie_id, status="UNAVAILABLE")
+                    bookie_id=self.bookie_id, status=BookieStatus.UNAVAILABLE)
             self._fail_pending(failure)
             self._ended.set()
 
@@ -301,11 +302,12 @@ class AddStream:
         if self._failure is None:
             return self._closed_error()
         return BookieUnavailableError(f"add stream to bookie {self.bookie_id} has ended: {self._failure}",
-                                      bookie_id=self.bookie_id, status=self._failure.status or "CLOSED")
+                                      bookie_id=self.bookie_id, status=self._failure.status
+                                      if isinstance(self._failure, BookieUnavailableError) else BookieStatus.CLOSED)
 
     def _closed_error(self) -> BookieUnavailableError:
         return BookieUnavailableError(f"add stream to bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
-                                      status="CLOSED")
+                                      status=BookieStatus.CLOSED)
 
 
 def _notify(callback, *args) -> None:

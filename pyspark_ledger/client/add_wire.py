@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
-from pyspark_ledger.errors import BookieError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieError, EntryTooLargeError, InvalidArgumentError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _ADDS_FIELD = b"\x0a"         # AddBatch.adds: field 1, length-delimited
@@ -66,7 +66,7 @@ def varint(value: int) -> bytes:
 
 
 def encode_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False) -> bytes:
-    """The AddBatch field holding one AddRequest; InvalidConfigurationError for what the wire cannot carry."""
+    """The AddBatch field holding one AddRequest; InvalidArgumentError for what the wire cannot carry."""
     check_add(ledger_id, entry_id, master_key, body)
     return AddEncoder(ledger_id, master_key).encode(entry_id, body, recovery)
 
@@ -107,22 +107,22 @@ def check_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes) -> 
     """Refuse what the wire cannot carry (the bookie judges everything else)."""
     if (isinstance(ledger_id, bool) or isinstance(entry_id, bool) or not isinstance(ledger_id, int)
             or not isinstance(entry_id, int) or not 0 <= ledger_id < 2**64 or not -2**63 <= entry_id < 2**63):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"ledger id {ledger_id!r} / entry id {entry_id!r} out of range: ledger ids are unsigned 64-bit, "
             "entry ids signed 64-bit")
     if not isinstance(master_key, bytes) or not isinstance(body, bytes):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"master_key and body must be bytes, got {type(master_key).__name__} and {type(body).__name__}")
 
 
 def check_payload(data, max_payload: int) -> bytes:
-    """An entry's payload as bytes; InvalidConfigurationError if it is not bytes-like or too large."""
+    """An entry's payload as bytes; InvalidArgumentError if it is not bytes-like, EntryTooLargeError if too large."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"an entry must be bytes-like, got {type(data).__name__}: encode text first (e.g. s.encode())")
     payload = bytes(data)
     if len(payload) > max_payload:
-        raise InvalidConfigurationError(
+        raise EntryTooLargeError(
             f"entry of {len(payload)} bytes exceeds the largest entry of {max_payload} bytes "
             "(ClientConfig.max_entry_bytes, which must stay within the bookies' --max-entry-size): split it")
     return payload
@@ -139,7 +139,7 @@ class FutureAnswers:
         future: Future = Future()
         with self._lock:
             if (ledger_id, entry_id) in self._futures:
-                raise InvalidConfigurationError(
+                raise InvalidStateError(
                     f"ledger {ledger_id} entry {entry_id} is already in flight on this stream: wait for its "
                     "answer before re-sending it")
             self._futures[(ledger_id, entry_id)] = future

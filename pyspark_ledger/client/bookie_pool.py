@@ -19,8 +19,9 @@ from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.tls_errors import mismatch
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError, MetadataError
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
+from pyspark_ledger.status import BookieStatus
 
 
 class BookiePool:
@@ -75,7 +76,7 @@ class BookiePool:
         with self._lock:
             why = mismatch(bookie_id, self._modes.get(bookie_id), self._tls)
         if why is not None:
-            raise BookieUnavailableError(why, bookie_id=bookie_id, status="UNAVAILABLE")
+            raise BookieUnavailableError(why, bookie_id=bookie_id, status=BookieStatus.UNAVAILABLE)
         with self._lock:
             self._check_open(bookie_id)
             client = self._clients.get(bookie_id)
@@ -98,8 +99,8 @@ class BookiePool:
                 try:
                     stream = client.add_stream(max_inflight=self._max_inflight,
                                                max_batch_bytes=self._max_batch_bytes)
-                except InvalidConfigurationError as exc:  # the client was closed underneath us
-                    raise BookieUnavailableError(str(exc), bookie_id=bookie_id, status="CLOSED") from exc
+                except InvalidStateError as exc:  # the client was closed underneath us
+                    raise BookieUnavailableError(str(exc), bookie_id=bookie_id, status=BookieStatus.CLOSED) from exc
                 self._streams[bookie_id] = stream
             return stream
 
@@ -124,7 +125,7 @@ class BookiePool:
     def _check_open(self, bookie_id: str) -> None:
         if self._closed:
             raise BookieUnavailableError(f"the client is closed; cannot reach bookie {bookie_id}",
-                                         bookie_id=bookie_id, status="CLOSED")
+                                         bookie_id=bookie_id, status=BookieStatus.CLOSED)
 
     def _address(self, bookie_id: str) -> str:
         with self._lock:
@@ -135,7 +136,7 @@ class BookiePool:
             registered = self._store.bookies(include_read_only=True)
         except MetadataError as exc:
             raise BookieUnavailableError(f"cannot look up bookie {bookie_id}: {exc}", bookie_id=bookie_id,
-                                         status="UNAVAILABLE") from exc
+                                         status=BookieStatus.UNAVAILABLE) from exc
         if bookie_id in registered:
             address = _address_of(registered[bookie_id])
             with self._lock:
@@ -143,10 +144,10 @@ class BookiePool:
         else:
             try:
                 parse_address(bookie_id)
-            except InvalidConfigurationError as exc:
+            except InvalidArgumentError as exc:
                 raise BookieUnavailableError(
                     f"bookie {bookie_id} is not registered and its id is not a host:port address, so it cannot "
-                    "be reached", bookie_id=bookie_id, status="UNAVAILABLE") from exc
+                    "be reached", bookie_id=bookie_id, status=BookieStatus.UNAVAILABLE) from exc
             address = bookie_id
         with self._lock:
             self._addresses[bookie_id] = address

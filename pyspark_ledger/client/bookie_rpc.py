@@ -34,7 +34,7 @@ import grpc.aio
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
@@ -103,11 +103,11 @@ class BookieInfo:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """Split ``host:port`` (or ``[v6]:port``); InvalidConfigurationError if it is not one."""
+    """Split ``host:port`` (or ``[v6]:port``); InvalidArgumentError if it is not one."""
     host, sep, port_text = str(address).rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"bookie address {address!r} is not host:port: pass address='host:port' when the bookie id "
             "is not an address (see its registration info)")
     return host, int(port_text)
@@ -160,7 +160,7 @@ class BookieClient:
         """The aio channel, made at first use (only ever called on the loop thread)."""
         if self._closed:
             raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
-                                         status="CLOSED")
+                                         status=BookieStatus.CLOSED)
         if self._channel is None:
             if self._credentials is not None:
                 self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=CHANNEL_OPTIONS)
@@ -189,7 +189,7 @@ class BookieClient:
 
     def _loop_locked(self) -> IoLoop:
         if self._closed:
-            raise InvalidConfigurationError(f"client of bookie {self.bookie_id} is closed")
+            raise InvalidStateError(f"client of bookie {self.bookie_id} is closed")
         if self._io is None:
             self._io = acquire_io_loop()
         return self._io
@@ -274,7 +274,7 @@ class BookieClient:
         with self._lock:
             if self._closed:
                 return _failed(BookieUnavailableError(f"{what} on bookie {self.bookie_id}: the client is closed",
-                                                      bookie_id=self.bookie_id, status="CLOSED"))
+                                                      bookie_id=self.bookie_id, status=BookieStatus.CLOSED))
             io_loop = self._loop_locked()
         return io_loop.submit(self._invoke(method, request, timeout, what, convert))
 
@@ -287,10 +287,10 @@ class BookieClient:
             raise translate_rpc_error(exc, self.bookie_id, what, self.tls) from exc
         except asyncio.CancelledError:
             raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} was cancelled (the client closed)",
-                                         bookie_id=self.bookie_id, status="CANCELLED") from None
+                                         bookie_id=self.bookie_id, status=BookieStatus.CANCELLED) from None
         except Exception as exc:  # noqa: BLE001 - e.g. the channel was closed under the call
             raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} failed: {exc!r}",
-                                         bookie_id=self.bookie_id, status="CLOSED") from exc
+                                         bookie_id=self.bookie_id, status=BookieStatus.CLOSED) from exc
         return convert(response)
 
     # --- lifecycle -----------------------------------------------------------------
@@ -325,11 +325,11 @@ class BookieClient:
 
 
 def _message(cls, **fields):
-    """Build a request, turning protobuf's range/type errors into InvalidConfigurationError."""
+    """Build a request, turning protobuf's range/type errors into InvalidArgumentError."""
     try:
         return cls(**fields)
     except (ValueError, TypeError) as exc:
-        raise InvalidConfigurationError(f"invalid {cls.__name__} field: {exc}") from exc
+        raise InvalidArgumentError(f"invalid {cls.__name__} field: {exc}") from exc
 
 
 def _read_result(response: pb.ReadResponse) -> ReadResult:

@@ -23,7 +23,7 @@ from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.quarantine import BookieQuarantine
 from pyspark_ledger.client.scheduler import Scheduler
 from pyspark_ledger.client.transport import BookieTransport
-from pyspark_ledger.errors import LedgerClosedError, NotEnoughBookiesError
+from pyspark_ledger.errors import InternalError, LedgerClosedError, NotEnoughBookiesError
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.quarantine import exclusion_rounds
 
@@ -61,7 +61,7 @@ class ClientContext:
             except NotEnoughBookiesError as exc:
                 if attempt == len(rounds) - 1:
                     raise self.explained(exc, excluded) from None
-        raise AssertionError("exclusion_rounds returned no round")  # pragma: no cover
+        raise InternalError("exclusion_rounds returned no round")  # pragma: no cover
 
     def choose_replacements(self, ensemble: Sequence[str], indexes: Iterable[int],
                             exclude: Iterable[str]) -> dict[int, str]:

@@ -27,7 +27,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Coroutine
 
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidStateError
+from pyspark_ledger.status import BookieStatus
 
 log = logging.getLogger(__name__)
 _CLOSE_TIMEOUT_S = 10.0
@@ -88,14 +89,14 @@ class IoLoop:
                 return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         coroutine.close()
         future: Future = Future()
-        future.set_exception(BookieUnavailableError("the client's network thread is closed", status="CLOSED"))
+        future.set_exception(BookieUnavailableError("the client's network thread is closed", status=BookieStatus.CLOSED))
         return future
 
     def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
         """Run ``coroutine`` on the loop and return its result (never call this on the loop thread)."""
         if self.in_loop_thread():
             coroutine.close()
-            raise InvalidConfigurationError(
+            raise InvalidStateError(
                 "a blocking bookie call was made on the client's network thread (from an add listener or a "
                 "future callback): it would wait for itself; use the *_async form there")
         with self._lock:
@@ -149,7 +150,7 @@ class IoLoop:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise BookieUnavailableError("the client's network thread is closed", status="CLOSED")
+            raise BookieUnavailableError("the client's network thread is closed", status=BookieStatus.CLOSED)
 
 
 _shared_lock = threading.Lock()

@@ -59,9 +59,9 @@ def read_lac(ctx: ClientContext, md: LedgerMetadata, key: bytes) -> int:
             return result.last_add_confirmed
         if result.failed:
             raise BookieUnavailableError(f"cannot read the last add confirmed of ledger {md.ledger_id}: "
-                                         f"{result.reason}", status="UNAVAILABLE")
+                                         f"{result.reason}", status=BookieStatus.UNAVAILABLE)
     raise BookieUnavailableError(f"cannot read the last add confirmed of ledger {md.ledger_id}: too few bookies "
-                                 f"of {', '.join(ensemble)} answered within {timeout} s", status="TIMEOUT")
+                                 f"of {', '.join(ensemble)} answered within {timeout} s", status=BookieStatus.TIMEOUT)
 
 
 def poll_lac(ctx: ClientContext, md: LedgerMetadata, key: bytes, previous: int, wait_s: float) -> int:

@@ -25,7 +25,7 @@ from pyspark_ledger.client.rereplicate import RereplicationReport, rereplicate_l
 from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
 from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.entry import check_digest_type, verify_password
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, LedgerClosedError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
 from pyspark_ledger.metadata.store import MetadataStore
@@ -219,7 +219,7 @@ def _password(password) -> bytes:
         return password.encode()
     if isinstance(password, (bytes, bytearray, memoryview)):
         return bytes(password)
-    raise InvalidConfigurationError(f"password must be bytes (or str), got {type(password).__name__}")
+    raise InvalidArgumentError(f"password must be bytes (or str), got {type(password).__name__}")
 
 
 def _candidates(passwords) -> list:
@@ -230,7 +230,7 @@ def _candidates(passwords) -> list:
 
 def _ledger_id(ledger_id) -> int:
     if isinstance(ledger_id, bool) or not isinstance(ledger_id, int) or not 0 <= ledger_id < 2**63:
-        raise InvalidConfigurationError(f"ledger id must be an integer in 0..2**63-1, got {ledger_id!r}")
+        raise InvalidArgumentError(f"ledger id must be an integer in 0..2**63-1, got {ledger_id!r}")
     return ledger_id
 
 
@@ -238,11 +238,11 @@ def _custom_metadata(custom) -> dict[str, bytes]:
     if custom is None:
         return {}
     if not isinstance(custom, Mapping):
-        raise InvalidConfigurationError(f"custom_metadata must be a mapping of str to bytes, got {custom!r}")
+        raise InvalidArgumentError(f"custom_metadata must be a mapping of str to bytes, got {custom!r}")
     result = {}
     for key, value in custom.items():
         if not isinstance(key, str) or not isinstance(value, (bytes, bytearray)):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"custom_metadata must map str to bytes; {key!r} -> {type(value).__name__} is not allowed "
                 "(encode values, e.g. 'x'.encode())")
         result[key] = bytes(value)

@@ -29,7 +29,7 @@ def update_ledger(store: MetadataStore, ledger_id: int, *, needs_update: Callabl
     """Change ledger ``ledger_id``'s metadata by compare-and-set until it sticks or is no longer needed.
 
     ``current`` is the metadata as the caller knows it (read from the store if None). Errors: see
-    ``metadata.update_loop``; InvalidConfigurationError if a transform breaks the transition rules,
+    ``metadata.update_loop``; InternalError if a transform breaks the transition rules,
     NoSuchLedgerError if the ledger was deleted."""
     return update_loop(f"ledger {ledger_id}", lambda: store.read_ledger(ledger_id), store.write_ledger,
                        needs_update=needs_update, transform=transform, check=check_transition, policy=policy,

@@ -30,7 +30,7 @@ from pyspark_ledger.client.metadata_update import retry_policy, update_ledger
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec, master_key, verify_password
 from pyspark_ledger.errors import (BookieError, BookieUnavailableError, CorruptEntryError, DataLossError, LedgerError,
-                                   MetadataVersionConflictError, NotEnoughBookiesError)
+                                   MetadataVersionConflictError, NotEnoughBookiesError, error_for_status)
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.rereplication import (FragmentRepair, apply_repairs, entries_of, lost_bookies,
@@ -222,7 +222,7 @@ class _Copier:
             if time.monotonic() + pause > deadline:
                 raise BookieUnavailableError(
                     f"entry {entry_id} of ledger {self._md.ledger_id}: no surviving replica could be read ({where});"
-                    " nothing was changed: run the re-replication again once they are up", status="UNAVAILABLE")
+                    " nothing was changed: run the re-replication again once they are up")
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
 
@@ -250,13 +250,13 @@ class _Copier:
         try:
             answer = future.result(self._ctx.config.add_timeout_s + 5.0)
         except (LedgerError, TimeoutError) as exc:
-            raise BookieError(f"copying entry {entry_id} of ledger {self._md.ledger_id} to {replacement} failed: "
-                              f"{exc}; nothing was recorded: run the re-replication again",
-                              bookie_id=replacement, status="UNAVAILABLE") from exc
+            raise BookieUnavailableError(f"copying entry {entry_id} of ledger {self._md.ledger_id} to {replacement} "
+                                         f"failed: {exc}; nothing was recorded: run the re-replication again",
+                                         bookie_id=replacement, status=BookieStatus.UNAVAILABLE) from exc
         if answer.status != BookieStatus.OK:
-            raise BookieError(f"bookie {replacement} refused entry {entry_id} of ledger {self._md.ledger_id}: "
-                              f"{answer.status.name} {answer.message}; nothing was recorded",
-                              bookie_id=replacement, status=answer.status.name)
+            raise error_for_status(answer.status, f"bookie {replacement} refused entry {entry_id} of ledger "
+                                   f"{self._md.ledger_id}: {answer.status.name} {answer.message}; nothing was recorded",
+                                   bookie_id=replacement)
         self._settled += 1
         if self._on_progress is not None:
             self._on_progress(self._md.ledger_id, self._settled, self._total)

@@ -40,7 +40,10 @@ from pyspark_ledger.client.bookie_pool import BookiePool
 from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, LedgerError
 from pyspark_ledger.metadata.store import MetadataStore
+from pyspark_ledger.status import BookieStatus
 
+#: the transport conditions that count a bookie as unreachable (a cancelled or closed call does not)
+_UNREACHABLE = (BookieStatus.UNAVAILABLE, BookieStatus.TIMEOUT)
 
 class BookieTransport(Protocol):
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
@@ -183,7 +186,7 @@ class Reachability:
     def _outcome(self, bookie_id: str, done: Future) -> None:
         error = None if done.cancelled() else done.exception()
         with self._lock:
-            if isinstance(error, BookieUnavailableError) and error.status in ("UNAVAILABLE", "TIMEOUT"):
+            if isinstance(error, BookieUnavailableError) and error.status in _UNREACHABLE:
                 self._failures[bookie_id] = (self._clock(), str(error))
             elif error is None:
                 self._failures.pop(bookie_id, None)
@@ -199,4 +202,4 @@ def _as_bookie_error(exc: LedgerError, bookie_id: str) -> BookieError:
     if isinstance(exc, BookieError):
         return exc
     return BookieUnavailableError(f"bookie {bookie_id} cannot be reached: {exc}", bookie_id=bookie_id,
-                                  status="UNAVAILABLE")
+                                  status=BookieStatus.UNAVAILABLE)

@@ -74,8 +74,7 @@ from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
-from pyspark_ledger.errors import (BookieError, LedgerClosedError, LedgerError, LedgerFencedError, LedgerFullError,
-                                   UnauthorizedError)
+from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFullError, error_for_status
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
@@ -302,11 +301,11 @@ class LedgerWriter:
                    sent_at: float | None) -> None:
         action = action_for_status(status.name)  # the decision is the protocol core's (``add_answers``)
         if action is AddAction.FENCED:
-            return self._fail_writer(LedgerFencedError(
+            return self._fail_writer(error_for_status(status,
                 f"ledger {self.ledger_id} was fenced by another client (bookie {bookie}, entry {entry_id}); "
                 "adds not yet confirmed may or may not be in the ledger"))
         if action is AddAction.UNAUTHORIZED:
-            return self._fail_writer(UnauthorizedError(
+            return self._fail_writer(error_for_status(status,
                 f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
                 f"key for this ledger id ({message})"))
         if action is AddAction.RETRY and sent_at is not None and self._retry_later(entry_id, bookie, sent_at):

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 
 KINDS = ("view", "click", "cart", "buy")
 USERS = 10_000
@@ -37,7 +37,7 @@ EVENT_SCHEMA_DDL = "event_id long, ts timestamp, user int, kind string, payload 
 def event_batch(first_id: int, count: int, ts_us: int) -> pa.RecordBatch:
     """Events ``first_id .. first_id + count - 1``, all stamped ``ts_us`` (µs since the epoch, UTC)."""
     if first_id < 0 or count < 0:
-        raise InvalidConfigurationError(f"event ids start at 0 and counts are >= 0, got first_id={first_id}, "
+        raise InvalidArgumentError(f"event ids start at 0 and counts are >= 0, got first_id={first_id}, "
                                         f"count={count}")
     ids = pa.array(np.arange(first_id, first_id + count, dtype=np.int64))
     ts = pa.repeat(pa.scalar(ts_us, type=EVENT_SCHEMA.field("ts").type), count)

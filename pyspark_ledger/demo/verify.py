@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 
 MAX_EXPECTED_ROWS = 2**31 - 1
 
@@ -66,7 +66,7 @@ class Tally:
     def __init__(self, expected_rows: int) -> None:
         if not isinstance(expected_rows, int) or isinstance(expected_rows, bool) or \
                 not 0 <= expected_rows <= MAX_EXPECTED_ROWS:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"expected_rows must be a whole number in 0..{MAX_EXPECTED_ROWS}, got {expected_rows!r}")
         self.expected_rows = expected_rows
         self._reads = np.zeros(expected_rows, dtype=np.uint32)
@@ -79,7 +79,7 @@ class Tally:
         ids = np.asarray(event_ids, dtype=np.int64)
         flags = np.asarray(intact, dtype=bool)
         if ids.shape != flags.shape or ids.ndim != 1:
-            raise InvalidConfigurationError(f"event_ids and intact must be 1-d and of one length, got shapes "
+            raise InvalidArgumentError(f"event_ids and intact must be 1-d and of one length, got shapes "
                                             f"{ids.shape} and {flags.shape}")
         in_range = (ids >= 0) & (ids < self.expected_rows)
         if self.expected_rows:

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_batch_id, check_ledger_ids, check_writer_id
 from pyspark_ledger.log.ledgers import STREAM_TAG, delete_ledgers
@@ -58,9 +58,9 @@ def commit_ledgers(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
     ledgers, new for this commit, keep it once-only (ledgers the logs hold
     already are never committed again).
 
-    InvalidConfigurationError for a bad partition, an id listed twice, a ledger that
-    is not CLOSED, belongs to another stream or is already in the stream;
-    NoSuchLedgerError for an unknown ledger.
+    InvalidArgumentError for a bad partition, an id listed twice, a ledger that
+    belongs to another stream or is already in the stream; InvalidStateError for
+    a ledger that is not CLOSED; NoSuchLedgerError for an unknown ledger.
     """
     writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
     record = check_active(verify_password(ctx, stream, write=True))
@@ -94,7 +94,7 @@ def abort_ledgers(ctx: LogContext, stream: str, ledger_ids: Iterable[int]) -> se
     ids = tuple(ledger_ids)
     for ledger_id in ids:
         if isinstance(ledger_id, bool) or not isinstance(ledger_id, int) or ledger_id < 0:
-            raise InvalidConfigurationError(f"{ledger_id!r} is not a ledger id")
+            raise InvalidArgumentError(f"{ledger_id!r} is not a ledger id")
     record = read_stream(ctx.store, stream).value
     kept = record.all_ledger_ids() | set(record.garbage)
     held = sorted(set(ids) & kept)
@@ -124,9 +124,9 @@ def check_closed(ctx: LogContext, stream: str, ledger_ids: Iterable[int]) -> Non
     for ledger_id in ledger_ids:
         metadata = ctx.client.ledger_metadata(ledger_id)
         if not metadata.is_closed:
-            raise InvalidConfigurationError(
+            raise InvalidStateError(
                 f"ledger {ledger_id} is {metadata.state}, not CLOSED: close its writer before committing it")
         tag = metadata.custom_metadata.get(STREAM_TAG)
         if tag is not None and tag != stream.encode():
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"ledger {ledger_id} was created for stream {tag.decode(errors='replace')!r}, not {stream!r}")

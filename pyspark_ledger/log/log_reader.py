@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from pyspark_ledger.client.reader import LedgerReader
-from pyspark_ledger.errors import DataLossError, InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError
+from pyspark_ledger.errors import (DataLossError, InvalidArgumentError, InvalidConfigurationError, NoSuchEntryError,
+                                   NoSuchLedgerError)
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.log_metadata import StreamRecord
@@ -84,7 +85,7 @@ class LogReader:
         """Yield the entries readable now, in order; the position advances as they are yielded."""
         if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int)
                                         or max_entries < 1):
-            raise InvalidConfigurationError(f"max_entries must be an integer >= 1 or None, got {max_entries!r}")
+            raise InvalidArgumentError(f"max_entries must be an integer >= 1 or None, got {max_entries!r}")
         return self._entries(max_entries)
 
     def _entries(self, left: int | None) -> Iterator[LogEntry]:

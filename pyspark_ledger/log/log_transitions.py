@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Mapping
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataVersionConflictError, NoSuchKeyError
+from pyspark_ledger.errors import InvalidArgumentError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import (ACTIVE, DELETING, MAX_WRITERS, LedgerRef, PartitionRecord,
                                              Replication, StreamRecord)
 from pyspark_ledger.log.positions import LogPosition
@@ -51,7 +51,7 @@ def add_ledger(record: StreamRecord, partition: int, ledger_id: int,
             f"the log of partition {partition} of stream {record.name!r} changed: ledger sequence "
             f"{part.next_seq} is next, not {expected_next_seq} (another writer added a ledger)")
     if ledger_id in record.all_ledger_ids() or ledger_id in record.garbage:
-        raise InvalidConfigurationError(f"ledger {ledger_id} is already part of stream {record.name!r}, or "
+        raise InvalidArgumentError(f"ledger {ledger_id} is already part of stream {record.name!r}, or "
                                         "was collected as an orphan")
     grown = replace(part, ledgers=part.ledgers + (LedgerRef(ledger_id),))
     return record.with_partition(partition, grown), part.next_seq
@@ -89,7 +89,7 @@ def commit_batch(record: StreamRecord, writer_id: str, batch_id: int, ledgers: M
     for partition, ids in ledgers.items():
         for ledger_id in ids:
             if ledger_id in known:
-                raise InvalidConfigurationError(
+                raise InvalidArgumentError(
                     f"ledger {ledger_id} (partition {partition}) is already in stream {record.name!r}, was "
                     "truncated from it or was collected as an orphan (a write job older than the orphan "
                     "sweep's minimum age): commit only new ledgers written for this batch")
@@ -113,7 +113,7 @@ def truncate_through(record: StreamRecord, partition: int, last_seq: int, last_e
     if last_seq < part.first_seq:
         return record
     if last_seq >= part.next_seq:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"partition {partition} of stream {record.name!r} has no ledger with sequence number {last_seq}")
     keep = last_seq + 1 - part.first_seq
     dropped = tuple(ref.ledger_id for ref in part.ledgers[:keep])
@@ -164,7 +164,7 @@ def add_partitions(record: StreamRecord, count: int) -> StreamRecord:
     """Grow the stream to ``count`` partitions (never shrinks)."""
     check_active(record)
     if count < record.partition_count:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"stream {record.name!r} has {record.partition_count} partitions; they can be added, not removed "
             f"(asked for {count})")
     extra = tuple(PartitionRecord() for _ in range(count - record.partition_count))
@@ -177,7 +177,7 @@ def set_schema(record: StreamRecord, schema: bytes, replace_existing: bool = Fal
     if record.schema == schema:
         return None
     if record.schema is not None and not replace_existing:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"stream {record.name!r} already has a different schema; pass replace=True to change it (readers of "
             "older entries then need to handle both)")
     return replace(record, schema=schema)

@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchLedgerError
+from pyspark_ledger.errors import InvalidArgumentError, NoSuchLedgerError
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_stream_name
 from pyspark_ledger.log.ledgers import PARTITION_TAG, STREAM_TAG
@@ -149,7 +149,7 @@ def _orphan(metadata: LedgerMetadata, now_ms: int) -> Orphan:
 
 def _min_age_ms(min_age_s: float) -> int:
     if isinstance(min_age_s, bool) or not isinstance(min_age_s, (int, float)) or not 0 <= min_age_s < math.inf:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"min_age_s must be a finite number of seconds >= 0, got {min_age_s!r}: orphans younger than that are kept "
             f"(default {DEFAULT_MIN_AGE_S:g}; keep it above the longest write job)")
     return int(min_age_s * 1000)

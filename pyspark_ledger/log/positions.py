@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 
 MAX_INT64 = 2**63 - 1
 EARLIEST_NAME = "earliest"
@@ -56,7 +56,7 @@ class LogPosition:
             return
         for name, value in (("ledger_seq", self.ledger_seq), ("entry_id", self.entry_id)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_INT64:
-                raise InvalidConfigurationError(
+                raise InvalidArgumentError(
                     f"log position {name} must be an integer in 0..{MAX_INT64 - 1}, got {value!r}")
 
     # --- kinds ----------------------------------------------------------------
@@ -112,7 +112,7 @@ class LogPosition:
 
     def _require_concrete(self, operation: str) -> None:
         if self.is_sentinel:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"{operation}() needs a concrete log position, not the sentinel {self}: "
                 "resolve it against the log first")
 
@@ -122,7 +122,7 @@ LATEST = LogPosition(*_SENTINEL_FIELDS[LATEST_NAME])
 
 
 def parse_position(value: Any, *, what: str = "log position") -> LogPosition:
-    """A LogPosition from any accepted form; InvalidConfigurationError naming ``what`` if malformed."""
+    """A LogPosition from any accepted form; InvalidArgumentError naming ``what`` if malformed."""
     if isinstance(value, LogPosition):
         return value
     if isinstance(value, Mapping):
@@ -138,13 +138,13 @@ def parse_position(value: Any, *, what: str = "log position") -> LogPosition:
 def _from_mapping(value: Mapping, what: str) -> LogPosition:
     keys = set(value)
     if keys != {"ledger", "entry"}:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"{what} {dict(value)!r} must have exactly the keys 'ledger' and 'entry' "
             f"(got {sorted(map(str, keys))}); accepted forms: {POSITION_FORMS}")
     ledger_seq, entry_id = value["ledger"], value["entry"]
     for name, number in (("ledger", ledger_seq), ("entry", entry_id)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"{what} {dict(value)!r}: '{name}' must be an integer >= 0, got {number!r}")
     return _make(ledger_seq, entry_id, value, what)
 
@@ -164,9 +164,9 @@ def _from_string(value: str, what: str) -> LogPosition:
 def _make(ledger_seq: int, entry_id: int, value: Any, what: str) -> LogPosition:
     try:
         return LogPosition(ledger_seq, entry_id)
-    except InvalidConfigurationError as exc:
-        raise InvalidConfigurationError(f"{what} {value!r}: {exc}") from exc
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{what} {value!r}: {exc}") from exc
 
 
-def _malformed(value: Any, what: str) -> InvalidConfigurationError:
-    return InvalidConfigurationError(f"{what} {value!r} is malformed; accepted forms: {POSITION_FORMS}")
+def _malformed(value: Any, what: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{what} {value!r} is malformed; accepted forms: {POSITION_FORMS}")

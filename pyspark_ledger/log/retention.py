@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_partition
 from pyspark_ledger.log.ledgers import delete_ledgers, fence_ledgers
@@ -56,7 +56,7 @@ def truncate_before(ctx: LogContext, stream: str, partition: int, position) -> T
     """Truncate the partition's closed ledgers whose every entry is before ``position``."""
     position = parse_position(position, what="truncation position")
     if position.is_sentinel:
-        raise InvalidConfigurationError(f"truncate_before needs a concrete position, not {position}: use "
+        raise InvalidArgumentError(f"truncate_before needs a concrete position, not {position}: use "
                                         "truncate_all to drop everything")
     record = check_active(read_stream(ctx.store, stream).value)
     check_partition(partition, record.partition_count, stream)
@@ -74,7 +74,7 @@ def truncate_older_than(ctx: LogContext, stream: str, max_age_s: float,
                         partitions: Iterable[int] | None = None) -> TruncationResult:
     """Truncate closed ledgers sealed at least ``max_age_s`` ago (seal unknown ledgers now)."""
     if isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)) or max_age_s < 0:
-        raise InvalidConfigurationError(f"max_age_s must be a number of seconds >= 0, got {max_age_s!r}")
+        raise InvalidArgumentError(f"max_age_s must be a number of seconds >= 0, got {max_age_s!r}")
     record = check_active(read_stream(ctx.store, stream).value)
     chosen = range(record.partition_count) if partitions is None else \
         [check_partition(p, record.partition_count, stream) for p in partitions]

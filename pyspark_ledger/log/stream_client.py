@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.client.writer import LedgerWriter
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.log import commits, log_views, orphans, retention, stream_password, stream_repair, streams
 from pyspark_ledger.log.context import DEFAULT_PASSWORD_NAME, LogContext
 from pyspark_ledger.log.inputs import check_partition
@@ -50,10 +50,10 @@ class StreamClient:
         if isinstance(password, str):
             password = password.encode()
         if not isinstance(password, (bytes, bytearray)):
-            raise InvalidConfigurationError(f"password must be bytes (or str), got {type(password).__name__}")
+            raise InvalidArgumentError(f"password must be bytes (or str), got {type(password).__name__}")
         if isinstance(metadata, str):
             if client is not None:
-                raise InvalidConfigurationError("pass a LedgerClient only together with the MetadataStore it uses")
+                raise InvalidArgumentError("pass a LedgerClient only together with the MetadataStore it uses")
             store, self._owns_store = open_metadata_store(metadata), True
         elif isinstance(metadata, MetadataStore):
             store, self._owns_store = metadata, False

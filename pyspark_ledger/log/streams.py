@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pyspark_ledger.errors import (InvalidConfigurationError, MetadataExistsError, MetadataVersionConflictError,
+from pyspark_ledger.errors import (InvalidArgumentError, MetadataExistsError, MetadataVersionConflictError,
                                    NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_partition_count, check_replication, check_schema, check_stream_name
@@ -94,7 +94,7 @@ def update_schema(ctx: LogContext, name: str, schema: Any, replace: bool = False
     """Store the stream's schema if it has none (or, with ``replace``, change it)."""
     schema_bytes = check_schema(schema)
     if schema_bytes is None:
-        raise InvalidConfigurationError(f"update_schema of stream {name!r} needs a schema, got None")
+        raise InvalidArgumentError(f"update_schema of stream {name!r} needs a schema, got None")
     name = check_stream_name(name)
     verify_password(ctx, name, write=True)
     stored, _ = update_stream(ctx.store, name,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from pyspark_ledger.entry import check_salt, salted_check
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, MetadataError
 
 OPEN = "OPEN"
 IN_RECOVERY = "IN_RECOVERY"
@@ -84,20 +84,20 @@ class LedgerMetadata:
     def __post_init__(self) -> None:
         check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
         if self.state not in STATES:
-            raise InvalidConfigurationError(f"unknown ledger state {self.state!r}")
+            raise InvalidArgumentError(f"unknown ledger state {self.state!r}")
         if not self.fragments:
-            raise InvalidConfigurationError("ledger metadata needs at least one fragment")
+            raise InvalidArgumentError("ledger metadata needs at least one fragment")
         previous = -1
         for index, fragment in enumerate(self.fragments):
             if len(fragment.bookies) != self.ensemble_size:
-                raise InvalidConfigurationError(
+                raise InvalidArgumentError(
                     f"fragment at entry {fragment.first_entry_id} has {len(fragment.bookies)} bookies,"
                     f" ensemble size is {self.ensemble_size}"
                 )
             if index == 0 and fragment.first_entry_id != 0:
-                raise InvalidConfigurationError("the first fragment must start at entry 0")
+                raise InvalidArgumentError("the first fragment must start at entry 0")
             if index > 0 and fragment.first_entry_id <= previous:
-                raise InvalidConfigurationError("fragment first entry ids must strictly increase")
+                raise InvalidArgumentError("fragment first entry ids must strictly increase")
             previous = fragment.first_entry_id
 
     @property

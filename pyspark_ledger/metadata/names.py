@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import InvalidArgumentError, MetadataError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import BookieRegistration
 
@@ -17,10 +17,10 @@ MAX_VALUE_BYTES = 1_000_000  # below ZooKeeper's default 1 MiB packet limit (jut
 
 
 def check_ledger_id(ledger_id: object) -> int:
-    """The id itself, or InvalidConfigurationError if it is not in 0..2**63-1."""
+    """The id itself, or InvalidArgumentError if it is not in 0..2**63-1."""
     if isinstance(ledger_id, bool) or not isinstance(ledger_id, int) \
             or not 0 <= ledger_id <= MAX_LEDGER_ID:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"ledger id must be an integer in 0..{MAX_LEDGER_ID}, got {ledger_id!r}")
     return ledger_id
 
@@ -28,7 +28,7 @@ def check_ledger_id(ledger_id: object) -> int:
 def check_version(version: object, what: str = "expected_version") -> int:
     """A stored-value version: an integer >= 0."""
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise InvalidConfigurationError(f"{what} must be an integer >= 0, got {version!r}")
+        raise InvalidArgumentError(f"{what} must be an integer >= 0, got {version!r}")
     return version
 
 
@@ -37,7 +37,7 @@ def check_key(key: object, *, allow_root: bool = False) -> str:
     if allow_root and key == "":
         return ""
     if not isinstance(key, str) or not key:
-        raise InvalidConfigurationError(f"metadata key must be a non-empty string, got {key!r}")
+        raise InvalidArgumentError(f"metadata key must be a non-empty string, got {key!r}")
     for segment in key.split("/"):
         _check_segment(segment, f"metadata key {key!r}")
     return key
@@ -46,15 +46,15 @@ def check_key(key: object, *, allow_root: bool = False) -> str:
 def check_bookie_id(bookie_id: object) -> str:
     """A bookie id such as ``127.0.0.1:3181``: one segment, no '/'."""
     if not isinstance(bookie_id, str) or not bookie_id:
-        raise InvalidConfigurationError(f"bookie id must be a non-empty string, got {bookie_id!r}")
+        raise InvalidArgumentError(f"bookie id must be a non-empty string, got {bookie_id!r}")
     _check_segment(bookie_id, f"bookie id {bookie_id!r}")
     return bookie_id
 
 
 def check_value(value: object, key: str) -> bytes:
-    """The value as bytes; InvalidConfigurationError if not bytes or too large."""
+    """The value as bytes; InvalidArgumentError if not bytes or too large."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"value of metadata key {key!r} must be bytes, got {type(value).__name__}")
     return check_size(bytes(value), f"value of metadata key {key!r}")
 
@@ -62,7 +62,7 @@ def check_value(value: object, key: str) -> bytes:
 def check_size(data: bytes, what: str) -> bytes:
     """Refuse values ZooKeeper could not store, on every backend alike."""
     if len(data) > MAX_VALUE_BYTES:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"{what} is {len(data)} bytes; the limit is {MAX_VALUE_BYTES} (ZooKeeper's znode "
             "size): store large data elsewhere and keep a reference here")
     return data
@@ -80,11 +80,11 @@ def encode_ledger(metadata: LedgerMetadata) -> bytes:
 
 
 def encode_bookie_info(bookie_id: str, info: Mapping[str, Any] | None) -> bytes:
-    """The JSON stored for a registration; InvalidConfigurationError if not JSON-able."""
+    """The JSON stored for a registration; InvalidArgumentError if not JSON-able."""
     try:
         data = json.dumps(dict(info or {}), sort_keys=True, separators=(",", ":")).encode()
     except (TypeError, ValueError) as exc:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"info of bookie {bookie_id!r} must be a JSON-serializable mapping: {exc}") from exc
     return check_size(data, f"info of bookie {bookie_id!r}")
 
@@ -102,10 +102,10 @@ def decode_bookie(bookie_id: str, data: bytes | None, read_only: bool) -> Bookie
 
 def _check_segment(segment: str, what: str) -> None:
     if segment in ("", ".", ".."):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"{what} has an empty, '.' or '..' segment; use names like 'streams/orders'")
     if any(ord(char) < 0x20 or char == "\x7f" for char in segment) or segment != segment.strip():
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"{what} contains control characters or surrounding whitespace")
     if "/" in segment:
-        raise InvalidConfigurationError(f"{what} must not contain '/'")
+        raise InvalidArgumentError(f"{what} must not contain '/'")

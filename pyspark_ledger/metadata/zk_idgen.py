@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from pyspark_ledger.errors import (InvalidConfigurationError, MetadataError,
-                                   MetadataVersionConflictError, NoSuchKeyError)
+from pyspark_ledger.errors import InvalidArgumentError, MetadataError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.metadata import layout
 from pyspark_ledger.metadata.zk_session import ZooKeeperSession
 
@@ -30,7 +29,7 @@ class ZooKeeperIdGenerator:
 
     def __init__(self, session: ZooKeeperSession, roll_at: int = ROLL_AT) -> None:
         if not 0 < roll_at <= ROLL_AT:
-            raise InvalidConfigurationError(f"roll_at must be in 1..{ROLL_AT}, got {roll_at}")
+            raise InvalidArgumentError(f"roll_at must be in 1..{ROLL_AT}, got {roll_at}")
         self._session = session
         self._roll_at = roll_at
         self._lock = threading.Lock()

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError, LedgerClosedError
 from pyspark_ledger.protocol.delayed_change import may_delay_change
 from pyspark_ledger.protocol.schedule import Quorums
 
@@ -90,7 +90,7 @@ class AddTracker:
                  last_add_confirmed: int = -1, length: int = 0, delay_ensemble_change: bool = False) -> None:
         self.quorums = Quorums(len(ensemble), write_quorum, ack_quorum)
         if last_add_confirmed < -1 or length < 0:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"need last_add_confirmed >= -1 and length >= 0, got {last_add_confirmed}, {length}"
             )
         self._set_ensemble(ensemble)
@@ -107,7 +107,7 @@ class AddTracker:
     def _set_ensemble(self, ensemble: Sequence[str]) -> None:
         bookies = tuple(str(bookie) for bookie in ensemble)
         if len(bookies) != self.quorums.ensemble_size or len(set(bookies)) != len(bookies):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"ensemble must be {self.quorums.ensemble_size} distinct bookies, got {bookies}"
             )
         self._ensemble = bookies
@@ -162,13 +162,13 @@ class AddTracker:
     def add(self, payload_size: int) -> AddPlan:
         """Assign the next entry id to a payload of ``payload_size`` bytes."""
         if not isinstance(payload_size, int) or payload_size < 0:
-            raise InvalidConfigurationError(f"payload size must be an integer >= 0, got {payload_size!r}")
+            raise InvalidArgumentError(f"payload size must be an integer >= 0, got {payload_size!r}")
         return self._push(self.next_entry_id, self._pushed_length + payload_size)
 
     def add_recovered(self, entry_id: int, length: int) -> AddPlan:
         """Recovery write-back: push an entry read back, with its header's length."""
         if entry_id != self.next_entry_id or length < self._pushed_length:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"write-back must continue at entry {self.next_entry_id} with length >="
                 f" {self._pushed_length}, got entry {entry_id} length {length}"
             )
@@ -247,7 +247,7 @@ class AddTracker:
     def ensemble_changed(self, new_ensemble: Sequence[str]) -> EnsembleChangeOutcome:
         """The new ensemble is in effect (the metadata CAS succeeded)."""
         if not self._changing:
-            raise InvalidConfigurationError("ensemble_changed called with no ensemble change in progress")
+            raise InvalidStateError("ensemble_changed called with no ensemble change in progress")
         old = self._ensemble
         self._set_ensemble(new_ensemble)
         replaced = {i for i, bookie in enumerate(self._ensemble) if bookie != old[i]}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 
 
 class AnswerKind(enum.Enum):
@@ -53,7 +53,7 @@ class LacAnswer:
     @classmethod
     def ok(cls, last_add_confirmed: int) -> "LacAnswer":
         if not isinstance(last_add_confirmed, int) or last_add_confirmed < -1:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"last_add_confirmed must be an integer >= -1, got {last_add_confirmed!r}"
             )
         return cls(AnswerKind.POSITIVE, last_add_confirmed)
@@ -86,7 +86,7 @@ class ReadAnswer:
     @classmethod
     def present(cls, body: bytes, length: int) -> "ReadAnswer":
         if not isinstance(length, int) or length < 0:
-            raise InvalidConfigurationError(f"entry length must be an integer >= 0, got {length!r}")
+            raise InvalidArgumentError(f"entry length must be an integer >= 0, got {length!r}")
         return cls(AnswerKind.POSITIVE, bytes(body), length)
 
     @classmethod

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from typing import Iterable
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.metadata.model import check_quorums
 from pyspark_ledger.protocol.answers import AnswerKind
 from pyspark_ledger.protocol.schedule import Quorums, all_write_sets, check_bookie_index
@@ -109,7 +109,7 @@ class EntryTally:
     def __init__(self, write_set: Iterable[int], write_quorum: int, ack_quorum: int) -> None:
         self.write_set = tuple(write_set)
         if len(self.write_set) != write_quorum or len(set(self.write_set)) != write_quorum:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"a write set needs {write_quorum} distinct bookie indexes, got {self.write_set}"
             )
         check_quorums(write_quorum, write_quorum, ack_quorum)
@@ -120,7 +120,7 @@ class EntryTally:
     def record(self, bookie_index: int, kind: AnswerKind) -> EntryOutcome:
         """Record one answer (an unknown may be replaced by a later explicit one)."""
         if bookie_index not in self.write_set:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"bookie index {bookie_index} is not in this entry's write set {self.write_set}"
             )
         if self._answers.get(bookie_index, AnswerKind.UNKNOWN) is AnswerKind.UNKNOWN:

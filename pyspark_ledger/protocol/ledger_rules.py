@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pyspark_ledger.entry import check_digest_type
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, RecoveryError
+from pyspark_ledger.errors import InternalError, InvalidArgumentError, LedgerClosedError, RecoveryError
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, STATES, Fragment, LedgerMetadata
 from pyspark_ledger.protocol.placement import apply_replacements
 from pyspark_ledger.protocol.schedule import check_bookie_index
@@ -48,10 +48,10 @@ def new_ledger_metadata(ledger_id: int, ensemble: Sequence[str], ensemble_size: 
                         custom: Mapping[str, bytes] | None, ctime_ms: int) -> LedgerMetadata:
     """OPEN metadata with one fragment at entry 0 (E >= Qw >= Qa: docs/protocol.md Q1)."""
     if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) or not 0 <= ledger_id < 2**63:
-        raise InvalidConfigurationError(f"ledger id must be an integer in 0..2**63-1, got {ledger_id!r}")
+        raise InvalidArgumentError(f"ledger id must be an integer in 0..2**63-1, got {ledger_id!r}")
     bookies = tuple(str(bookie) for bookie in ensemble)
     if len(set(bookies)) != len(bookies):
-        raise InvalidConfigurationError(f"ensemble {bookies} names a bookie twice")
+        raise InvalidArgumentError(f"ensemble {bookies} names a bookie twice")
     return LedgerMetadata(
         ledger_id=ledger_id, ensemble_size=ensemble_size, write_quorum=write_quorum,
         ack_quorum=ack_quorum, fragments=(Fragment(0, bookies),), state=OPEN,
@@ -78,10 +78,10 @@ def ensemble_change(md: LedgerMetadata, replacements: Mapping[int, str], first_u
     """
     _require_state(md, (IN_RECOVERY,) if in_recovery else (OPEN,), "change the ensemble of")
     if not replacements:
-        raise InvalidConfigurationError("an ensemble change needs at least one replacement")
+        raise InvalidArgumentError("an ensemble change needs at least one replacement")
     current = md.current_fragment
     if not isinstance(first_unconfirmed_entry, int) or first_unconfirmed_entry < current.first_entry_id:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"new fragment would start at entry {first_unconfirmed_entry!r}, below the current fragment's"
             f" first entry {current.first_entry_id} (fragments must not move backwards)"
         )
@@ -94,7 +94,7 @@ def ensemble_change(md: LedgerMetadata, replacements: Mapping[int, str], first_u
 def _check_change_arguments(md: LedgerMetadata, failed: Mapping[int, str],
                             replacements: Mapping[int, str]) -> None:
     if set(failed) != set(replacements):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"failed indexes {sorted(failed)} and replacement indexes {sorted(replacements)} differ"
         )
     for index in failed:
@@ -133,13 +133,13 @@ def resolve_ensemble_change_conflict(stored: LedgerMetadata, failed: Mapping[int
 
 def _check_end(md: LedgerMetadata, last_entry_id: int, length: int) -> None:
     if not isinstance(last_entry_id, int) or last_entry_id < -1:
-        raise InvalidConfigurationError(f"last entry id must be an integer >= -1, got {last_entry_id!r}")
+        raise InvalidArgumentError(f"last entry id must be an integer >= -1, got {last_entry_id!r}")
     if not isinstance(length, int) or length < 0 or (last_entry_id == -1 and length != 0):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"length must be an integer >= 0 (0 for an empty ledger), got {length!r}"
         )
     if last_entry_id < md.current_fragment.first_entry_id - 1:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"cannot end ledger {md.ledger_id} at entry {last_entry_id}: its current fragment starts"
             f" at entry {md.current_fragment.first_entry_id}"
         )
@@ -161,7 +161,7 @@ def resolve_close_conflict(stored: LedgerMetadata, last_entry_id: int, length: i
     if stored.state == OPEN:
         try:
             return Resolution(Decision.WRITE, close_metadata(stored, last_entry_id, length))
-        except InvalidConfigurationError as exc:
+        except InvalidArgumentError as exc:
             return Resolution(Decision.ERROR, stored, str(exc))
     if stored.state == IN_RECOVERY:
         return Resolution(Decision.ERROR, stored,
@@ -207,25 +207,25 @@ def check_transition(before: LedgerMetadata, after: LedgerMetadata) -> None:
              "repair_secret")
     for name in fixed:
         if getattr(before, name) != getattr(after, name):
-            raise InvalidConfigurationError(f"a metadata update must not change {name}")
+            raise InternalError(f"a metadata update must not change {name}")
     if STATES.index(after.state) < STATES.index(before.state):
-        raise InvalidConfigurationError(f"ledger state cannot go back from {before.state} to {after.state}")
+        raise InternalError(f"ledger state cannot go back from {before.state} to {after.state}")
     if after.state == CLOSED and after.last_entry_id < after.current_fragment.first_entry_id - 1:
-        raise InvalidConfigurationError(
+        raise InternalError(
             f"ledger {after.ledger_id} cannot end at entry {after.last_entry_id}: its last fragment starts at entry"
             f" {after.current_fragment.first_entry_id} (fragments begin at most one entry past the end)")
     if before.state == CLOSED:
         if len(after.fragments) != len(before.fragments) or after.with_changes(fragments=before.fragments) != before:
-            raise InvalidConfigurationError("a CLOSED ledger's metadata is final (only a repair may replace a bookie)")
+            raise InternalError("a CLOSED ledger's metadata is final (only a repair may replace a bookie)")
         _check_repairs(before.fragments, after.fragments)
         return
     kept = len(before.fragments) - 1
     old_firsts = [f.first_entry_id for f in before.fragments[:kept]]
     if len(after.fragments) <= kept or [f.first_entry_id for f in after.fragments[:kept]] != old_firsts:
-        raise InvalidConfigurationError("earlier fragments must keep their first entries")
+        raise InternalError("earlier fragments must keep their first entries")
     _check_repairs(before.fragments[:kept], after.fragments[:kept])
     if after.fragments[kept].first_entry_id < before.current_fragment.first_entry_id:
-        raise InvalidConfigurationError(
+        raise InternalError(
             f"a fragment may not start below the current fragment's first entry"
             f" {before.current_fragment.first_entry_id}"
         )
@@ -236,11 +236,11 @@ def _check_repairs(before: Sequence[Fragment], after: Sequence[Fragment]) -> Non
     bookies outside that ensemble (re-replication's repair), at the same first entry."""
     for old, new in zip(before, after):
         if new.first_entry_id != old.first_entry_id:
-            raise InvalidConfigurationError("sealed fragments must keep their first entries")
+            raise InternalError("sealed fragments must keep their first entries")
         for slot, (was, now) in enumerate(zip(old.bookies, new.bookies)):
             if was != now and now in old.bookies:
-                raise InvalidConfigurationError(
+                raise InternalError(
                     f"the fragment at entry {old.first_entry_id} is sealed: slot {slot} may only take a bookie outside"
                     f" its ensemble {list(old.bookies)}, not {now!r}")
         if len(set(new.bookies)) != len(new.bookies):
-            raise InvalidConfigurationError(f"the fragment at entry {old.first_entry_id} would name a bookie twice")
+            raise InternalError(f"the fragment at entry {old.first_entry_id} would name a bookie twice")

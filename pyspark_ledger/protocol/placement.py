@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from pyspark_ledger.errors import InvalidConfigurationError, NotEnoughBookiesError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, NotEnoughBookiesError
 from pyspark_ledger.protocol.schedule import check_bookie_index
 
 
@@ -62,7 +62,7 @@ def replace_bookies(ensemble: Sequence[str], indexes: Iterable[int], available: 
     """Distinct replacements for several indexes at once (W3: two failures)."""
     wanted = sorted(set(indexes))
     if not wanted:
-        raise InvalidConfigurationError("replace_bookies needs at least one bookie index to replace")
+        raise InvalidArgumentError("replace_bookies needs at least one bookie index to replace")
     for index in wanted:
         check_bookie_index(index, len(ensemble))
     eligible, pool, excluded = _candidates(available, set(exclude) | set(ensemble))
@@ -90,7 +90,7 @@ def apply_replacements(ensemble: Sequence[str], replacements: Mapping[int, str])
         check_bookie_index(index, len(result))
         result[index] = str(bookie)
     if len(set(result)) != len(result):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"replacements {dict(replacements)} would put a bookie twice in ensemble {tuple(result)}"
         )
     return tuple(result)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError
+from pyspark_ledger.errors import InvalidArgumentError, NoSuchEntryError
 from pyspark_ledger.metadata.model import LedgerMetadata
 
 
@@ -51,9 +51,9 @@ def check_read_range(ledger_id: int, first_entry_id: int, last_entry_id: int, re
     """Raise unless first..last is a well-formed range within what may be read."""
     for name, value in (("first", first_entry_id), ("last", last_entry_id)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidConfigurationError(f"{name} entry id must be an integer, got {value!r}")
+            raise InvalidArgumentError(f"{name} entry id must be an integer, got {value!r}")
     if first_entry_id < 0 or last_entry_id < first_entry_id:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"cannot read entries {first_entry_id}..{last_entry_id} of ledger {ledger_id}: need 0 <= first <= last")
     if last_entry_id > readable_last:
         raise NoSuchEntryError(
@@ -73,7 +73,7 @@ def plan_batches(md: LedgerMetadata, first_entry_id: int, last_entry_id: int,
                  max_entries: int) -> Iterator[ReadBatch]:
     """Batches covering first..last in order, none crossing a fragment boundary."""
     if max_entries < 1:
-        raise InvalidConfigurationError(f"max_entries must be >= 1, got {max_entries}")
+        raise InvalidArgumentError(f"max_entries must be >= 1, got {max_entries}")
     cursor = first_entry_id
     while cursor <= last_entry_id:
         end = min(last_entry_id, cursor + max_entries - 1)

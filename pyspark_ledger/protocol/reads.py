@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import Sequence
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.protocol.answers import AnswerKind, LacAnswer, ReadAnswer
 from pyspark_ledger.protocol.coverage import CoverageTracker, EntryOutcome, EntryTally
 from pyspark_ledger.protocol.schedule import Quorums
@@ -98,7 +98,7 @@ class ReadPlan:
 
     def _check(self, bookie_id: str) -> str:
         if bookie_id not in self._index_of:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"bookie {bookie_id!r} is not a replica of entry {self.entry_id} ({', '.join(self.replicas)})"
             )
         return bookie_id
@@ -130,7 +130,7 @@ class LacRead:
     def record(self, bookie_id: str, answer: LacAnswer) -> LacReadResult:
         """Feed one bookie's answer; the first final result sticks."""
         if bookie_id not in self._index_of:
-            raise InvalidConfigurationError(f"bookie {bookie_id!r} is not in ensemble {self.ensemble}")
+            raise InvalidArgumentError(f"bookie {bookie_id!r} is not in ensemble {self.ensemble}")
         if self._result.done:
             return self._result
         if answer.kind is AnswerKind.POSITIVE:

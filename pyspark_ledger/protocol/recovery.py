@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 from typing import Mapping
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, RecoveryError
+from pyspark_ledger.errors import InvalidArgumentError, LedgerClosedError, RecoveryError
 from pyspark_ledger.metadata.model import CLOSED, OPEN, LedgerMetadata
 from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
 from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
@@ -119,7 +119,7 @@ class LedgerRecovery:
         if self._phase is not RecoveryPhase.READING or entry_id != self._reading:
             return ()
         if bookie_id not in self._read_index:
-            raise InvalidConfigurationError(f"bookie {bookie_id!r} does not store entry {entry_id}")
+            raise InvalidArgumentError(f"bookie {bookie_id!r} does not store entry {entry_id}")
         outcome = self._tally.record(self._read_index[bookie_id], answer.kind)
         if outcome is EntryOutcome.PENDING:
             return ()
@@ -151,7 +151,7 @@ class LedgerRecovery:
     def _on_present(self, entry_id: int, answer: ReadAnswer) -> tuple[Action, ...]:
         try:
             plan = self._writeback.add_recovered(entry_id, answer.length)
-        except InvalidConfigurationError as exc:
+        except InvalidArgumentError as exc:
             return self._fail(f"entry {entry_id} has an inconsistent length: {exc}")
         self._bodies[entry_id] = answer.body
         actions: list[Action] = [WriteBack(entry_id, answer.body, plan.targets)] if plan.targets else []

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
 
 
@@ -44,7 +44,7 @@ class Quorums:
 def check_entry_id(entry_id: int) -> int:
     """Return ``entry_id`` if it is an int >= 0, else raise naming the value."""
     if not isinstance(entry_id, int) or isinstance(entry_id, bool) or entry_id < 0:
-        raise InvalidConfigurationError(f"entry id must be an integer >= 0, got {entry_id!r}")
+        raise InvalidArgumentError(f"entry id must be an integer >= 0, got {entry_id!r}")
     return entry_id
 
 
@@ -53,7 +53,7 @@ def check_bookie_index(bookie_index: int, ensemble_size: int) -> int:
     if not isinstance(bookie_index, int) or isinstance(bookie_index, bool) or not (
         0 <= bookie_index < ensemble_size
     ):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"bookie index must be in 0..{ensemble_size - 1} for an ensemble of {ensemble_size},"
             f" got {bookie_index!r}"
         )

@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from pyspark_ledger.errors import BookieError, DataDirectoryError, InvalidConfigurationError
+from pyspark_ledger.errors import (BookieProcessError, DataDirectoryError, InvalidArgumentError,
+                                   InvalidConfigurationError, InvalidStateError)
 from pyspark_ledger.sandbox.layout import (SQLITE, ZOOKEEPER, BookieSlot, SandboxLayout, load_layout,
                                            save_layout)
 from pyspark_ledger.sandbox.lock import LOCK_FILE, DataDirLock
@@ -198,8 +199,8 @@ class Sandbox:
         """Start bookie ``index`` again, same id, port and data; waits until it is ready."""
         bookie = self._bookie(index)
         if bookie.is_running():
-            raise BookieError(f"bookie {index} ({bookie.bookie_id}) is already running (pid {bookie.pid})",
-                              bookie_id=bookie.bookie_id, status="RUNNING")
+            raise BookieProcessError(f"bookie {index} ({bookie.bookie_id}) is already running (pid {bookie.pid})",
+                                     bookie_id=bookie.bookie_id)
         self._check_bookie_port(self._layout.bookies[index])
         return self._start(index)
 
@@ -276,11 +277,10 @@ class Sandbox:
 
     def _check_bookie_port(self, slot: BookieSlot) -> None:
         if not port_is_free(slot.port):
-            raise BookieError(
+            raise BookieProcessError(
                 f"port {slot.port} of bookie {slot.bookie_id} is taken by {describe_holder(slot.port)}: stop that "
                 "process and start again. The sandbox does not move the bookie to another port, because its id "
-                "is its host:port and its ledgers name it by that id", bookie_id=slot.bookie_id,
-                status="PORT_IN_USE")
+                "is its host:port and its ledgers name it by that id", bookie_id=slot.bookie_id)
 
     def _tls_files(self) -> TlsFiles:
         """The sandbox's CA and certificates: those of an earlier start, else new ones."""
@@ -313,13 +313,13 @@ class Sandbox:
     def _bookie(self, index: int) -> BookieProcess:
         self._started_metadata()
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.bookies):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"bookie index {index!r} is out of range: this sandbox has bookies 0..{len(self.bookies) - 1}")
         return self.bookies[index]
 
     def _started_metadata(self) -> SandboxMetadata:
         if self._metadata is None or not self.running:
-            raise InvalidConfigurationError("the sandbox is not running: call start() or use `with Sandbox(...)`")
+            raise InvalidStateError("the sandbox is not running: call start() or use `with Sandbox(...)`")
         return self._metadata
 
 

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
+from pyspark_ledger.errors import CorruptEntryError, EntryTooLargeError, InvalidArgumentError
 from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY
 from pyspark_ledger.spark.schema import child_fields
 
@@ -35,7 +35,7 @@ DEFAULT_MAX_ENTRY_BYTES = 4 * MiB
 def encode_batch(batch: pa.RecordBatch) -> bytes:
     """The entry payload holding ``batch``: an Arrow IPC stream (schema, batch, end)."""
     if not isinstance(batch, pa.RecordBatch):
-        raise InvalidConfigurationError(f"an entry holds a pyarrow.RecordBatch, got {type(batch).__name__}")
+        raise InvalidArgumentError(f"an entry holds a pyarrow.RecordBatch, got {type(batch).__name__}")
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
@@ -123,7 +123,7 @@ def _head_that_fits(piece: pa.RecordBatch, pending: list[pa.RecordBatch], room_r
 def _check_limits(rows_per_entry: int, max_entry_bytes: int) -> None:
     for name, value in (("rows_per_entry", rows_per_entry), ("max_entry_bytes", max_entry_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidConfigurationError(f"{name} must be a positive integer, got {value!r}")
+            raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _pieces(batches: Iterable[pa.RecordBatch], rows_per_entry: int,
@@ -148,7 +148,7 @@ def _split_oversized(piece: pa.RecordBatch, max_entry_bytes: int) -> Iterator[pa
         yield piece
         return
     if piece.num_rows == 1:
-        raise InvalidConfigurationError(
+        raise EntryTooLargeError(
             f"a single row of {piece.nbytes} bytes is larger than an entry may be "
             f"({max_entry_bytes} bytes): store large values elsewhere, or raise the bookies' "
             "--max-entry-size and the writer's entry size limit together")

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.log.positions import EARLIEST, LATEST, LogPosition, parse_position
 
 STARTING_OFFSETS = "startingOffsets"
@@ -36,12 +36,12 @@ OFFSETS_FORMS = ('"earliest", "latest", or a JSON object of partition -> positio
 def _check_partition(key: Any, what: str) -> int:
     """A partition number from a JSON key ("0") or an int."""
     if isinstance(key, bool):
-        raise InvalidConfigurationError(f"{what}: partition {key!r} is not a partition number")
+        raise InvalidArgumentError(f"{what}: partition {key!r} is not a partition number")
     if isinstance(key, str) and key.strip().isascii() and key.strip().isdigit():
         return int(key.strip())
     if isinstance(key, int) and key >= 0:
         return key
-    raise InvalidConfigurationError(
+    raise InvalidArgumentError(
         f"{what}: partition {key!r} is not a partition number; keys are partitions "
         "0, 1, 2, ... written as JSON strings, e.g. {\"0\": {\"ledger\": 3, \"entry\": 17}}")
 
@@ -51,7 +51,7 @@ def _sorted_items(positions: Mapping[Any, Any], what: str) -> tuple[tuple[int, L
     for key, value in positions.items():
         partition = _check_partition(key, what)
         if partition in items:
-            raise InvalidConfigurationError(f"{what}: partition {partition} is given twice")
+            raise InvalidArgumentError(f"{what}: partition {partition} is given twice")
         items[partition] = parse_position(value, what=f"{what}, partition {partition}:")
     return tuple(sorted(items.items()))
 
@@ -65,11 +65,11 @@ class StreamOffset:
     def __post_init__(self) -> None:
         partitions = [partition for partition, _ in self.positions]
         if partitions != sorted(set(partitions)):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"stream offset partitions must be unique and ascending, got {partitions}")
         for partition, position in self.positions:
             if not isinstance(position, LogPosition) or position.is_sentinel:
-                raise InvalidConfigurationError(
+                raise InvalidArgumentError(
                     f"stream offset of partition {partition} must be a concrete LogPosition, "
                     f"got {position!r}: resolve earliest/latest against the log first")
 
@@ -83,7 +83,7 @@ class StreamOffset:
         """From the dict Spark hands back (string keys) or its JSON text."""
         data = _load_json(value, "stream offset") if isinstance(value, str) else value
         if not isinstance(data, Mapping):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"stream offset must be a JSON object of partition -> position, got {value!r}")
         return cls(_sorted_items(data, "stream offset"))
 
@@ -177,14 +177,13 @@ def _parse_spec(value: Any, option: str, default: LogPosition,
                 refused: Iterable[LogPosition], why: str) -> OffsetSpec:
     if value is None:
         return OffsetSpec(option, default)
-    if isinstance(value, Mapping):
-        data: Any = value
-    elif isinstance(value, str):
-        data = _spec_value(value, option)
-    else:
+    if not isinstance(value, (Mapping, str)):
         raise InvalidConfigurationError(
             f"option {option}={value!r} is malformed; accepted: {OFFSETS_FORMS}")
-    spec = _spec_from(data, option, default)
+    try:
+        spec = _spec_from(value if isinstance(value, Mapping) else _spec_value(value, option), option, default)
+    except InvalidArgumentError as exc:  # a malformed position, partition or JSON text: the option is wrong
+        raise InvalidConfigurationError(str(exc)) from exc
     _refuse(spec, refused, why)
     return spec
 
@@ -223,7 +222,7 @@ def _load_json(text: str, what: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except ValueError as exc:
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"{what} {text!r} is not a valid JSON object ({exc}); accepted: {OFFSETS_FORMS}") from exc
 
 

@@ -39,7 +39,7 @@ from typing import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidConfigurationError, InvalidStateError
 from pyspark_ledger.spark.compat import arrow_batches, stream_arrow_writer_base
 from pyspark_ledger.spark.options import WriteOptions, parse_write_options
 from pyspark_ledger.spark.sink_commit import abort_write, commit_write
@@ -73,7 +73,7 @@ def _task_partition() -> int:
 
     context = TaskContext.get()
     if context is None:
-        raise InvalidConfigurationError("a ledger sink writer's write() runs inside a Spark task; outside "
+        raise InvalidStateError("a ledger sink writer's write() runs inside a Spark task; outside "
                                         "Spark, call pyspark_ledger.spark.sink_task.write_task")
     return context.partitionId()
 

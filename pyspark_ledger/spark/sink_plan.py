@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError
+from pyspark_ledger.errors import InvalidStateError, NoSuchKeyError
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.log.stream_store import read_stream
 from pyspark_ledger.log.writable_bookies import ReplicationNames, check_bookies_for_write, check_stream_replication
@@ -104,7 +104,7 @@ def target_schema(streams, stream: str, stored: pa.Schema | None, incoming: pa.S
         check_compatible(stored, incoming, stream=stream)
         return stored
     if read_stream(streams.context.store, stream).value.all_ledger_ids():
-        raise InvalidConfigurationError(
+        raise InvalidStateError(
             f"stream {stream!r} has no Arrow schema but holds entries (written through the log API, not "
             "by Spark): the ledger data source cannot add rows to it; write to a new stream")
     return stored_schema(streams.set_schema(stream, incoming).arrow_schema())

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from pyspark.sql.datasource import DataSource
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError
+from pyspark_ledger.errors import InvalidConfigurationError, InvalidStateError, NoSuchKeyError
 from pyspark_ledger.spark.executor import stream_client
 from pyspark_ledger.spark.options import ReadOptions, parse_read_options
 
@@ -93,7 +93,7 @@ def stream_read_schema(options: ReadOptions):
             "with df.write.format('ledger')") from exc
     stored = info.arrow_schema()
     if stored is None:
-        raise InvalidConfigurationError(
+        raise InvalidStateError(
             f"stream {options.stream!r} has no schema: it was created without one and nothing has been "
             "written to it through Spark yet. Write a DataFrame to it first, or store a schema with "
             "StreamClient.set_schema")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import bookie_server
-from pyspark_ledger.errors import BookieError
+from pyspark_ledger.errors import BookieProcessError
 from pyspark_ledger.testing.ports import free_port  # noqa: F401 - re-exported: tests and benchmarks use it here
 
 HOST = "127.0.0.1"
@@ -105,8 +105,8 @@ class BookieProcess:
     def spawn(self, env: Mapping[str, str] | None = None) -> subprocess.Popen:
         """Start the process without waiting for it to be ready."""
         if self.is_running():
-            raise BookieError(f"bookie {self.bookie_id} is already running (pid {self.pid})",
-                              bookie_id=self.bookie_id, status="RUNNING")
+            raise BookieProcessError(f"bookie {self.bookie_id} is already running (pid {self.pid})",
+                                     bookie_id=self.bookie_id)
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # as the bookie makes it (owner only)
         command = [sys.executable, "-m", "bookie_server", *self.args()]
         self._stdout_offset = self._log_size(STDOUT_LOG)
@@ -118,7 +118,7 @@ class BookieProcess:
         return self.process
 
     def start(self, timeout: float = START_TIMEOUT_S, env: Mapping[str, str] | None = None) -> "BookieProcess":
-        """Spawn and wait for the ready line; BookieError (with stderr's tail) if it exits or times out."""
+        """Spawn and wait for the ready line; BookieProcessError (with stderr's tail) if it exits or times out."""
         self.spawn(env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -127,13 +127,12 @@ class BookieProcess:
                 self._parse_ready(line)
                 return self
             if self.process.poll() is not None:
-                raise BookieError(f"bookie {self.bookie_id} exited with status {self.process.returncode} before "
-                                  f"it was ready: {self.stderr_tail()}", bookie_id=self.bookie_id,
-                                  status="START_FAILED")
+                raise BookieProcessError(f"bookie {self.bookie_id} exited with status {self.process.returncode} "
+                                         f"before it was ready: {self.stderr_tail()}", bookie_id=self.bookie_id)
             time.sleep(_POLL_S)
         self.kill()
-        raise BookieError(f"bookie {self.bookie_id} was not ready within {timeout:.0f} s: {self.stderr_tail()}",
-                          bookie_id=self.bookie_id, status="START_TIMEOUT")
+        raise BookieProcessError(f"bookie {self.bookie_id} was not ready within {timeout:.0f} s: "
+                                 f"{self.stderr_tail()}", bookie_id=self.bookie_id)
 
     def terminate(self) -> None:
         """Send SIGTERM (once per run) without waiting."""
@@ -156,8 +155,8 @@ class BookieProcess:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise BookieError(f"bookie {self.bookie_id} did not exit within {timeout:.0f} s",
-                              bookie_id=self.bookie_id, status="STOP_TIMEOUT") from None
+            raise BookieProcessError(f"bookie {self.bookie_id} did not exit within {timeout:.0f} s",
+                                     bookie_id=self.bookie_id) from None
 
     def restart(self, timeout: float = START_TIMEOUT_S, env: Mapping[str, str] | None = None) -> "BookieProcess":
         if self.is_running():

@@ -28,7 +28,8 @@ from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.client.rpc_errors import as_status
-from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidArgumentError
+from pyspark_ledger.status import BookieStatus
 from pyspark_ledger.testing.fake_bookie_store import FakeBookie
 from pyspark_ledger.testing.fake_network import FakeNetwork, Rule, Request
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -42,7 +43,7 @@ class FakeCluster:
     def __init__(self, bookie_ids: Iterable[str] | int = 3) -> None:
         ids = [f"bookie-{i}" for i in range(bookie_ids)] if isinstance(bookie_ids, int) else list(bookie_ids)
         if len(set(ids)) != len(ids) or not ids:
-            raise InvalidConfigurationError(f"need distinct bookie ids, got {ids}")
+            raise InvalidArgumentError(f"need distinct bookie ids, got {ids}")
         self.bookies = {bookie_id: FakeBookie(bookie_id) for bookie_id in ids}
         self.registered = set(ids)
         self.network = FakeNetwork(self.bookies)
@@ -187,7 +188,7 @@ class FakeTransport:
             self._closed = True
             futures, self._futures = list(self._futures), set()
         for future in futures:
-            _fail(future, BookieUnavailableError("the client closed its connection", status="CANCELLED"))
+            _fail(future, BookieUnavailableError("the client closed its connection", status=BookieStatus.CANCELLED))
 
     def _send(self, request: Request) -> Future:
         future: Future = Future()
@@ -195,7 +196,7 @@ class FakeTransport:
         with self._lock:
             if self._closed:
                 _fail(future, BookieUnavailableError("the client is closed", bookie_id=request.bookie_id,
-                                                     status="CLOSED"))
+                                                     status=BookieStatus.CLOSED))
                 return future
             self._futures.add(future)
         future.add_done_callback(self._forget)

@@ -17,7 +17,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError
+from pyspark_ledger.status import BookieStatus
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 REQUEST_ACTIONS = frozenset({"hold_request", "drop", "fail", "error"})
@@ -47,7 +48,7 @@ class Rule:
                  entry_id: int | None = None, recovery: bool | None = None, count: int | None = None,
                  status: int = 0, seconds: float = 0.0) -> None:
         if action not in REQUEST_ACTIONS | REPLY_ACTIONS or op not in OPS:
-            raise InvalidConfigurationError(f"unknown rule action {action!r} or op {op!r} (ops: {sorted(OPS)})")
+            raise InvalidArgumentError(f"unknown rule action {action!r} or op {op!r} (ops: {sorted(OPS)})")
         self.action, self.bookie, self.op = action, bookie, op
         self.ledger_id, self.entry_id, self.recovery = ledger_id, entry_id, recovery
         self.remaining = count
@@ -154,7 +155,7 @@ class FakeNetwork:
     def _enqueue(self, item: Callable[[], None]) -> None:
         with self._cond:
             if self._closed:
-                raise BookieUnavailableError("the fake network is closed", status="CLOSED")
+                raise BookieUnavailableError("the fake network is closed", status=BookieStatus.CLOSED)
             self._queue.append(item)
             self._cond.notify_all()
 
@@ -258,14 +259,14 @@ class FakeNetwork:
         except Exception as exc:  # noqa: BLE001 - a garbled answer reaches the client as an error
             self._out.append((request.future, None, exc))
 
-    def _fail(self, request: Request, reason: str, status: str = "UNAVAILABLE") -> None:
+    def _fail(self, request: Request, reason: str, status: BookieStatus = BookieStatus.UNAVAILABLE) -> None:
         self._out.append((request.future, None,
                           BookieUnavailableError(reason, bookie_id=request.bookie_id, status=status)))
 
     def _arm_timeout(self, request: Request) -> None:
         if request.timeout is not None:
             self._later(request.timeout, lambda: None if request.future.done() else self._fail(
-                request, f"{request.op} on bookie {request.bookie_id} timed out", "TIMEOUT"))
+                request, f"{request.op} on bookie {request.bookie_id} timed out", BookieStatus.TIMEOUT))
 
     def _match(self, request: Request, actions: frozenset) -> Rule | None:
         for rule in self._rules:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import InvalidConfigurationError, InvalidStateError, MetadataError
 from pyspark_ledger.testing.ports import free_port
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
@@ -104,7 +104,7 @@ class ZooKeeperServer:
     def secure_port(self) -> int:
         """The TLS port (``secureClientPort``); only with ``tls=``."""
         if self._tls is None:
-            raise InvalidConfigurationError("this ZooKeeperServer has no TLS port; pass tls=ZooKeeperTls(...)")
+            raise InvalidStateError("this ZooKeeperServer has no TLS port; pass tls=ZooKeeperTls(...)")
         if self._secure_port is None:
             raise MetadataError("ZooKeeperServer was never started; call start() first")
         return self._secure_port

@@ -9,7 +9,7 @@ import pytest
 
 from pyspark_ledger.client.add_stream import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 from .conftest import KEY, entry, wait_until
@@ -43,7 +43,7 @@ def test_one_send_is_one_batch_answered_by_one_listener_call(bookie, client_for)
     with client.add_stream() as stream:
         stream.send(950, [(e, encoder.encode(e, entry(950, e))) for e in range(200)], recorder.listener)
         wait_until(lambda: recorder.answered() == 200, 30, "every add to be answered")
-        with pytest.raises(InvalidConfigurationError, match="already in flight"):
+        with pytest.raises(InvalidStateError, match="already in flight"):
             stream.send(951, [(0, encoder.encode(0, entry(951, 0)))] * 2, recorder.listener)
     assert recorder.batches == [[(950, e, pb.OK) for e in range(200)]]
     assert recorder.failures == []

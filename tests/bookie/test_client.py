@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from pyspark_ledger.client import BookieClient, BookieStatus, parse_address
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError
 
 from .conftest import KEY, entry
 
@@ -45,11 +45,11 @@ def test_a_frozen_bookie_times_out_then_answers_when_resumed(make_bookie, client
     os.kill(bookie.pid, signal.SIGSTOP)
     try:
         pending = stream.add(701, 1, KEY, entry(701, 1))
-        with pytest.raises(InvalidConfigurationError, match="already in flight"):
+        with pytest.raises(InvalidStateError, match="already in flight"):
             stream.add(701, 1, KEY, entry(701, 1))
         with pytest.raises(BookieUnavailableError) as timed_out:
             client.read(701, 0, timeout=0.5, master_key=KEY)
-        assert timed_out.value.status == "TIMEOUT"
+        assert timed_out.value.status is BookieStatus.TIMEOUT
     finally:
         os.kill(bookie.pid, signal.SIGCONT)
     assert pending.result(30).ok
@@ -68,7 +68,7 @@ def test_close_joins_every_thread_and_later_adds_fail(make_bookie):
         assert future.exception(30) is None or isinstance(future.exception(), BookieUnavailableError)
     with pytest.raises(BookieUnavailableError):
         streams[0].add(702, 999, KEY, entry(702, 999)).result(5)
-    with pytest.raises(InvalidConfigurationError):
+    with pytest.raises(InvalidStateError):
         client.add_stream()
 
 
@@ -76,16 +76,16 @@ def test_bad_arguments_are_refused_before_anything_is_sent(make_bookie, client_f
     bookie = make_bookie().start()
     client = client_for(bookie)
     with client.add_stream() as stream:
-        with pytest.raises(InvalidConfigurationError, match="out of range"):
+        with pytest.raises(InvalidArgumentError, match="out of range"):
             stream.add(-1, 0, KEY, b"x")
-        with pytest.raises(InvalidConfigurationError, match="bytes"):
+        with pytest.raises(InvalidArgumentError, match="bytes"):
             stream.add(1, 0, KEY, "text")
         assert stream.add(703, 0, KEY, entry(703, 0)).result(30).ok
-    with pytest.raises(InvalidConfigurationError):
+    with pytest.raises(InvalidArgumentError):
         client.read(-5, 0, master_key=KEY)
     assert client.read(703, 0, master_key=KEY).status == BookieStatus.OK
     for address in ("no-port", "host:", ":3181", "host:99999", "host:http"):
-        with pytest.raises(InvalidConfigurationError, match="host:port"):
+        with pytest.raises(InvalidArgumentError, match="host:port"):
             parse_address(address)
     assert parse_address("[::1]:3181") == ("::1", 3181)
     with BookieClient("bookie-7", address=bookie.address) as named:

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from pyspark_ledger.client import BookieClient, BookieStatus
-from pyspark_ledger.errors import BookieError, BookieUnavailableError
+from pyspark_ledger.errors import BookieProcessError, BookieUnavailableError
 
 from .conftest import KEY, entry, wait_until
 
@@ -154,7 +154,7 @@ def test_journal_garbage_in_the_middle_stops_startup_unless_skipped(make_bookie,
     data = bytearray(journal.read_bytes())
     data[len(data) // 3] ^= 0xFF
     journal.write_bytes(bytes(data))
-    with pytest.raises(BookieError, match="exited with status 1"):
+    with pytest.raises(BookieProcessError, match="exited with status 1"):
         bookie.start()
     stderr = (bookie.data_dir / "bookie-stderr.log").read_text()
     failure = [line for line in stderr.splitlines() if line.startswith("bookie-server:")]

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from pyspark_ledger.client import BookieStatus
-from pyspark_ledger.errors import BookieError
+from pyspark_ledger.errors import BookieError, BookieProcessError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.bookies import BookieCluster, BookieProcess, free_port, run_bookie_server
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
@@ -116,7 +116,7 @@ def test_wiped_or_missing_data_dir_refuses_to_start(make_bookie):
     bookie.start()
     assert bookie.stop() == 0
     shutil.rmtree(bookie.data_dir)
-    with pytest.raises(BookieError, match="exited with status 1"):
+    with pytest.raises(BookieProcessError, match="exited with status 1"):
         bookie.start()
     assert_one_clear_line(bookie, "no cookie", "wiped", "--allow-new-data-dir")
     bookie.flags["allow_new_data_dir"] = True
@@ -130,13 +130,13 @@ def test_swapped_data_dir_refuses_to_start(make_bookie):
     first.start(), second.start()
     assert first.stop() == 0 and second.stop() == 0
     swapped = BookieProcess(second.data_dir, first.metadata_uri, port=first.port)
-    with pytest.raises(BookieError, match="exited with status 1"):
+    with pytest.raises(BookieProcessError, match="exited with status 1"):
         swapped.start()
     assert_one_clear_line(swapped, f"belongs to bookie {second.bookie_id}")
     # a data dir re-created for the same id (new instance) is refused even with files in it
     (first.data_dir / "COOKIE.json").write_bytes((second.data_dir / "COOKIE.json").read_bytes()
                                                  .replace(second.bookie_id.encode(), first.bookie_id.encode()))
-    with pytest.raises(BookieError, match="exited with status 1"):
+    with pytest.raises(BookieProcessError, match="exited with status 1"):
         first.start()
     assert_one_clear_line(first, "differs")
 
@@ -146,7 +146,7 @@ def test_port_in_use_fails_with_one_clear_line(make_bookie):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         bookie = make_bookie(port=taken.getsockname()[1])
-        with pytest.raises(BookieError, match="exited with status 1"):
+        with pytest.raises(BookieProcessError, match="exited with status 1"):
             bookie.start()
     assert_one_clear_line(bookie, "cannot listen", "--port")
 

@@ -16,7 +16,7 @@ from bookie_server.index import LedgerIndex
 from bookie_server.store_record import STORE_FILE
 from pyspark_ledger.client import BookieStatus, LedgerClient
 from pyspark_ledger.entry import master_key
-from pyspark_ledger.errors import BookieError, DataDirectoryError, InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import BookieProcessError, DataDirectoryError, InvalidConfigurationError, MetadataError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.instance import INSTANCE_KEY, read_instance_id
 from tests.conftest import unique_chroot
@@ -109,13 +109,13 @@ def test_a_bookie_restarted_against_a_new_empty_store_refuses_and_keeps_its_data
 
     for allow_new in (False, True):  # --allow-new-data-dir never lets it start against another store
         bookie.flags["allow_new_data_dir"] = allow_new
-        with pytest.raises(BookieError, match="exited with status 1"):
+        with pytest.raises(BookieProcessError, match="exited with status 1"):
             bookie.start()
         refusal(bookie, "is not the store the data of bookie", "nothing was changed", "--adopt-metadata-store")
     with open_metadata_store(metadata_uri) as fresh:
         assert fresh.children("cookies") == []  # nothing published to the new store
     bookie.flags["adopt_metadata_store"] = uuid.uuid4().hex  # names no store: refused
-    with pytest.raises(BookieError, match="exited with status 1"):
+    with pytest.raises(BookieProcessError, match="exited with status 1"):
         bookie.start()
     refusal(bookie, "does not name metadata store")
     del bookie.flags["adopt_metadata_store"]
@@ -178,7 +178,7 @@ def test_a_bookie_refuses_a_new_zookeeper_chroot_and_starts_on_its_own(request, 
             ledger_id = write_ledger(ledgers)
         assert bookie.stop() == 0
         bookie.metadata_uri = other
-        with pytest.raises(BookieError, match="exited with status 1"):
+        with pytest.raises(BookieProcessError, match="exited with status 1"):
             bookie.start()
         refusal(bookie, "is not the store the data of bookie", "--adopt-metadata-store")
         with open_metadata_store(other) as fresh:

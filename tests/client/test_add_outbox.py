@@ -8,6 +8,7 @@ import pytest
 from pyspark_ledger.client.add_outbox import AddOutbox
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.status import BookieStatus
 from tests.client.conftest import wait_until
 
 
@@ -71,7 +72,7 @@ def test_a_bookie_that_cannot_be_reached_fails_its_adds_through_the_listener(loo
     listener = Listener()
     outbox.put("gone", 3, [(5, b"a"), (6, b"b")], listener)
     wait_until(lambda: listener.failures, what="the failure")
-    assert listener.failures == [("gone", [(3, 5), (3, 6)], "UNAVAILABLE")]
+    assert listener.failures == [("gone", [(3, 5), (3, 6)], BookieStatus.UNAVAILABLE)]
 
 
 def test_close_fails_what_is_queued_and_refuses_more(loop):
@@ -82,7 +83,7 @@ def test_close_fails_what_is_queued_and_refuses_more(loop):
     outbox.put("b1", 1, [(0, b"a")], listener)
     outbox.close()
     gate.set()
-    assert listener.failures == [("b1", [(1, 0)], "CLOSED")]
+    assert listener.failures == [("b1", [(1, 0)], BookieStatus.CLOSED)]
     with pytest.raises(BookieUnavailableError, match="closed"):
         outbox.put("b1", 1, [(1, b"b")], listener)
     ran = threading.Event()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pyspark_ledger.client.add_wire import AddEncoder, encode_add, varint
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 CASES = [
@@ -60,5 +60,5 @@ def test_varint_is_protobufs_encoding_at_every_length():
     (1, 0, b"k", bytearray(b"x"), "bytes"),
 ])
 def test_what_the_wire_cannot_carry_is_refused(ledger_id, entry_id, key, body, match):
-    with pytest.raises(InvalidConfigurationError, match=match):
+    with pytest.raises(InvalidArgumentError, match=match):
         encode_add(ledger_id, entry_id, key, body)

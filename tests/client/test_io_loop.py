@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from pyspark_ledger.client.io_loop import IoLoop
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidStateError
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_blocking_call_on_the_loop_thread_is_refused(io_loop):
     async def nested():
         return io_loop.run(asyncio.sleep(0))
 
-    with pytest.raises(InvalidConfigurationError, match="_async form"):
+    with pytest.raises(InvalidStateError, match="_async form"):
         io_loop.run(nested(), timeout=10)
 
 

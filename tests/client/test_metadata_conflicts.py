@@ -15,7 +15,7 @@ import pytest
 from pyspark_ledger.client import rereplicate as rereplicate_module
 from pyspark_ledger.client.ensemble_change import change_ensemble
 from pyspark_ledger.client.metadata_ops import close_ledger, create_ledger, recovery_close, start_recovery
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerFencedError, MetadataVersionConflictError
+from pyspark_ledger.errors import InternalError, LedgerFencedError, MetadataVersionConflictError
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY
 from pyspark_ledger.metadata.update_loop import RetryPolicy
 from pyspark_ledger.protocol import ledger_rules
@@ -218,7 +218,7 @@ def test_rereplication_runs_the_transition_check(client, store, cluster, monkeyp
         repaired = real(metadata, replacements)
         return repaired.with_changes(last_entry_id=repaired.last_entry_id + 1)
     monkeypatch.setattr(rereplicate_module, "apply_repairs", repairs_and_moves_the_end)
-    with pytest.raises(InvalidConfigurationError, match="CLOSED ledger's metadata is final"):
+    with pytest.raises(InternalError, match="CLOSED ledger's metadata is final"):
         client.rereplicate(ledger_id, PASSWORD)
     assert store.read_ledger(ledger_id) == before
 

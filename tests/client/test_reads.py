@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from pyspark_ledger.errors import (BookieUnavailableError, CorruptEntryError, InvalidConfigurationError,
-                                   NoSuchEntryError, RecoveryError)
+from pyspark_ledger.errors import (BookieUnavailableError, CorruptEntryError, InvalidArgumentError,
+                                   InvalidConfigurationError, NoSuchEntryError, RecoveryError)
 from tests.client.conftest import PASSWORD
 
 
@@ -126,7 +126,7 @@ def test_read_range_is_checked(client, make_client):
     reader = make_client(seed=2).open_ledger(writer.ledger_id, PASSWORD)
     with pytest.raises(NoSuchEntryError, match="beyond the readable end 2"):
         reader.read(0, 3)
-    with pytest.raises(InvalidConfigurationError, match="0 <= first <= last"):
+    with pytest.raises(InvalidArgumentError, match="0 <= first <= last"):
         reader.read(2, 1)
     with pytest.raises(InvalidConfigurationError):
         reader.wait_for_entry(-1)

@@ -5,7 +5,8 @@ import pytest
 
 from pyspark_ledger.client.autorecovery import AutoRecovery
 from pyspark_ledger.client.config import ClientConfig
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchLedgerError, RepairKeyError, UnauthorizedError
+from pyspark_ledger.errors import (InternalError, InvalidConfigurationError, NoSuchLedgerError, RepairKeyError,
+                                   UnauthorizedError)
 from pyspark_ledger.metadata.model import CLOSED
 from pyspark_ledger.protocol.ledger_rules import check_transition
 from pyspark_ledger.security.repair_key import RepairKey, save_private_key
@@ -124,5 +125,5 @@ def test_bad_repair_key_settings(make_client, tmp_path, store):
 def test_the_sealed_secret_cannot_change(client, store, key_file):
     register(store, key_file)
     metadata = client.ledger_metadata(closed_ledger(client, b"pw"))
-    with pytest.raises(InvalidConfigurationError, match="repair_secret"):
+    with pytest.raises(InternalError, match="repair_secret"):
         check_transition(metadata.with_changes(state="OPEN"), metadata.with_changes(repair_secret=""))

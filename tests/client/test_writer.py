@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import (InvalidConfigurationError, LedgerFencedError,
-                                   NotEnoughBookiesError, UnauthorizedError)
+from pyspark_ledger.errors import (EntryTooLargeError, InvalidArgumentError, InvalidConfigurationError,
+                                   LedgerFencedError, NotEnoughBookiesError, UnauthorizedError)
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN
 from pyspark_ledger.testing.fake_bookie_store import FakeLedger
 from tests.client.conftest import PASSWORD, Gate, wait_until
@@ -218,16 +218,16 @@ def test_quorums_must_satisfy_e_ge_qw_ge_qa(client, quorums):
 
 
 def test_bad_inputs_get_clear_errors(client):
-    with pytest.raises(InvalidConfigurationError, match="bytes"):
+    with pytest.raises(InvalidArgumentError, match="bytes"):
         client.create_ledger(3, 3, 2, password=12)
-    with pytest.raises(InvalidConfigurationError, match="custom_metadata"):
+    with pytest.raises(InvalidArgumentError, match="custom_metadata"):
         client.create_ledger(3, 3, 2, custom_metadata={"app": "text"})
     with pytest.raises(InvalidConfigurationError, match="digest"):
         client.create_ledger(3, 3, 2, digest="md5")
     writer = client.create_ledger(3, 3, 2, password=PASSWORD)
-    with pytest.raises(InvalidConfigurationError, match="encode"):
+    with pytest.raises(InvalidArgumentError, match="encode"):
         writer.append("text")
-    with pytest.raises(InvalidConfigurationError, match="max_entry_bytes"):
+    with pytest.raises(EntryTooLargeError, match="max_entry_bytes"):
         writer.append(bytes(client.config.max_entry_bytes))
     with pytest.raises(NotEnoughBookiesError):
         client.create_ledger(5, 3, 2)

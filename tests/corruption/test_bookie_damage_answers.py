@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.client.rpc_errors import BookieStatus
-from pyspark_ledger.errors import BookieError
+from pyspark_ledger.errors import BookieProcessError
 from tests.bookie.conftest import KEY, client_for, entry, make_bookie, metadata_uri, scrape  # noqa: F401
 from tests.bookie_storage.helpers import flip_byte
 
@@ -58,7 +58,7 @@ def test_damage_to_an_acknowledged_journal_record_stops_the_start(make_bookie, c
     bookie.kill()  # no checkpoint: the journal holds the entries
     path, offset = find(bookie.data_dir / "journal", "*.txn", entry(1, 3))
     flip_byte(path, offset + 10)
-    with pytest.raises(BookieError) as caught:
+    with pytest.raises(BookieProcessError) as caught:
         bookie.start()
     reason = str(caught.value).splitlines()[-1]
     assert "cannot start" in reason and str(path) in reason and "--skip-journal-corruption" in reason

@@ -35,7 +35,7 @@ import pytest
 
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.ledger_client import LedgerClient
-from pyspark_ledger.errors import BookieError, LedgerError
+from pyspark_ledger.errors import BookieProcessError, LedgerError
 from pyspark_ledger.testing.bookies import BookieCluster, BookieProcess, child_env
 from tests.corruption.damage import TARGETS, damage
 from tests.corruption.payloads import PASSWORD, payload
@@ -169,7 +169,7 @@ def test_damaged_bookie_never_yields_wrong_bytes_or_a_short_ledger(tmp_path, see
         try:
             victim.start()
             report.append("the victim restarted")
-        except BookieError as exc:
+        except BookieProcessError as exc:
             message = exc.args[0].splitlines()[-1]  # the tail of its stderr: the last line is the reason
             report.append(f"the victim refused to start: {message}")
             assert "Traceback" not in str(exc), f"{report}: the refusal is a crash"

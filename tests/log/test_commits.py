@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError, NoSuchLedgerError
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidConfigurationError, InvalidStateError,
+                                   NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED
 from pyspark_ledger.log import log_transitions
 from pyspark_ledger.log.log_metadata import stream_key
@@ -150,10 +151,10 @@ def test_bad_commits_are_refused_with_clear_errors(streams, stream_name):
     foreign = closed_ledger(streams, other_stream, 0, b"f")
     fresh = closed_ledger(streams, stream_name, 1, b"b")
     cases = [
-        ({0: [open_ledger.ledger_id]}, InvalidConfigurationError,
+        ({0: [open_ledger.ledger_id]}, InvalidStateError,
          f"ledger {open_ledger.ledger_id} is OPEN, not CLOSED"),
-        ({0: [foreign]}, InvalidConfigurationError, f"created for stream '{other_stream}'"),
-        ({1: [committed]}, InvalidConfigurationError, f"ledger {committed} .*already in stream"),
+        ({0: [foreign]}, InvalidArgumentError, f"created for stream '{other_stream}'"),
+        ({1: [committed]}, InvalidArgumentError, f"ledger {committed} .*already in stream"),
         ({5: [fresh]}, InvalidConfigurationError, "partition 5 does not exist"),
         ({0: [fresh], 1: [fresh]}, InvalidConfigurationError, "listed twice"),
         ({0: [2**62]}, NoSuchLedgerError, str(2**62)),

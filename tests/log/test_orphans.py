@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchKeyError, NoSuchLedgerError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, NoSuchKeyError, NoSuchLedgerError
 from pyspark_ledger.log.log_transitions import add_ledger, mark_orphans
 from pyspark_ledger.log.orphans import DEFAULT_MIN_AGE_S
 from pyspark_ledger.log.stream_store import read_stream, update_stream
@@ -142,7 +142,7 @@ def test_a_commit_that_loses_the_race_fails_and_commits_nothing(make_streams, st
             assert sweeper.collect_orphans(stream_name).deleted == {ledger}
 
     committer = make_streams(store_wrapper=lambda store: StreamSetHook(store, sweep))
-    with pytest.raises((InvalidConfigurationError, NoSuchLedgerError)) as failure:
+    with pytest.raises((InvalidArgumentError, NoSuchLedgerError)) as failure:
         committer.commit_ledgers(stream_name, "query-1", 0, {0: [ledger]})
     assert str(ledger) in str(failure.value)
     assert read(streams, stream_name, 0) == [] and streams.last_committed_batch(stream_name, "query-1") is None
@@ -163,9 +163,9 @@ def test_a_ledger_marked_as_an_orphan_never_enters_a_log(streams, stream_name):
     update_stream(streams.context.store, stream_name, lambda current: mark_orphans(current, [stray, stray]))
     record = read_stream(streams.context.store, stream_name).value
     assert record.garbage == (stray,)
-    with pytest.raises(InvalidConfigurationError, match="orphan"):
+    with pytest.raises(InvalidArgumentError, match="orphan"):
         add_ledger(record, 0, stray, record.partition(0).next_seq)  # a log writer's compare-and-set
-    with pytest.raises(InvalidConfigurationError, match="orphan"):
+    with pytest.raises(InvalidArgumentError, match="orphan"):
         streams.commit_ledgers(stream_name, "w", 0, {0: [stray]})  # a Spark commit
     assert read(streams, stream_name, 0) == [b"one"]
 
@@ -173,7 +173,7 @@ def test_a_ledger_marked_as_an_orphan_never_enters_a_log(streams, stream_name):
 @pytest.mark.parametrize("min_age", [-1, float("nan"), float("inf"), True, "60"])
 def test_a_bad_minimum_age_is_refused(streams, stream_name, min_age):
     streams.create_stream(stream_name, 1)
-    with pytest.raises(InvalidConfigurationError, match="min_age_s must be"):
+    with pytest.raises(InvalidArgumentError, match="min_age_s must be"):
         streams.collect_orphans(stream_name, min_age)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import DataLossError, InvalidConfigurationError, LedgerFencedError, NoSuchLedgerError
+from pyspark_ledger.errors import (DataLossError, InvalidArgumentError, InvalidConfigurationError, LedgerFencedError,
+                                   NoSuchLedgerError)
 from pyspark_ledger.log.log_transitions import truncate_through
 from pyspark_ledger.log.positions import LATEST, LogPosition
 from pyspark_ledger.log.stream_store import read_stream, update_stream
@@ -51,7 +52,7 @@ def test_reader_crosses_ledgers_from_any_position(streams, stream_name):
         streams.open_reader(stream_name, 0, "0:5").read()
     with pytest.raises(DataLossError, match="beyond the end of the log"):
         streams.open_reader(stream_name, 0, "7:0")
-    with pytest.raises(InvalidConfigurationError, match="max_entries must be an integer >= 1"):
+    with pytest.raises(InvalidArgumentError, match="max_entries must be an integer >= 1"):
         limited.entries(0)
     with pytest.raises(InvalidConfigurationError, match="poll_interval_s"):
         streams.open_reader(stream_name, 0, poll_interval_s=0)

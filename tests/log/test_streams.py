@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import (InvalidConfigurationError, LedgerFencedError, MetadataExistsError,
-                                   NoSuchKeyError, NoSuchLedgerError)
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidConfigurationError, LedgerFencedError,
+                                   MetadataExistsError, NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.log.log_transitions import mark_deleting
 from pyspark_ledger.log.stream_store import read_stream, update_stream
@@ -31,7 +31,7 @@ def test_schema_is_stored_and_returned(streams, stream_name):
     info = streams.create_stream(stream_name, 2, schema)
     assert streams.open_stream(stream_name).arrow_schema() == pa.schema([("id", pa.int64()), ("name", pa.string())])
     assert streams.set_schema(stream_name, info.schema) == info  # the same schema again: nothing changes
-    with pytest.raises(InvalidConfigurationError, match="already has a different schema"):
+    with pytest.raises(InvalidArgumentError, match="already has a different schema"):
         streams.set_schema(stream_name, pa.schema([("other", pa.int32())]))
     changed = streams.set_schema(stream_name, pa.schema([("other", pa.int32())]), replace=True)
     assert changed.arrow_schema().names == ["other"]
@@ -47,7 +47,7 @@ def test_partitions_can_be_added_not_removed(streams, stream_name):
     streams.create_stream(stream_name, 2)
     assert streams.add_partitions(stream_name, 5).partitions == 5
     assert streams.add_partitions(stream_name, 5).partitions == 5
-    with pytest.raises(InvalidConfigurationError, match="can be added, not removed"):
+    with pytest.raises(InvalidArgumentError, match="can be added, not removed"):
         streams.add_partitions(stream_name, 1)
     with streams.open_writer(stream_name, 4) as writer:
         assert writer.append(b"x").ledger_seq == 0
@@ -65,7 +65,7 @@ def test_bad_inputs_get_clear_errors(streams, stream_name):
         (lambda: streams.create_stream(stream_name, 2), MetadataExistsError, f"stream '{stream_name}' already exists"),
         (lambda: streams.open_writer(stream_name, 2), InvalidConfigurationError, "partitions 0..1; partition 2"),
         (lambda: streams.open_reader(stream_name, -1), InvalidConfigurationError, "partition -1 does not exist"),
-        (lambda: streams.open_reader(stream_name, 0, "3-17"), InvalidConfigurationError, "start position '3-17'"),
+        (lambda: streams.open_reader(stream_name, 0, "3-17"), InvalidArgumentError, "start position '3-17'"),
         (lambda: streams.open_writer("missing-stream", 0), NoSuchKeyError, "stream 'missing-stream' does not exist"),
         (lambda: streams.delete_stream("missing-stream"), NoSuchKeyError, "does not exist"),
     ]

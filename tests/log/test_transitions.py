@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataVersionConflictError, NoSuchKeyError
+from pyspark_ledger.errors import InvalidArgumentError, MetadataVersionConflictError, NoSuchKeyError
 from pyspark_ledger.log import log_transitions as t
 from pyspark_ledger.log.log_metadata import DELETING, MAX_WRITERS, LedgerRef, Replication, decode, encode
 from pyspark_ledger.log.positions import LogPosition
@@ -33,7 +33,7 @@ def test_add_ledger_gives_consecutive_sequence_numbers_and_refuses_a_moved_tail(
     assert record.partition(1).ledger_ids == ()
     with pytest.raises(MetadataVersionConflictError, match="partition 0 of stream 's' changed.*2 is next, not 1"):
         t.add_ledger(record, 0, 12, 1)
-    with pytest.raises(InvalidConfigurationError, match="ledger 10 is already part"):
+    with pytest.raises(InvalidArgumentError, match="ledger 10 is already part"):
         t.add_ledger(record, 1, 10, 0)
 
 
@@ -52,10 +52,10 @@ def test_commit_batch_appends_in_order_once_per_writer_and_batch():
 
 def test_commit_refuses_ledgers_already_in_the_stream_or_truncated():
     record = t.commit_batch(stream(), "q", 0, {0: (5,)}, 1)
-    with pytest.raises(InvalidConfigurationError, match="ledger 5 .*already in stream 's'"):
+    with pytest.raises(InvalidArgumentError, match="ledger 5 .*already in stream 's'"):
         t.commit_batch(record, "q", 1, {1: (5,)}, 2)
     truncated = t.truncate_through(record, 0, 0, 3)
-    with pytest.raises(InvalidConfigurationError, match="ledger 5"):
+    with pytest.raises(InvalidArgumentError, match="ledger 5"):
         t.commit_batch(truncated, "q", 1, {1: (5,)}, 2)
 
 
@@ -78,7 +78,7 @@ def test_commits_not_remembered_leave_the_writers_alone_and_are_keyed_by_their_l
     assert t.already_committed(record, "batch-0", 0, {1: (100,)}, remember_writer=False)
     assert t.commit_batch(record, "batch-0", 0, {1: (100,)}, 1, remember_writer=False) is None  # retried: no-op
     assert not t.already_committed(record, "batch-x", 0, {}, remember_writer=False)
-    with pytest.raises(InvalidConfigurationError, match="ledger 100 .*already in stream"):
+    with pytest.raises(InvalidArgumentError, match="ledger 100 .*already in stream"):
         t.commit_batch(record, "batch-0", 0, {1: (100, 7)}, 1, remember_writer=False)  # half of it is new
 
 
@@ -94,7 +94,7 @@ def test_truncate_through_drops_a_prefix_keeps_sequence_numbers_and_lists_garbag
     assert everything.garbage == (10, 11, 12)
     record, seq = t.add_ledger(everything, 0, 13, 3)
     assert seq == 3  # never reused
-    with pytest.raises(InvalidConfigurationError, match="no ledger with sequence number 7"):
+    with pytest.raises(InvalidArgumentError, match="no ledger with sequence number 7"):
         t.truncate_through(record, 0, 7, 0)
     assert t.forget_garbage(record, {10, 12}).garbage == (11,)
 
@@ -121,13 +121,13 @@ def test_mark_deleting_moves_every_ledger_to_garbage_and_stops_changes():
 def test_add_partitions_grows_only():
     record = t.add_partitions(stream(2), 4)
     assert record.partition_count == 4 and record.partition(3).next_seq == 0
-    with pytest.raises(InvalidConfigurationError, match="can be added, not removed"):
+    with pytest.raises(InvalidArgumentError, match="can be added, not removed"):
         t.add_partitions(record, 3)
 
 
 def test_set_schema_stores_once_and_refuses_a_different_one_unless_replacing():
     record = t.set_schema(stream(), b"one")
     assert record.schema == b"one" and t.set_schema(record, b"one") is None
-    with pytest.raises(InvalidConfigurationError, match="already has a different schema; pass replace=True"):
+    with pytest.raises(InvalidArgumentError, match="already has a different schema; pass replace=True"):
         t.set_schema(record, b"two")
     assert t.set_schema(record, b"two", replace_existing=True).schema == b"two"

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError, MetadataExistsError
+from pyspark_ledger.errors import InvalidArgumentError, MetadataError, MetadataExistsError
 from pyspark_ledger.metadata import BookieRegistration
 from tests.metadata.helpers import REGISTER_AND_WAIT, Recorder, start_child, stop_child, wait_until
 
@@ -122,12 +122,12 @@ def test_watch_bookies_reports_a_killed_process_leaving(store, store_uri, quick)
 
 @pytest.mark.parametrize("bad_id", ["", "a/b", "..", " padded", "tab\tin", None, 42])
 def test_bad_bookie_ids_are_rejected(store, bad_id):
-    with pytest.raises(InvalidConfigurationError, match="bookie id"):
+    with pytest.raises(InvalidArgumentError, match="bookie id"):
         store.register_bookie(bad_id)
 
 
 def test_info_must_be_json(store):
-    with pytest.raises(InvalidConfigurationError, match="JSON"):
+    with pytest.raises(InvalidArgumentError, match="JSON"):
         store.register_bookie("b1", {"when": object()})
     assert store.bookies() == {}
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from pyspark_ledger.errors import (InvalidConfigurationError, MetadataError, MetadataExistsError,
+from pyspark_ledger.errors import (InvalidArgumentError, MetadataError, MetadataExistsError,
                                    MetadataVersionConflictError, NoSuchKeyError)
 from pyspark_ledger.metadata.instance import INSTANCE_KEY, read_instance_id
 from tests.metadata.helpers import CAS_INCREMENTS, start_child, stop_child
@@ -87,14 +87,14 @@ def test_children_are_sorted_names_and_empty_when_absent(store):
 
 @pytest.mark.parametrize("bad_key", ["", "/abs", "trailing/", "a//b", "a/../b", "./a", None, 3])
 def test_bad_keys_are_rejected(store, bad_key):
-    with pytest.raises(InvalidConfigurationError, match="key"):
+    with pytest.raises(InvalidArgumentError, match="key"):
         store.create(bad_key, b"x")
 
 
 def test_values_must_be_bytes_within_the_size_limit(store):
-    with pytest.raises(InvalidConfigurationError, match="bytes"):
+    with pytest.raises(InvalidArgumentError, match="bytes"):
         store.create("k", "text")
-    with pytest.raises(InvalidConfigurationError, match="limit"):
+    with pytest.raises(InvalidArgumentError, match="limit"):
         store.create("k", b"x" * 1_000_001)
     store.create("k", b"x" * 1_000_000)
     assert len(store.get("k").value) == 1_000_000

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from pyspark_ledger.errors import (InvalidConfigurationError, MetadataError, MetadataExistsError,
+from pyspark_ledger.errors import (InvalidArgumentError, MetadataError, MetadataExistsError,
                                    MetadataVersionConflictError, NoSuchLedgerError)
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, Fragment
 from tests.metadata.helpers import Recorder, ledger
@@ -166,13 +166,13 @@ def test_failing_watch_callback_does_not_stop_later_notifications(store):
 
 @pytest.mark.parametrize("bad_id", [-1, 2**63, "7", 1.0, True, None])
 def test_bad_ledger_ids_are_rejected(store, bad_id):
-    with pytest.raises(InvalidConfigurationError, match="ledger id"):
+    with pytest.raises(InvalidArgumentError, match="ledger id"):
         store.read_ledger(bad_id)
 
 
 def test_oversized_metadata_is_rejected_before_reaching_the_store(store):
     huge = ledger(30, custom_metadata={"blob": b"x" * 1_100_000})
-    with pytest.raises(InvalidConfigurationError, match="limit"):
+    with pytest.raises(InvalidArgumentError, match="limit"):
         store.create_ledger(huge)
     with pytest.raises(NoSuchLedgerError):
         store.read_ledger(30)

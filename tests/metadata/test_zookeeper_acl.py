@@ -16,7 +16,7 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from pyspark_ledger.client.ledger_client import LedgerClient
-from pyspark_ledger.errors import BookieError, MetadataUnauthorizedError, UnauthorizedError
+from pyspark_ledger.errors import BookieProcessError, MetadataUnauthorizedError, UnauthorizedError
 from pyspark_ledger.metadata import layout, open_metadata_store
 from pyspark_ledger.metadata.zk_security import AUTH_ENV
 from pyspark_ledger.testing.bookies import BookieCluster, BookieProcess
@@ -221,7 +221,7 @@ def test_a_bookie_without_the_credentials_stops_with_one_clear_line(protected, z
     monkeypatch.delenv(AUTH_ENV, raising=False)
     bookie = BookieProcess(tmp_path / "bookie", zookeeper_server.uri(chroot, session_timeout=2))
     try:
-        with pytest.raises(BookieError, match="exited with status 1"):
+        with pytest.raises(BookieProcessError, match="exited with status 1"):
             bookie.start()
     finally:
         bookie.kill()

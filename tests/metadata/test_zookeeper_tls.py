@@ -7,7 +7,7 @@ import uuid
 import pytest
 import trustme
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import InvalidStateError, MetadataError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.zk_security import AUTH_ENV
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer, ZooKeeperTls
@@ -117,5 +117,5 @@ def test_a_server_requiring_client_certificates_takes_tls_cert_and_key(pki, tmp_
 
 
 def test_the_default_fixture_has_no_tls_port(zookeeper_server):
-    with pytest.raises(InvalidConfigurationError, match="no TLS port"):
+    with pytest.raises(InvalidStateError, match="no TLS port"):
         zookeeper_server.secure_port

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, NotEnoughBookiesError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError, LedgerClosedError, NotEnoughBookiesError
 from pyspark_ledger.metadata.model import IN_RECOVERY
 from pyspark_ledger.protocol.add_tracker import AddTracker, ConfirmedAdd, Resend
 from pyspark_ledger.protocol.ledger_rules import (
@@ -149,14 +149,14 @@ def test_C2_add_after_stop_fails_and_stop_is_idempotent():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(InvalidConfigurationError, match="distinct"):
+    with pytest.raises(InvalidArgumentError, match="distinct"):
         AddTracker(("b0", "b0", "b1"), 3, 2)
     tracker = AddTracker(ENSEMBLE, 3, 2)
-    with pytest.raises(InvalidConfigurationError, match="payload size"):
+    with pytest.raises(InvalidArgumentError, match="payload size"):
         tracker.add(-1)
-    with pytest.raises(InvalidConfigurationError, match="no ensemble change in progress"):
+    with pytest.raises(InvalidStateError, match="no ensemble change in progress"):
         tracker.ensemble_changed(("b0", "b1", "b3"))
-    with pytest.raises(InvalidConfigurationError, match="continue at entry 0"):
+    with pytest.raises(InvalidArgumentError, match="continue at entry 0"):
         tracker.add_recovered(3, 10)
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.protocol.answers import AnswerKind, kind_for_status
 from pyspark_ledger.protocol.coverage import (
     CoverageTracker, EntryOutcome, EntryTally, can_still_be_covered, is_covered,
@@ -130,5 +130,5 @@ def test_absent_needs_qw_minus_qa_plus_one_negatives_unknowns_never_count():
 
 
 def test_entry_tally_refuses_a_bookie_outside_the_write_set():
-    with pytest.raises(InvalidConfigurationError, match="not in this entry's write set"):
+    with pytest.raises(InvalidArgumentError, match="not in this entry's write set"):
         EntryTally((1, 2), 2, 1).record(0, P)

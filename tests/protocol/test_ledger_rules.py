@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, RecoveryError
+from pyspark_ledger.errors import (InternalError, InvalidArgumentError, InvalidConfigurationError, LedgerClosedError,
+                                   RecoveryError)
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY, OPEN, Fragment
 from pyspark_ledger.protocol.ledger_rules import (
     Decision, check_transition, close_metadata, ensemble_change, mark_in_recovery, new_ledger_metadata,
@@ -18,13 +19,13 @@ def ledger(e=3, qw=3, qa=2):
 def test_new_ledger_metadata_is_open_with_one_fragment():
     md = ledger()
     assert md.state == OPEN and md.fragments == (Fragment(0, ("b0", "b1", "b2")),)
-    with pytest.raises(InvalidConfigurationError, match="twice"):
+    with pytest.raises(InvalidArgumentError, match="twice"):
         new_ledger_metadata(1, ["b0", "b0", "b1"], 3, 3, 2, "crc32c", "", {}, 0)
     with pytest.raises(InvalidConfigurationError, match="ensemble_size >= write_quorum"):
         new_ledger_metadata(1, ["b0", "b1"], 2, 3, 2, "crc32c", "", {}, 0)
     with pytest.raises(InvalidConfigurationError, match="unknown digest type"):
         new_ledger_metadata(1, ["b0"], 1, 1, 1, "md5", "", {}, 0)
-    with pytest.raises(InvalidConfigurationError, match="ledger id"):
+    with pytest.raises(InvalidArgumentError, match="ledger id"):
         new_ledger_metadata(-1, ["b0"], 1, 1, 1, "crc32c", "", {}, 0)
 
 
@@ -41,12 +42,12 @@ def test_ensemble_change_at_the_fragment_start_replaces_it_in_place():
 
 def test_R8_no_fragment_below_the_current_fragment_start():
     md = ensemble_change(ledger(), {1: "b3"}, 12)
-    with pytest.raises(InvalidConfigurationError, match="below the current fragment's first entry 12"):
+    with pytest.raises(InvalidArgumentError, match="below the current fragment's first entry 12"):
         ensemble_change(md, {0: "b4"}, 11)
-    with pytest.raises(InvalidConfigurationError, match="current fragment starts at entry 12"):
+    with pytest.raises(InvalidArgumentError, match="current fragment starts at entry 12"):
         recovery_close(md.with_changes(state=IN_RECOVERY), 10, 100)
     backwards = md.with_changes(fragments=(md.fragments[0], Fragment(5, ("b0", "b3", "b4"))))
-    with pytest.raises(InvalidConfigurationError, match="below the current fragment"):
+    with pytest.raises(InternalError, match="below the current fragment"):
         check_transition(md, backwards)
 
 
@@ -89,7 +90,7 @@ def test_C1_close_records_last_entry_and_length():
     md = close_metadata(ledger(), 9, 1234)
     assert (md.state, md.last_entry_id, md.length) == (CLOSED, 9, 1234)
     check_transition(ledger(), md)
-    with pytest.raises(InvalidConfigurationError, match="length"):
+    with pytest.raises(InvalidArgumentError, match="length"):
         close_metadata(ledger(), -1, 5)
 
 
@@ -129,11 +130,11 @@ def test_mark_in_recovery_and_recovery_close():
 
 def test_check_transition_refuses_going_back_and_changing_a_closed_ledger():
     closed = close_metadata(ledger(), 2, 30)
-    with pytest.raises(InvalidConfigurationError, match="cannot go back"):
+    with pytest.raises(InternalError, match="cannot go back"):
         check_transition(closed, ledger())
-    with pytest.raises(InvalidConfigurationError, match="final"):
+    with pytest.raises(InternalError, match="final"):
         check_transition(closed, closed.with_changes(length=31))
-    with pytest.raises(InvalidConfigurationError, match="write_quorum"):
+    with pytest.raises(InternalError, match="write_quorum"):
         check_transition(ledger(3, 3, 2), ledger(3, 2, 2))
 
 
@@ -146,13 +147,13 @@ def test_check_transition_lets_a_repair_replace_a_bookie_of_a_closed_ledger_and_
     repaired = closed.with_changes(fragments=(Fragment(0, ("b0", "b9", "b2")), closed.fragments[1]))
     check_transition(closed, repaired)
     check_transition(closed, closed.with_changes(fragments=(closed.fragments[0], Fragment(12, ("b7", "b3", "b8")))))
-    with pytest.raises(InvalidConfigurationError, match="outside its ensemble"):
+    with pytest.raises(InternalError, match="outside its ensemble"):
         check_transition(closed, closed.with_changes(fragments=(Fragment(0, ("b0", "b2", "b1")), closed.fragments[1])))
-    with pytest.raises(InvalidConfigurationError, match="final"):
+    with pytest.raises(InternalError, match="final"):
         check_transition(closed, repaired.with_changes(last_entry_id=21))
-    with pytest.raises(InvalidConfigurationError, match="final"):
+    with pytest.raises(InternalError, match="final"):
         check_transition(closed, closed.with_changes(fragments=closed.fragments[:1]))
-    with pytest.raises(InvalidConfigurationError, match="keep their first entries"):
+    with pytest.raises(InternalError, match="keep their first entries"):
         check_transition(closed, closed.with_changes(fragments=(closed.fragments[0], Fragment(13, ("b0", "b3", "b2")))))
 
 
@@ -160,14 +161,14 @@ def test_check_transition_lets_only_a_repair_touch_a_sealed_fragment_of_an_open_
     md = two_fragments()
     check_transition(md, md.with_changes(fragments=(Fragment(0, ("b0", "b9", "b2")), md.fragments[1])))
     check_transition(md, ensemble_change(md, {0: "b5"}, 12))  # the writer's fragment: replaced in place
-    with pytest.raises(InvalidConfigurationError, match="outside its ensemble"):
+    with pytest.raises(InternalError, match="outside its ensemble"):
         check_transition(md, md.with_changes(fragments=(Fragment(0, ("b2", "b1", "b0")), md.fragments[1])))
-    with pytest.raises(InvalidConfigurationError, match="twice"):
+    with pytest.raises(InternalError, match="twice"):
         check_transition(md, md.with_changes(fragments=(Fragment(0, ("b0", "b8", "b8")), md.fragments[1])))
 
 
 def test_check_transition_refuses_an_end_before_the_last_fragment():
     md = two_fragments()
     check_transition(md, close_metadata(md, 11, 120))  # the new fragment holds nothing yet: LAC + 1 == 12
-    with pytest.raises(InvalidConfigurationError, match="its last fragment starts at entry 12"):
+    with pytest.raises(InternalError, match="its last fragment starts at entry 12"):
         check_transition(md, md.with_changes(state=CLOSED, last_entry_id=10, length=110))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError
+from pyspark_ledger.errors import InvalidArgumentError, NoSuchEntryError
 from pyspark_ledger.metadata.model import CLOSED, Fragment, LedgerMetadata
 from pyspark_ledger.protocol.read_rules import (advance_lac, check_read_range, fragment_last_entry, lac_floor,
                                                 plan_batches, readable_last_entry)
@@ -32,9 +32,9 @@ def test_read_range_checks():
     with pytest.raises(NoSuchEntryError, match="beyond the readable end 5"):
         check_read_range(7, 0, 6, 5)
     for first, last in ((-1, 3), (4, 3)):
-        with pytest.raises(InvalidConfigurationError):
+        with pytest.raises(InvalidArgumentError):
             check_read_range(7, first, last, 10)
-    with pytest.raises(InvalidConfigurationError, match="integer"):
+    with pytest.raises(InvalidArgumentError, match="integer"):
         check_read_range(7, 0, "5", 10)
 
 
@@ -47,7 +47,7 @@ def test_batches_never_cross_a_fragment_and_respect_the_size():
     assert fragment_last_entry(md, 10) == 19 and fragment_last_entry(md, 25) is None
     covered = [e for b in plan_batches(md, 0, 40, 7) for e in range(b.first_entry_id, b.last_entry_id + 1)]
     assert covered == list(range(41))
-    with pytest.raises(InvalidConfigurationError):
+    with pytest.raises(InvalidArgumentError):
         list(plan_batches(md, 0, 3, 0))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
 from pyspark_ledger.protocol.reads import LacRead, ReadPlan, ReadStepKind
 
@@ -55,7 +55,7 @@ def test_unknowns_exhausting_the_replicas_fail_rather_than_say_absent():
 
 
 def test_answers_from_a_non_replica_are_refused():
-    with pytest.raises(InvalidConfigurationError, match="not a replica of entry 0"):
+    with pytest.raises(InvalidArgumentError, match="not a replica of entry 0"):
         ReadPlan(0, E4, 3, 2).on_answer("b3", ReadAnswer.no_such_entry())
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.protocol.schedule import (
     Quorums, all_write_sets, distinct_write_sets, is_in_write_set, write_set, write_set_bookies,
 )
@@ -49,10 +49,10 @@ def test_quorums_threshold_and_validation():
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
 def test_bad_entry_ids_are_refused_with_the_value(bad):
-    with pytest.raises(InvalidConfigurationError, match="entry id"):
+    with pytest.raises(InvalidArgumentError, match="entry id"):
         write_set(bad, 3, 2)
 
 
 def test_bad_bookie_index_is_refused():
-    with pytest.raises(InvalidConfigurationError, match="bookie index must be in 0..2"):
+    with pytest.raises(InvalidArgumentError, match="bookie index must be in 0..2"):
         is_in_write_set(0, 3, 3, 2)

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from pyspark_ledger.errors import BookieError, DataDirectoryError, InvalidConfigurationError
+from pyspark_ledger.errors import (BookieProcessError, DataDirectoryError, InvalidArgumentError,
+                                   InvalidConfigurationError, InvalidStateError)
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.sandbox import Sandbox
 from pyspark_ledger.sandbox.lock import DataDirLock
@@ -37,7 +38,7 @@ def test_context_manager_kills_restarts_adds_and_cleans_up():
         wait_until(lambda: ids[0] not in registered(sb.metadata_uri), "the killed bookie's lease to expire")
         restarted = sb.start_bookie(0)
         assert restarted.bookie_id == ids[0] and restarted.is_running()
-        with pytest.raises(BookieError, match=f"bookie 0 \\({ids[0]}\\) is already running"):
+        with pytest.raises(BookieProcessError, match=f"bookie 0 \\({ids[0]}\\) is already running"):
             sb.start_bookie(0)
         assert read_payloads(ids[0], LEDGER_ID, ENTRIES) == [payload(ids[0], e) for e in range(ENTRIES)]
 
@@ -50,12 +51,12 @@ def test_context_manager_kills_restarts_adds_and_cleans_up():
         assert sb.bookie_ids == [*ids, added.bookie_id] and added.bookie_id not in ids
         remembered = json.loads((data_dir / "sandbox.json").read_text())
         assert [b["bookie_id"] for b in remembered["bookies"]] == sb.bookie_ids
-        with pytest.raises(InvalidConfigurationError, match=r"bookies 0\.\.2"):
+        with pytest.raises(InvalidArgumentError, match=r"bookies 0\.\.2"):
             sb.stop_bookie(3)
         pids = [bookie.pid for bookie in sb.bookies]
     assert not data_dir.exists()
     assert not [pid for pid in pids if bookie_alive(pid)]
-    with pytest.raises(InvalidConfigurationError, match="not running"):
+    with pytest.raises(InvalidStateError, match="not running"):
         sb.kill_bookie(0)
 
 

@@ -8,7 +8,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")  # the connector's extra: pip install 'pyspark-ledger[spark]'
 
 from pyspark_ledger.entry import EntryCodec  # noqa: E402
-from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError  # noqa: E402
+from pyspark_ledger.errors import CorruptEntryError, EntryTooLargeError, InvalidArgumentError  # noqa: E402
 from pyspark_ledger.spark.arrow_codec import decode_batch, encode_batch, entry_batches  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def test_a_slice_encodes_only_its_rows():
 
 
 def test_encode_refuses_non_batches():
-    with pytest.raises(InvalidConfigurationError, match="pyarrow.RecordBatch, got Table"):
+    with pytest.raises(InvalidArgumentError, match="pyarrow.RecordBatch, got Table"):
         encode_batch(pa.table({"a": [1]}))
 
 
@@ -179,7 +179,7 @@ def test_uneven_rows_are_halved_until_they_fit():
 
 def test_a_single_row_over_the_limit_is_refused():
     batch = pa.record_batch({"id": [1], "blob": [b"x" * 5000]})
-    with pytest.raises(InvalidConfigurationError, match="single row of .* larger than an entry may be"):
+    with pytest.raises(EntryTooLargeError, match="single row of .* larger than an entry may be"):
         list(entry_batches([batch], max_entry_bytes=1000))
 
 
@@ -197,5 +197,5 @@ def test_no_input_gives_no_entries():
 
 @pytest.mark.parametrize("rows, size", [(0, 10), (-1, 10), (10, 0), (True, 10), (10, 1.5)])
 def test_limits_must_be_positive_integers(rows, size):
-    with pytest.raises(InvalidConfigurationError, match="must be a positive integer"):
+    with pytest.raises(InvalidArgumentError, match="must be a positive integer"):
         list(entry_batches([sample_batch(1)], rows_per_entry=rows, max_entry_bytes=size))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.log import EARLIEST, LATEST, LogPosition
 from pyspark_ledger.spark.offsets import (OffsetSpec, StreamOffset, parse_ending_offsets,
                                           parse_starting_offsets)
@@ -62,14 +62,14 @@ def test_with_positions_replaces_and_adds_without_mutating():
     ("{not json", "not a valid JSON object"),
 ])
 def test_bad_checkpointed_offsets_are_refused(data, fragment):
-    with pytest.raises(InvalidConfigurationError, match=fragment):
+    with pytest.raises(InvalidArgumentError, match=fragment):
         StreamOffset.from_json(data if isinstance(data, str) else json.loads(json.dumps(data)))
 
 
 def test_offset_positions_must_be_sorted_unique_and_concrete():
-    with pytest.raises(InvalidConfigurationError, match="unique and ascending"):
+    with pytest.raises(InvalidArgumentError, match="unique and ascending"):
         StreamOffset(((1, LogPosition(0, 0)), (0, LogPosition(0, 0))))
-    with pytest.raises(InvalidConfigurationError, match="concrete"):
+    with pytest.raises(InvalidArgumentError, match="concrete"):
         StreamOffset(((0, LATEST),))
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.log import EARLIEST, LATEST, LogPosition, parse_position
 from pyspark_ledger.log.positions import MAX_INT64
 
@@ -45,7 +45,7 @@ def test_moving_within_and_across_ledgers():
 @pytest.mark.parametrize("sentinel", [EARLIEST, LATEST])
 def test_sentinels_cannot_move_or_become_dicts(sentinel):
     for operation in (sentinel.next_entry, sentinel.next_ledger, sentinel.to_dict):
-        with pytest.raises(InvalidConfigurationError, match="resolve it against the log"):
+        with pytest.raises(InvalidArgumentError, match="resolve it against the log"):
             operation()
 
 
@@ -88,12 +88,12 @@ def test_accepted_spellings(value, expected):
     (f"{MAX_INT64}:0", "ledger_seq must be an integer"),
 ])
 def test_malformed_positions_are_refused_with_the_accepted_forms(value, fragment):
-    with pytest.raises(InvalidConfigurationError, match=fragment) as caught:
+    with pytest.raises(InvalidArgumentError, match=fragment) as caught:
         parse_position(value, what="startingOffsets partition 0")
     assert "startingOffsets partition 0" in str(caught.value)
 
 
 @pytest.mark.parametrize("fields", [(-1, 0), (0, -1), (-2, -2), (MAX_INT64, 0), (1.0, 2), (True, 0)])
 def test_constructor_refuses_impossible_positions(fields):
-    with pytest.raises(InvalidConfigurationError, match="must be an integer"):
+    with pytest.raises(InvalidArgumentError, match="must be an integer"):
         LogPosition(*fields)

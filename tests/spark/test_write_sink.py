@@ -14,7 +14,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark.sql.datasource")
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, MetadataVersionConflictError  # noqa: E402
+from pyspark_ledger.errors import (InvalidConfigurationError, InvalidStateError, LedgerError,
+                                   MetadataVersionConflictError)  # noqa: E402
 from pyspark_ledger.log.log_metadata import Replication  # noqa: E402
 from pyspark_ledger.log.retention import Cut  # noqa: E402
 from pyspark_ledger.log.stream_store import read_stream  # noqa: E402
@@ -258,7 +259,7 @@ def test_schemaless_stream_with_entries_is_refused(cluster, streams, stream):
     writer.append(b"raw bytes, not Arrow")
     writer.close()
     assert streams.commit_ledgers(stream, "log-api", 0, {0: [writer.ledger_id]}).committed
-    with pytest.raises(InvalidConfigurationError, match="has no Arrow schema but holds entries"):
+    with pytest.raises(InvalidStateError, match="has no Arrow schema but holds entries"):
         plan(cluster, stream)
 
 
