@@ -57,7 +57,7 @@ class Registration(abc.ABC):
     @abc.abstractmethod
     def update_info(self, info: Mapping[str, Any]) -> None:
         """Replace the info published with the registration (e.g. refreshed disk space); MetadataError if the
-        registration is closed or lost, InvalidConfigurationError if ``info`` is not JSON or too large."""
+        registration is closed or lost, InvalidArgumentError if ``info`` is not JSON or too large."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -147,7 +147,7 @@ def test_update_info_replaces_what_others_see_and_survives_a_mode_change(store, 
     registration.set_read_only(True)  # a mode change keeps the updated info (ZooKeeper re-creates the node)
     assert observer.bookies()["b1"] == BookieRegistration("b1", True, {"port": 3181, "disk": {
         "journal": {"free_bytes": 5, "total_bytes": 9}}})
-    with pytest.raises(InvalidConfigurationError, match="JSON"):
+    with pytest.raises(InvalidArgumentError, match="JSON"):
         registration.update_info({"when": object()})
     assert observer.bookies()["b1"].info["port"] == 3181, "a refused update changed nothing"
     registration.close()
