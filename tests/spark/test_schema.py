@@ -8,7 +8,8 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")  # the connector's extra: pip install 'pyspark-ledger[spark]'
 
-from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, InvalidStateError, MetadataError  # noqa: E402
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidConfigurationError, InvalidStateError,  # noqa: E402
+                                   MetadataError)
 from pyspark_ledger.log import stream_schema as ss  # noqa: E402
 from pyspark_ledger.spark import schema as sc  # noqa: E402
 
