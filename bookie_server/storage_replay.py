@@ -30,7 +30,7 @@ from bookie_server.journal_replay import HOW_TO_SKIP
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_requests import StoredEntry
 from pyspark_ledger.entry import peek_header
-from pyspark_ledger.errors import CorruptEntryError, JournalCorruptError, StorageError
+from pyspark_ledger.errors import CorruptEntryError, InternalError, JournalCorruptError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class ReplayApplier:
         if record.kind == FENCE:
             self._states.fence(ledger)
         elif record.kind != LEDGER_KEY:  # pragma: no cover - parse_record only yields known kinds
-            raise AssertionError(f"unknown journal record kind {record.kind}")
+            raise InternalError(f"unknown journal record kind {record.kind}")
 
     def flush(self) -> None:
         if not self._batch:

@@ -125,17 +125,19 @@ class BookieError(LedgerError):
     ``status`` (a ``BookieStatus``) is what the bookie answered (e.g. ``IO_ERROR``), or the transport
     condition in which no answer came (``UNAVAILABLE``, ``TIMEOUT``, ``CANCELLED``, ``CLOSED``,
     ``RPC_FAILED``); ``retriable`` says whether sending the request again may succeed (``STATUS_ERRORS``).
-    The constructor also takes a member's name (``"TIMEOUT"``) and stores the member.
     """
 
     default_status = BookieStatus.RPC_FAILED
 
-    def __init__(self, message: str, *, bookie_id: str = "", status: BookieStatus | str | None = None) -> None:
+    def __init__(self, message: str, *, bookie_id: str = "", status: BookieStatus | None = None) -> None:
         super().__init__(message)
         self.bookie_id = bookie_id
         if status is None:
             status = self.default_status
-        self.status = BookieStatus[status] if isinstance(status, str) else BookieStatus(status)
+        if isinstance(status, str):
+            raise InvalidArgumentError(f"a BookieError's status is a BookieStatus member (BookieStatus.{status}), "
+                                       f"not the string {status!r}")
+        self.status = BookieStatus(status)
 
     @property
     def retriable(self) -> bool:

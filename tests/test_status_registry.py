@@ -11,8 +11,8 @@ import pyspark_ledger
 from pyspark_ledger import errors
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
 from pyspark_ledger.errors import (STATUS_ERRORS, BookieError, BookieUnavailableError, InternalError,
-                                   LedgerFencedError, ReadOnlyBookieError, TooManyRequestsError, UnauthorizedError,
-                                   error_for_status)
+                                   InvalidArgumentError, LedgerFencedError, ReadOnlyBookieError, TooManyRequestsError,
+                                   UnauthorizedError, error_for_status)
 from pyspark_ledger.protocol.add_answers import AddAction, action_for_status
 from pyspark_ledger.status import BookieStatus, as_status
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -131,3 +131,16 @@ def test_errors_built_by_hand_carry_a_status_of_their_own_class():
     assert len(calls) >= 15
     for where, name, status in calls:
         assert STATUS_ERRORS[BookieStatus[status]].error is getattr(errors, name), (where, name, status)
+
+
+def test_no_status_is_given_as_a_string():
+    given = [f"{path.name}:{node.lineno}" for path in SOURCES for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.keyword) and node.arg == "status" and isinstance(node.value, ast.Constant)
+             and isinstance(node.value.value, str)]
+    assert given == [], f"status given as a string (use a BookieStatus member) at {given}"
+
+
+def test_a_string_status_is_refused_naming_the_member():
+    with pytest.raises(InvalidArgumentError, match=r"BookieStatus\.TIMEOUT.*not the string 'TIMEOUT'"):
+        BookieUnavailableError("slow", status="TIMEOUT")
+    assert BookieUnavailableError("slow", status=BookieStatus.TIMEOUT).status is BookieStatus.TIMEOUT

@@ -5,6 +5,8 @@ import json
 import sys
 from typing import Any, Sequence, TextIO
 
+from pyspark_ledger.errors import InternalError
+
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO = sys.stdout) -> None:
     """Rows as an aligned text table with a header line; '(none)' when empty."""
@@ -41,7 +43,7 @@ def human_bytes(count: int) -> str:
         value /= 1024
         if value < 1024 or unit == _UNITS[-1]:
             return f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
+    raise InternalError(f"human_bytes found no unit for {count}")  # pragma: no cover - the last unit always returns
 
 
 def human_bytes_exact(count: int) -> str:

@@ -15,7 +15,7 @@ import logging
 
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.metadata_update import retry_policy, update_ledger
-from pyspark_ledger.errors import LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
+from pyspark_ledger.errors import InternalError, LedgerClosedError, LedgerFencedError, NotEnoughBookiesError
 from pyspark_ledger.metadata.model import OPEN, LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import EnsembleChangeRequest
@@ -70,7 +70,7 @@ class _Change:
     def transform(self, stored: LedgerMetadata) -> LedgerMetadata:
         target, self._target = self._target, None
         if target is None:
-            raise AssertionError("transform called without needs_update")  # pragma: no cover
+            raise InternalError("transform called without needs_update")  # pragma: no cover
         return target
 
 
@@ -90,7 +90,7 @@ def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int
             log.info("ensemble change: no fresh bookie left, taking back %s, which failed before",
                      sorted(set(replacements.values()) & rounds[0]))
         return replacements
-    raise AssertionError("exclusion_rounds returned no round")  # pragma: no cover
+    raise InternalError("exclusion_rounds returned no round")  # pragma: no cover
 
 
 def _stop_error(stored: LedgerMetadata, reason: str) -> Exception:

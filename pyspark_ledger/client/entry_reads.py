@@ -123,7 +123,7 @@ class RangeFetch:
         text = f"cannot read entry {first} of ledger {self._ledger_id} from any replica: {step.reason}"
         if self._corrupt and self._corrupt == len(self._plan.replicas):
             return None, CorruptEntryError(text)
-        return None, BookieUnavailableError(text, status="UNAVAILABLE")
+        return None, BookieUnavailableError(text, status=BookieStatus.UNAVAILABLE)
 
     def _classify(self, bookie: str, done: Future) -> tuple[list[LedgerEntry], ReadAnswer]:
         """Verified entries from the batch's first one on, and what the answer says about the first."""

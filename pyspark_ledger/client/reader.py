@@ -22,9 +22,10 @@ from pyspark_ledger.client.lac_reads import poll_lac, read_lac
 from pyspark_ledger.client.recovery_op import recover_ledger
 from pyspark_ledger.client.striped_reads import StripedFetch
 from pyspark_ledger.entry import EntryCodec, master_key
-from pyspark_ledger.errors import BookieUnavailableError, InvalidConfigurationError, NoSuchEntryError
+from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, NoSuchEntryError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
+from pyspark_ledger.status import BookieStatus
 from pyspark_ledger.protocol.read_rules import (advance_lac, check_read_range, lac_floor, plan_batches,
                                                 readable_last_entry)
 from pyspark_ledger.protocol.stripes import stripes_per_batch
@@ -101,7 +102,7 @@ class LedgerReader:
         NoSuchEntryError if the ledger was closed before that entry.
         """
         if isinstance(entry_id, bool) or not isinstance(entry_id, int) or entry_id < 0:
-            raise InvalidConfigurationError(f"entry id must be an integer >= 0, got {entry_id!r}")
+            raise InvalidArgumentError(f"entry id must be an integer >= 0, got {entry_id!r}")
         deadline = time.monotonic() + timeout
         while self.last_add_confirmed < entry_id:
             self._refresh_metadata()
@@ -155,7 +156,7 @@ class LedgerReader:
             except TimeoutError as exc:
                 raise BookieUnavailableError(f"reading entries {fetch.batch.first_entry_id}.."
                                              f"{fetch.batch.last_entry_id} of ledger {self.ledger_id} took over "
-                                             f"{wait_s:.0f} s", status="TIMEOUT") from exc
+                                             f"{wait_s:.0f} s", status=BookieStatus.TIMEOUT) from exc
             rest = _remainder(fetch, entries)
             if rest is not None:
                 window.appendleft(self._fetch(rest, copy))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.log.positions import LogPosition
 
 
@@ -59,10 +59,10 @@ class PartitionLog:
     def __post_init__(self) -> None:
         seqs = [span.ledger_seq for span in self.spans]
         if any(later != earlier + 1 for earlier, later in zip(seqs, seqs[1:])):
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"ledger sequence numbers of a log must be consecutive, got {seqs}")
         if any(span.last_entry_id < -1 or span.length < 0 for span in self.spans):
-            raise InvalidConfigurationError("a ledger span needs last_entry_id >= -1 and length >= 0")
+            raise InvalidArgumentError("a ledger span needs last_entry_id >= -1 and length >= 0")
 
     @property
     def start(self) -> LogPosition:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError
+from pyspark_ledger.errors import InvalidArgumentError, MetadataError
 
 STORED_TIMEZONE = "UTC"
 MAX_DECIMAL_PRECISION = 38
@@ -35,7 +35,7 @@ _LISTS = (_T.is_list, _T.is_large_list, _T.is_fixed_size_list, _T.is_list_view, 
 def normalize_arrow_schema(schema: pa.Schema, *, as_nullable: bool = False) -> pa.Schema:
     """``schema`` in the Arrow types Spark uses; every field nullable if ``as_nullable``.
 
-    InvalidConfigurationError names a field whose type Spark cannot represent.
+    InvalidArgumentError names a field whose type Spark cannot represent.
     """
     return pa.schema([_normalize_field(field, field.name, as_nullable) for field in schema])
 
@@ -112,8 +112,8 @@ _CONVERSIONS: tuple[tuple[Callable[[pa.DataType], bool], Callable[..., pa.DataTy
 )
 
 
-def _unsupported(arrow_type: pa.DataType, path: str, why: str) -> InvalidConfigurationError:
-    return InvalidConfigurationError(f"field {path!r} has Arrow type {arrow_type}, which a ledger "
+def _unsupported(arrow_type: pa.DataType, path: str, why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"field {path!r} has Arrow type {arrow_type}, which a ledger "
                                      f"stream cannot hold for Spark: {why}")
 
 

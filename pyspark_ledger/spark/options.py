@@ -61,6 +61,7 @@ from typing import Any, Callable, Mapping
 
 from pyspark_ledger.entry import DIGEST_CRC32C, check_digest_type
 from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.log.inputs import MAX_PARTITIONS
 from pyspark_ledger.metadata.uri import ACCEPTED_FORMS, parse_metadata_uri
 from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.offsets import OffsetSpec, parse_ending_offsets, parse_starting_offsets
@@ -154,6 +155,14 @@ def _positive_int(name: str, raw: str) -> int:
     return int(text)
 
 
+def _partitions(name: str, raw: str) -> int:
+    """A stream's partition count, within the log layer's limit (checked here so the error names the option)."""
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PARTITIONS:
+        raise _invalid(name, raw, f"a whole number from 1 to {MAX_PARTITIONS}")
+    return int(text)
+
+
 def _size(name: str, raw: str) -> int:
     match = _SIZE.fullmatch(raw.strip().lower())
     value = int(match.group(1)) * _SIZE_UNITS[match.group(2) or ""] if match else 0
@@ -216,7 +225,7 @@ _OPTIONS = {option.name.lower(): option for option in (
             "a batch read reads everything between startingOffsets and endingOffsets"),
     _Option("maxBytesPerTrigger", frozenset({STREAM_READ}), _size,
             "a batch read reads everything between startingOffsets and endingOffsets"),
-    _Option("partitions", WRITES, _positive_int, "a reader sees the partitions the stream has"),
+    _Option("partitions", WRITES, _partitions, "a reader sees the partitions the stream has"),
     _Option("ensembleSize", WRITES, _positive_int, "replication is chosen when a stream is written"),
     _Option("writeQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
     _Option("ackQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),

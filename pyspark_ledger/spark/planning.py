@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from pyspark_ledger.errors import DataLossError, InvalidConfigurationError
+from pyspark_ledger.errors import DataLossError, InvalidArgumentError
 from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
 from pyspark_ledger.log.positions import LogPosition
 from pyspark_ledger.spark.offsets import OffsetSpec, StreamOffset
@@ -223,7 +223,7 @@ def plan_ranges(partition: int, start: LogPosition, end: LogPosition, log: Parti
     for little work while the other cores idle.
     """
     if max_entries_per_range is not None and max_entries_per_range < 1:
-        raise InvalidConfigurationError(f"max_entries_per_range must be >= 1, got {max_entries_per_range}")
+        raise InvalidArgumentError(f"max_entries_per_range must be >= 1, got {max_entries_per_range}")
     ranges: list[ReadRange] = []
     for span, first in log.segments_from(start):
         if span.ledger_seq > end.ledger_seq:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, InvalidStateError, LedgerError
 from pyspark_ledger.log.stream_schema import STORED_TIMEZONE, normalize_arrow_schema, stored_schema
 
 PARTITION_COLUMN, LEDGER_ID_COLUMN, ENTRY_ID_COLUMN = "_partition", "_ledger_id", "_entry_id"
@@ -65,7 +65,7 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     if batch.schema.equals(schema):
         return batch
     if sorted(batch.schema.names) != sorted(schema.names):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"a batch with columns {batch.schema.names} does not fit the schema with columns "
             f"{schema.names}")
     if batch.schema.names != schema.names:
@@ -76,13 +76,13 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     try:
         return batch.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InvalidConfigurationError(f"a batch cannot be converted to the schema {schema}: {exc}") from exc
+        raise InvalidArgumentError(f"a batch cannot be converted to the schema {schema}: {exc}") from exc
 
 
 def _check_no_nulls(batch: pa.RecordBatch, schema: pa.Schema) -> None:
     for column, field in zip(batch.columns, schema):
         if not field.nullable and column.null_count:
-            raise InvalidConfigurationError(
+            raise InvalidArgumentError(
                 f"column {field.name!r} holds {column.null_count} null(s) but is declared not null")
 
 
@@ -103,7 +103,7 @@ def check_compatible(stored: pa.Schema, incoming: pa.Schema, *, stream: str = ""
                  and not ours.field(name).type.equals(theirs.field(name).type)]
     if problems:
         target = f"stream {stream!r}" if stream else "the stream"
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"cannot write to {target}: its schema differs from the data's: " + "; ".join(problems)
             + ". Select and cast the columns to the stream's schema, or write to a new stream")
 
@@ -118,7 +118,7 @@ def spark_to_arrow_schema(schema: Any) -> pa.Schema:
     struct = as_struct_type(schema)
     try:
         arrow = spark_arrow_schema(struct, STORED_TIMEZONE)
-    except InvalidConfigurationError:
+    except LedgerError:
         raise
     except Exception as exc:  # pyspark raises its own type errors for unsupported types
         raise _not_storable(struct, str(exc)) from exc
@@ -148,8 +148,8 @@ def child_fields(arrow_type: pa.DataType) -> list[pa.Field]:
     return []
 
 
-def _not_storable(struct, why: str) -> InvalidConfigurationError:
-    return InvalidConfigurationError(
+def _not_storable(struct, why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
         f"the Spark schema {struct.simpleString()} cannot be stored in a ledger stream: {why}")
 
 
@@ -159,10 +159,10 @@ def arrow_to_spark_schema(schema: pa.Schema):
 
     try:
         return from_arrow_schema(normalize_arrow_schema(schema), prefer_timestamp_ntz=True)
-    except InvalidConfigurationError:
+    except LedgerError:
         raise
     except Exception as exc:
-        raise InvalidConfigurationError(f"the Arrow schema {schema} has no Spark equivalent: {exc}") from exc
+        raise InvalidArgumentError(f"the Arrow schema {schema} has no Spark equivalent: {exc}") from exc
 
 
 def read_spark_schema(stored: pa.Schema, *, include_metadata: bool = False):
@@ -177,7 +177,7 @@ def as_struct_type(schema: Any):
     if isinstance(schema, StructType):
         return schema
     if not isinstance(schema, str):
-        raise InvalidConfigurationError(
+        raise InvalidArgumentError(
             f"a Spark schema must be a StructType, its JSON or a DDL string, got {type(schema).__name__}")
     if schema.lstrip().startswith("{"):
         return _struct_from_json(schema)
@@ -190,7 +190,7 @@ def _struct_from_json(text: str):
     try:
         return StructType.fromJson(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidConfigurationError(f"not a Spark schema in JSON form ({exc}): {text[:200]!r}") from exc
+        raise InvalidArgumentError(f"not a Spark schema in JSON form ({exc}): {text[:200]!r}") from exc
 
 
 def _struct_from_ddl(ddl: str):
@@ -198,13 +198,13 @@ def _struct_from_ddl(ddl: str):
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     if SparkSession.getActiveSession() is None:
-        raise InvalidConfigurationError(
+        raise InvalidStateError(
             f"parsing the DDL schema {ddl!r} needs an active SparkSession; pass a StructType "
             "or its JSON (schema.json()) instead")
     try:
         parsed = _parse_datatype_string(ddl)
     except Exception as exc:  # Spark's ParseException
-        raise InvalidConfigurationError(f"the DDL schema {ddl!r} does not parse: {exc}") from exc
+        raise InvalidArgumentError(f"the DDL schema {ddl!r} does not parse: {exc}") from exc
     if not isinstance(parsed, StructType):
-        raise InvalidConfigurationError(f"the DDL schema {ddl!r} is a {parsed.simpleString()}, not columns")
+        raise InvalidArgumentError(f"the DDL schema {ddl!r} is a {parsed.simpleString()}, not columns")
     return parsed

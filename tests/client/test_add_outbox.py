@@ -67,7 +67,7 @@ def test_puts_before_a_flush_become_one_send_per_bookie_ledger_and_listener_in_o
 def test_a_bookie_that_cannot_be_reached_fails_its_adds_through_the_listener(loop):
     def refuse(bookie_id, ledger_id, adds, listener):
         raise BookieUnavailableError(f"bookie {bookie_id} is not registered", bookie_id=bookie_id,
-                                     status="UNAVAILABLE")
+                                     status=BookieStatus.UNAVAILABLE)
     outbox = AddOutbox(loop, refuse)
     listener = Listener()
     outbox.put("gone", 3, [(5, b"a"), (6, b"b")], listener)

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from pyspark_ledger.errors import (BookieUnavailableError, CorruptEntryError, InvalidArgumentError,
-                                   InvalidConfigurationError, NoSuchEntryError, RecoveryError)
+                                   NoSuchEntryError, RecoveryError)
 from tests.client.conftest import PASSWORD
 
 
@@ -128,7 +128,7 @@ def test_read_range_is_checked(client, make_client):
         reader.read(0, 3)
     with pytest.raises(InvalidArgumentError, match="0 <= first <= last"):
         reader.read(2, 1)
-    with pytest.raises(InvalidConfigurationError):
+    with pytest.raises(InvalidArgumentError):
         reader.wait_for_entry(-1)
 
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from pyspark_ledger.errors import (InvalidArgumentError, InvalidConfigurationError, InvalidStateError,
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidStateError,
                                    NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED
 from pyspark_ledger.log import log_transitions
@@ -155,17 +155,17 @@ def test_bad_commits_are_refused_with_clear_errors(streams, stream_name):
          f"ledger {open_ledger.ledger_id} is OPEN, not CLOSED"),
         ({0: [foreign]}, InvalidArgumentError, f"created for stream '{other_stream}'"),
         ({1: [committed]}, InvalidArgumentError, f"ledger {committed} .*already in stream"),
-        ({5: [fresh]}, InvalidConfigurationError, "partition 5 does not exist"),
-        ({0: [fresh], 1: [fresh]}, InvalidConfigurationError, "listed twice"),
+        ({5: [fresh]}, InvalidArgumentError, "partition 5 does not exist"),
+        ({0: [fresh], 1: [fresh]}, InvalidArgumentError, "listed twice"),
         ({0: [2**62]}, NoSuchLedgerError, str(2**62)),
     ]
     before = version(streams, stream_name)
     for ledgers, error, message in cases:
         with pytest.raises(error, match=message):
             streams.commit_ledgers(stream_name, "q", 1, ledgers)
-    with pytest.raises(InvalidConfigurationError, match="writer id"):
+    with pytest.raises(InvalidArgumentError, match="writer id"):
         streams.commit_ledgers(stream_name, "", 1, {})
-    with pytest.raises(InvalidConfigurationError, match="batch id"):
+    with pytest.raises(InvalidArgumentError, match="batch id"):
         streams.commit_ledgers(stream_name, "q", -1, {})
     with pytest.raises(NoSuchKeyError, match="does not exist"):
         streams.commit_ledgers("no-such-stream", "q", 1, {})

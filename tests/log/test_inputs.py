@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.log import inputs
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.log.log_writer import RollPolicy
@@ -16,31 +16,31 @@ def test_good_stream_names(name):
 
 @pytest.mark.parametrize("name", ["", "-x", ".hidden", "a/b", "a b", "x" * 201, "é", None, 3])
 def test_bad_stream_names_are_refused_with_the_rule(name):
-    with pytest.raises(InvalidConfigurationError, match="stream name .* is invalid: use 1-200 letters"):
+    with pytest.raises(InvalidArgumentError, match="stream name .* is invalid: use 1-200 letters"):
         inputs.check_stream_name(name)
 
 
 @pytest.mark.parametrize("count", [0, -1, inputs.MAX_PARTITIONS + 1, True, 1.5, "2"])
 def test_bad_partition_counts(count):
-    with pytest.raises(InvalidConfigurationError, match="partition count must be an integer from 1 to 1024"):
+    with pytest.raises(InvalidArgumentError, match="partition count must be an integer from 1 to 1024"):
         inputs.check_partition_count(count)
 
 
 @pytest.mark.parametrize("partition", [-1, 3, True, "0", None])
 def test_bad_partitions_name_the_range(partition):
-    with pytest.raises(InvalidConfigurationError, match=r"stream 's' has partitions 0..2; partition .* does not exist"):
+    with pytest.raises(InvalidArgumentError, match=r"stream 's' has partitions 0..2; partition .* does not exist"):
         inputs.check_partition(partition, 3, "s")
 
 
 @pytest.mark.parametrize("writer_id", ["", " q", "q\n", "x" * 201, None, 7])
 def test_bad_writer_ids(writer_id):
-    with pytest.raises(InvalidConfigurationError, match="writer id .* is invalid"):
+    with pytest.raises(InvalidArgumentError, match="writer id .* is invalid"):
         inputs.check_writer_id(writer_id)
 
 
 @pytest.mark.parametrize("batch_id", [-1, 1.0, True, "3", 2**63])
 def test_bad_batch_ids(batch_id):
-    with pytest.raises(InvalidConfigurationError, match="batch id must be an integer >= 0"):
+    with pytest.raises(InvalidArgumentError, match="batch id must be an integer >= 0"):
         inputs.check_batch_id(batch_id)
 
 
@@ -54,9 +54,9 @@ def test_replication_is_checked_and_normalised():
 
 def test_schema_forms():
     assert inputs.check_schema(None) is None and inputs.check_schema(bytearray(b"ab")) == b"ab"
-    with pytest.raises(InvalidConfigurationError, match="must not be empty bytes"):
+    with pytest.raises(InvalidArgumentError, match="must not be empty bytes"):
         inputs.check_schema(b"")
-    with pytest.raises(InvalidConfigurationError, match="must be a pyarrow.Schema or the bytes"):
+    with pytest.raises(InvalidArgumentError, match="must be a pyarrow.Schema or the bytes"):
         inputs.check_schema("a: int")
 
 
@@ -72,7 +72,7 @@ def test_ledger_id_mappings():
     for bad, message in (([1], "must be a mapping"), ({2: [1]}, "partition 2 does not exist"),
                          ({0: 5}, "expected a list of ledger ids"), ({0: [-1]}, "-1 is not a ledger id"),
                          ({0: [1], 1: [1]}, "ledger 1 is listed twice")):
-        with pytest.raises(InvalidConfigurationError, match=message):
+        with pytest.raises(InvalidArgumentError, match=message):
             inputs.check_ledger_ids(bad, 2, "s")
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, NoSuchKeyError, NoSuchLedgerError
+from pyspark_ledger.errors import InvalidArgumentError, NoSuchKeyError, NoSuchLedgerError
 from pyspark_ledger.log.log_transitions import add_ledger, mark_orphans
 from pyspark_ledger.log.orphans import DEFAULT_MIN_AGE_S
 from pyspark_ledger.log.stream_store import read_stream, update_stream
@@ -180,5 +180,5 @@ def test_a_bad_minimum_age_is_refused(streams, stream_name, min_age):
 def test_sweeping_a_missing_stream_says_so(streams):
     with pytest.raises(NoSuchKeyError, match="does not exist"):
         streams.collect_orphans("no-such-stream", 0)
-    with pytest.raises(InvalidConfigurationError, match="stream name"):
+    with pytest.raises(InvalidArgumentError, match="stream name"):
         streams.collect_orphans("bad/name", 0)

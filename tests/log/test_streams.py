@@ -56,15 +56,15 @@ def test_partitions_can_be_added_not_removed(streams, stream_name):
 def test_bad_inputs_get_clear_errors(streams, stream_name):
     streams.create_stream(stream_name, 2)
     cases = [
-        (lambda: streams.create_stream("bad/name", 1), InvalidConfigurationError, "stream name 'bad/name' is invalid"),
-        (lambda: streams.create_stream(stream_name + "x", 0), InvalidConfigurationError, "partition count"),
+        (lambda: streams.create_stream("bad/name", 1), InvalidArgumentError, "stream name 'bad/name' is invalid"),
+        (lambda: streams.create_stream(stream_name + "x", 0), InvalidArgumentError, "partition count"),
         (lambda: streams.create_stream(stream_name + "x", 1, ensemble_size=2, write_quorum=3),
          InvalidConfigurationError, "ensemble_size >= write_quorum"),
-        (lambda: streams.create_stream(stream_name + "x", 1, schema="id int"), InvalidConfigurationError,
+        (lambda: streams.create_stream(stream_name + "x", 1, schema="id int"), InvalidArgumentError,
          "pyarrow.Schema or the bytes"),
         (lambda: streams.create_stream(stream_name, 2), MetadataExistsError, f"stream '{stream_name}' already exists"),
-        (lambda: streams.open_writer(stream_name, 2), InvalidConfigurationError, "partitions 0..1; partition 2"),
-        (lambda: streams.open_reader(stream_name, -1), InvalidConfigurationError, "partition -1 does not exist"),
+        (lambda: streams.open_writer(stream_name, 2), InvalidArgumentError, "partitions 0..1; partition 2"),
+        (lambda: streams.open_reader(stream_name, -1), InvalidArgumentError, "partition -1 does not exist"),
         (lambda: streams.open_reader(stream_name, 0, "3-17"), InvalidArgumentError, "start position '3-17'"),
         (lambda: streams.open_writer("missing-stream", 0), NoSuchKeyError, "stream 'missing-stream' does not exist"),
         (lambda: streams.delete_stream("missing-stream"), NoSuchKeyError, "does not exist"),

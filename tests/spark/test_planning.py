@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pyspark_ledger.errors import DataLossError, InvalidConfigurationError
+from pyspark_ledger.errors import DataLossError, InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.log import EARLIEST, LATEST, LogPosition as P
 from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
 from pyspark_ledger.spark.offsets import StreamOffset
@@ -43,9 +43,9 @@ def test_empty_log_starts_and_ends_at_the_next_ledger():
 
 
 def test_spans_must_be_consecutive_and_sane():
-    with pytest.raises(InvalidConfigurationError, match="consecutive"):
+    with pytest.raises(InvalidArgumentError, match="consecutive"):
         PartitionLog((LedgerSpan(0, 1, 4), LedgerSpan(2, 3, 4)))
-    with pytest.raises(InvalidConfigurationError, match="last_entry_id >= -1"):
+    with pytest.raises(InvalidArgumentError, match="last_entry_id >= -1"):
         PartitionLog((LedgerSpan(0, 1, -2),))
 
 
@@ -227,7 +227,7 @@ def test_plan_ranges_chunks_large_ledgers():
     log = log_of(10)
     ranges = plan_ranges(0, P(0, 0), P(0, 10), log, max_entries_per_range=4)
     assert [(r.first_entry_id, r.last_entry_id) for r in ranges] == [(0, 2), (3, 5), (6, 9)]
-    with pytest.raises(InvalidConfigurationError, match="max_entries_per_range"):
+    with pytest.raises(InvalidArgumentError, match="max_entries_per_range"):
         plan_ranges(0, P(0, 0), P(0, 10), log, max_entries_per_range=0)
 
 

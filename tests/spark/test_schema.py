@@ -8,7 +8,8 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")  # the connector's extra: pip install 'pyspark-ledger[spark]'
 
-from pyspark_ledger.errors import InvalidConfigurationError, MetadataError  # noqa: E402
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidConfigurationError, InvalidStateError,  # noqa: E402
+                                   MetadataError)
 from pyspark_ledger.log import stream_schema as ss  # noqa: E402
 from pyspark_ledger.spark import schema as sc  # noqa: E402
 
@@ -87,7 +88,7 @@ def test_normalisation_agrees_with_sparks_own_arrow_conversion():
     (pa.map_(pa.string(), pa.uint8()), "'col.value'"),
 ])
 def test_types_spark_cannot_hold_are_refused_naming_the_field(arrow_type, fragment):
-    with pytest.raises(InvalidConfigurationError, match="which a ledger stream cannot hold") as caught:
+    with pytest.raises(InvalidArgumentError, match="which a ledger stream cannot hold") as caught:
         ss.stored_schema(pa.schema([pa.field("col", arrow_type)]))
     assert fragment in str(caught.value)
 
@@ -141,22 +142,31 @@ def test_metadata_columns_cannot_shadow_stream_columns():
 
 def test_as_struct_type_refuses_bad_input_without_a_session():
     spark_types()
-    with pytest.raises(InvalidConfigurationError, match="StructType, its JSON or a DDL string"):
+    with pytest.raises(InvalidArgumentError, match="StructType, its JSON or a DDL string"):
         sc.as_struct_type(42)
-    with pytest.raises(InvalidConfigurationError, match="not a Spark schema in JSON form"):
+    with pytest.raises(InvalidArgumentError, match="not a Spark schema in JSON form"):
         sc.as_struct_type('{"type": "struct", "fields": [{"name": "a"}]}')
+
+
+def test_ddl_without_an_active_session_is_a_state_error(monkeypatch):
+    spark_types()
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    with pytest.raises(InvalidStateError, match="needs an active SparkSession"):
+        sc.as_struct_type("id int")
 
 
 def test_unsupported_spark_types_are_refused():
     types = spark_types()
     variant = types.StructType([types.StructField("v", types.VariantType())])
-    with pytest.raises(InvalidConfigurationError, match="variant values are not supported"):
+    with pytest.raises(InvalidArgumentError, match="variant values are not supported"):
         sc.spark_to_arrow_schema(variant)
     nested = types.StructType([types.StructField("a", types.ArrayType(types.StructType(
         [types.StructField("v", types.VariantType())])))])
-    with pytest.raises(InvalidConfigurationError, match="variant values are not supported"):
+    with pytest.raises(InvalidArgumentError, match="variant values are not supported"):
         sc.spark_to_arrow_schema(nested)
-    with pytest.raises(InvalidConfigurationError, match="cannot be stored"):
+    with pytest.raises(InvalidArgumentError, match="cannot be stored"):
         sc.spark_to_arrow_schema(types.StructType([types.StructField("c", types.CalendarIntervalType())]))
 
 
@@ -207,11 +217,11 @@ def test_conform_batch_is_free_when_schemas_match_and_reorders_by_name():
 
 def test_conform_batch_refuses_other_columns_and_nulls_in_not_null_fields():
     schema = pa.schema([pa.field("a", pa.int64(), nullable=False)])
-    with pytest.raises(InvalidConfigurationError, match=r"columns \['b'\] does not fit .* \['a'\]"):
+    with pytest.raises(InvalidArgumentError, match=r"columns \['b'\] does not fit .* \['a'\]"):
         sc.conform_batch(pa.record_batch({"b": [1]}), schema)
-    with pytest.raises(InvalidConfigurationError, match="'a' holds 1 null"):
+    with pytest.raises(InvalidArgumentError, match="'a' holds 1 null"):
         sc.conform_batch(pa.record_batch({"a": [1, None]}), schema)
-    with pytest.raises(InvalidConfigurationError, match="cannot be converted"):
+    with pytest.raises(InvalidArgumentError, match="cannot be converted"):
         sc.conform_batch(pa.record_batch({"a": ["x"]}), schema)
 
 
@@ -241,7 +251,7 @@ def test_incompatible_schemas_list_every_difference():
                                          ("who", pa.struct([("a", pa.int32())]))]))
     incoming = pa.schema([("id", pa.int32()), ("name", pa.large_string()), ("extra", pa.bool_()),
                           ("who", pa.struct([("a", pa.int32()), ("b", pa.int32())]))])
-    with pytest.raises(InvalidConfigurationError) as caught:
+    with pytest.raises(InvalidArgumentError) as caught:
         sc.check_compatible(stored, incoming, stream="orders")
     message = str(caught.value)
     assert "cannot write to stream 'orders'" in message

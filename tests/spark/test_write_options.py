@@ -49,6 +49,7 @@ def write_refused(options: dict, *fragments: str, streaming: bool = False, overw
     ({**BASE, "stream": "bad name!"}, ("stream='bad name!' is invalid",)),
     ({**BASE, "partitions": "0"}, ("partitions='0' is invalid", "whole number")),
     ({**BASE, "partitions": "many"}, ("partitions='many' is invalid",)),
+    ({**BASE, "partitions": "1025"}, ("partitions='1025' is invalid", "from 1 to 1024")),
     ({**BASE, "ensembleSize": "-3"}, ("ensembleSize='-3' is invalid",)),
     ({**BASE, "writeQuorum": "2.5"}, ("writeQuorum='2.5' is invalid",)),
     ({**BASE, "ackQuorum": ""}, ("ackQuorum='' is invalid",)),

@@ -14,7 +14,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark.sql.datasource")
 
-from pyspark_ledger.errors import (InvalidConfigurationError, InvalidStateError, LedgerError,
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidStateError, LedgerError,
                                    MetadataVersionConflictError)  # noqa: E402
 from pyspark_ledger.log.log_metadata import Replication  # noqa: E402
 from pyspark_ledger.log.retention import Cut  # noqa: E402
@@ -202,7 +202,7 @@ def test_task_refuses_a_batch_that_does_not_fit_the_schema_and_cleans_up(cluster
     sink = plan(cluster, stream)
     before = all_ledgers(streams)
     wrong = pa.record_batch([pa.array([1], pa.int64())], names=["other"])
-    with pytest.raises(InvalidConfigurationError, match="does not fit the schema"):
+    with pytest.raises(InvalidArgumentError, match="does not fit the schema"):
         write_task(sink, [rows(0, 3), wrong], 0)
     assert all_ledgers(streams) == before
 
@@ -233,7 +233,7 @@ def test_incompatible_schema_is_refused_when_planning(cluster, streams, stream):
     other = {"type": "struct", "fields": [{"name": "id", "type": "string", "nullable": True, "metadata": {}},
                                           {"name": "extra", "type": "double", "nullable": True, "metadata": {}}]}
     before = all_ledgers(streams)
-    with pytest.raises(InvalidConfigurationError) as caught:
+    with pytest.raises(InvalidArgumentError) as caught:
         plan(cluster, stream, schema=other)
     message = str(caught.value)
     assert f"cannot write to stream {stream!r}" in message
@@ -247,7 +247,7 @@ def test_stream_created_meanwhile_with_another_schema_fails_the_commit(cluster, 
     messages = [write_task(sink, [rows(0, 5)], 0)]
     other = pa.schema([pa.field("id", pa.string())])
     streams.create_stream(stream, 1, other)
-    with pytest.raises(InvalidConfigurationError, match="its schema differs"):
+    with pytest.raises(InvalidArgumentError, match="its schema differs"):
         commit_write(sink, messages, "writer-e", 0)
     abort_write(sink, messages)  # what Spark does after a failed commit
     assert not set(messages[0].ledger_ids) & all_ledgers(streams)
