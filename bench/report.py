@@ -85,8 +85,11 @@ def append_table(session: dict) -> Table:
     ours, peer = documents(session, "replication"), documents(session, "nats_jetstream")
     table = Table("replication", "Appends: 3 bookies (E=Qw=3, Qa=2) beside NATS JetStream R3 and the limits",
                   {"ours": "ours: 3 bookies, `LedgerClient`", "nats": "NATS JetStream, 3 replicas, file storage",
-                   "fsync": "limit: 3 files fsync'd", "fanout": "limit: gRPC fan-out to 3 no-op servers"},
-                  [("ours", "nats", "ours ÷ NATS"), ("ours", "fanout", "ours ÷ fan-out")],
+                   "fsync": "limit: 3 files fsync'd", "fanout": "limit: gRPC fan-out to 3 no-op servers",
+                   "storage": "limit: one bookie's storage alone, in-process",
+                   "floor": "limit: the floor (fan-out + 3 × storage CPU per entry, all cores)"},
+                  [("ours", "nats", "ours ÷ NATS"), ("ours", "fanout", "ours ÷ fan-out"),
+                   ("ours", "floor", "ours ÷ floor")],
                   sources=("replication", "nats_jetstream"))
     paced = "paced_1KiB_1000_per_s"
     for label, unit, run_key, metric in (("1 KiB appends, 2,000 in flight", "entries/s", "1KiB", "entries_per_s"),
@@ -94,16 +97,24 @@ def append_table(session: dict) -> Table:
         table.rows.append(Row(label, unit, {
             "ours": gather(ours, f"runs.{run_key}.{metric}"), "nats": gather(peer, f"runs.{run_key}.{metric}"),
             "fsync": gather(ours, f"limits.{run_key}.fsync.{metric}"),
-            "fanout": gather(ours, f"limits.{run_key}.grpc_fanout.{metric}")}))
+            "fanout": gather(ours, f"limits.{run_key}.grpc_fanout.{metric}"),
+            "storage": gather(ours, f"bookie_storage_alone.{run_key}.{metric}") if run_key == "1KiB" else [],
+            "floor": gather(ours, "where_the_time_goes.1KiB_floor.entries_per_s_if_all_cores_did_only_this")
+            if run_key == "1KiB" else []}))
     for quantile in ("p50", "p99"):
         table.rows.append(Row(f"paced 1,000 × 1 KiB/s, {quantile} latency", "ms", {
             "ours": gather(ours, f"runs.{paced}.{quantile}_ms"), "nats": gather(peer, f"runs.{paced}.{quantile}_ms"),
-            "fsync": [], "fanout": gather(ours, f"limits.{paced}.grpc_fanout.{quantile}_ms_to_second_ack")},
+            "fsync": [], "fanout": gather(ours, f"limits.{paced}.grpc_fanout.{quantile}_ms_to_second_ack"),
+            "storage": [], "floor": []},
             lower_is_better=True))
     semantics = next((doc.get("ack_semantics") for doc in peer if doc.get("ack_semantics")), None)
     version = next((doc.get("nats_server_version") for doc in peer if doc.get("nats_server_version")), None)
     if version:
         table.notes.append(f"NATS: nats-server {version}. {semantics or ''}".strip())
+    table.notes.append("Goals (issue 16), each a ratio in the same run: 1 KiB ours ÷ floor ≥ 0.7 and ≥ 2 × NATS; "
+                       "1 MiB ours ÷ fan-out ≥ 0.75 and ≥ 3 × NATS; paced p99 ours ÷ fan-out ≤ 2 and p50, p99 ≤ "
+                       "NATS's. The floor is the rate the CPU of the fan-out plus 3 storage adds per entry allows "
+                       "if every core did only that; storage alone is one bookie's engine driven without gRPC.")
     table.notes += problems(session, "replication") + problems(session, "nats_jetstream")
     return table
 
@@ -149,6 +160,8 @@ def spark_table(session: dict) -> Table:
     table.rows.append(Row(f"read{size} into `noop`", "rows/s", {
         "ledger": _spark_read_rates(docs, "ledger.read"), "parquet": _spark_read_rates(docs, "parquet.read"),
         "arrow": _spark_read_rates(docs, "arrow_memory.read_string")}))
+    table.notes.append("Goals (issue 16): ledger ÷ parquet ≥ 1.0 for the read (rows/s) and ≤ 1.0 for the write "
+                       "(seconds).")
     table.notes += problems(session, "spark_io")
     return table
 
