@@ -195,9 +195,74 @@ def striped_table(session: dict) -> Table:
     return table
 
 
+def _counts(docs: list[dict], key: str) -> str:
+    return ", ".join(f"{count:,}" for count in sorted({doc[key] for doc in docs if isinstance(doc.get(key), int)}))
+
+
+def recovery_table(session: dict) -> Table:
+    docs = documents(session, "recovery")
+    table = Table("recovery", "Recovery of a ledger whose writer was killed (3 bookies, E=Qw=3, Qa=2)",
+                  {"ours": "`open_ledger(recovery=True)` until CLOSED", "goal": "goal (issue 16)"},
+                  [("ours", "goal", "ours ÷ goal")], sources=("recovery",))
+    entries = _counts(docs, "entries") or "100,000"
+    table.rows.append(Row(f"recovery of {entries} confirmed entries, writer killed with SIGKILL", "s",
+                          {"ours": gather(docs, "runs", "recovery_seconds"),
+                           "goal": gather(docs, "goal_seconds")[:1]}, lower_is_better=True))
+    table.notes += problems(session, "recovery")
+    return table
+
+
+def replay_table(session: dict) -> Table:
+    docs = documents(session, "replay")
+    table = Table("replay", "Journal replay on a bookie restart beside a plain sequential read of the same files",
+                  {"replay": "journal replay (the bookie's log)",
+                   "plain": "plain sequential read, page cache dropped first"},
+                  [("replay", "plain", "replay ÷ plain read")], sources=("replay",))
+    size = _counts(docs, "written_mb")
+    table.rows.append(Row(f"journal of {size or '?'} MB written, replayed after kill -9", "MB/s",
+                          {"replay": gather(docs, "runs", "replay_mb_per_s"),
+                           "plain": gather(docs, "runs", "plain_read_mb_per_s")}))
+    table.rows.append(Row("restart: process start to ready (imports and replay included)", "s",
+                          {"replay": gather(docs, "runs", "start_to_ready_seconds"), "plain": []},
+                          lower_is_better=True))
+    table.notes.append("Goal (issue 16): replay ≥ 0.5 × the plain read.")
+    table.notes += problems(session, "replay")
+    return table
+
+
+def scaling_table(session: dict) -> Table:
+    docs = documents(session, "scaling")
+    table = Table("scaling", "1 KiB appends, 2,000 in flight, from 1 to 3 to 5 bookies (striped)",
+                  {"one": "1 bookie, E=Qw=Qa=1", "three": "3 bookies, E=Qw=3, Qa=2",
+                   "five": "5 bookies, E=5, Qw=3, Qa=2"},
+                  [("three", "one", "3 ÷ 1"), ("five", "three", "5 striped ÷ 3")], sources=("scaling",))
+    shapes = {"one": "1_bookie", "three": "3_bookies", "five": "5_bookies_striped"}
+    for label, unit, metric, lower in (("throughput", "entries/s", "entries_per_s", False),
+                                       ("p50 latency", "ms", "p50_ms", True), ("p99 latency", "ms", "p99_ms", True)):
+        table.rows.append(Row(label, unit, {key: gather(docs, f"shapes.{shape}.runs", metric)
+                                            for key, shape in shapes.items()}, lower_is_better=lower))
+    table.notes += problems(session, "scaling")
+    return table
+
+
+def streaming_table(session: dict) -> Table:
+    docs = documents(session, "streaming_latency")
+    table = Table("streaming_latency", "Structured Streaming end to end: a row written until `foreachBatch` has it",
+                  {"ours": "`ledger` streaming read, 1 s trigger", "trigger": "trigger interval"},
+                  [("ours", "trigger", "÷ trigger")], sources=("streaming_latency",))
+    trigger = [seconds * 1000.0 for seconds in gather(docs, "trigger_seconds")][:1]
+    for quantile in ("p50", "p99"):
+        table.rows.append(Row(f"{quantile} latency", "ms", {"ours": gather(docs, f"{quantile}_ms"),
+                                                            "trigger": trigger}, lower_is_better=True))
+    table.notes.append("Goal (issue 16): p50 ≤ 1.5 × the trigger interval.")
+    table.notes += problems(session, "streaming_latency")
+    return table
+
+
 BUILDERS: dict[str, Callable[[dict], Table]] = {
     "replication": append_table, "bookie": bookie_table, "spark_io": spark_table, "tls": tls_table,
-    "striped_reads": striped_table}
+    "striped_reads": striped_table, "recovery": recovery_table, "replay": replay_table,
+    "scaling": scaling_table, "streaming_latency": streaming_table}
 
 
 def build_tables(session: dict) -> dict[str, Table]:
