@@ -112,8 +112,8 @@ def run(megabytes: int, repeats: int) -> dict:
         with BookieProcess(Path(tmp) / "bookie", uri, checkpoint_interval=0) as bookie:
             result["entries"] = write_through(bookie, megabytes)
             bookie.kill()
-            paths = journal_files(bookie.data_dir / "journal")
             for _ in range(repeats):
+                paths = journal_files(bookie.data_dir / "journal")  # each start adds a journal file
                 plain = plain_read(paths)
                 replay = restart_and_replay(bookie, paths)
                 replay["plain_read_mb_per_s"] = plain["mb_per_s"]
