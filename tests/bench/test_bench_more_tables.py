@@ -1,8 +1,6 @@
 """The tables of the recovery, replay, scaling and streaming-latency benchmarks, from small fixed results
-(no benchmark runs here), and their place in the runner and the README.
-
-The scripts themselves are not smoke-run here: each starts bookie processes (and the streaming one Spark)
-and takes longer than 30 s on this machine; ``python -m bench --quick --only NAME`` runs them."""
+(no benchmark runs here), and their place in the runner and the README. Smoke runs of the scripts:
+``test_bench_more_smoke.py``."""
 from __future__ import annotations
 
 from pathlib import Path
