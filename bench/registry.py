@@ -44,6 +44,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("tls", "tls.py", ("--quick",), ()),
     # Added by the striped-reads work (issue 14); runs as soon as the script is in the checkout.
     Benchmark("striped_reads", "striped_reads.py", ("--quick",), (), optional=True),
+    Benchmark("recovery", "recovery.py", ("--quick",), ()),
+    Benchmark("replay", "replay.py", ("--quick",), ()),
+    Benchmark("scaling", "scaling.py", ("--quick",), ()),
+    Benchmark("streaming_latency", "streaming_latency.py", ("--quick",), ()),
 )
 
 

@@ -109,6 +109,7 @@ class BookieStorage:
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes, self._states.index_pages)
         self._states.index_pages = {}  # the index keeps them from here on
         start_mark = read_mark(config.data_dir / MARK_FILE_NAME)
+        replay_started = time.monotonic()
         with self._lock:
             applier = ReplayApplier(self._states, self._store, self._index_entries, self._entry_log.read,
                                     config.skip_journal_corruption)
@@ -117,8 +118,9 @@ class BookieStorage:
             self._damage_at_start = result.skipped_regions + applier.lost_entries
             orphans = self._index.remove_orphan_files(
                 lambda ledger_id: self._known_ledger(ledger_id, snapshot_path if snapshot_missing else None))
-        log.info("bookie storage %s: replayed %d journal records from %d files, removed %d index files of deleted "
-                 "ledgers", config.data_dir, result.records, result.files, orphans)
+        log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s, removed %d index files "
+                 "of deleted ledgers", config.data_dir, result.records, result.files,
+                 time.monotonic() - replay_started, orphans)
         # bodies up to this size travel in the journal (all of them with journal_write_data)
         self._inline_max = float("inf") if config.journal_write_data else config.journal_inline_max_bytes
         self._journal = Journal(config, result.next_file_id, on_journal_sync,

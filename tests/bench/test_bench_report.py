@@ -21,7 +21,9 @@ def replication_doc(rate: float, fanout: float) -> dict:
             "limits": {"1KiB": {"fsync": {"entries_per_s": 100_000}, "grpc_fanout": {"entries_per_s": fanout}},
                        "1MiB": {"fsync": {"mb_per_s": 200.0}, "grpc_fanout": {"mb_per_s": 300.0}},
                        "paced_1KiB_1000_per_s": {"grpc_fanout": {"p50_ms_to_second_ack": 1.0,
-                                                                 "p99_ms_to_second_ack": 4.5}}}}
+                                                                 "p99_ms_to_second_ack": 4.5}}},
+            "bookie_storage_alone": {"1KiB": {"entries_per_s": 50_000}},
+            "where_the_time_goes": {"1KiB_floor": {"entries_per_s_if_all_cores_did_only_this": 20_000}}}
 
 
 def nats_doc(rate: float) -> dict:
@@ -69,7 +71,9 @@ def test_markdown_names_the_run_its_load_and_what_is_missing_and_why():
     block = report.table_block(data, tables["replication"])
     assert "commit 0123456789" in block and "load average 1.0–2.0 over its runs (full: a fixed example)" in block
     assert "| 1 KiB appends, 2,000 in flight (entries/s; higher is better) | 10,000 (9,000–12,000) | " \
-           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | 2.00 | 0.50 |" in block
+           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | 50,000 | 20,000 | 2.00 | 0.50 | 0.50 |" in block
+    assert "| 1 MiB appends, 8 in flight (MB/s; higher is better) | 150 | 75.0 | 200 | 300 | — | — | 2.00 | 0.50 | — |" \
+        in block
     assert "NATS: nats-server v2.9.10. acks from the page cache" in block
     tls = report.table_block(data, tables["tls"])
     assert "`tls` failed: RuntimeError: boom" in tls and "| — | — | — |" in tls

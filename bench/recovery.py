@@ -1,0 +1,135 @@
+"""Benchmark recovery: how long opening a ledger whose writer was killed takes until the ledger is closed.
+
+Usage: ``python bench/recovery.py [--entries 100000] [--repeats 3] [--quick] [--out FILE]``.
+
+Starts 3 real bookie processes (SQLite metadata in a temporary directory). Each repetition starts a
+writer in a subprocess (``python bench/recovery.py --writer URI ENTRIES``) that creates a ledger with
+E=Qw=3, Qa=2 and appends entries of 100 bytes with 2,000 in flight; once ``--entries`` are confirmed
+it says so and goes on appending, and is killed with SIGKILL right then, with adds in flight (no close;
+the bookies know a last add confirmed that lags the writer's, as after a real crash). The
+clock runs around ``LedgerClient.open_ledger(id, recovery=True)``: fencing, reading forward from the
+last add confirmed the bookies know, writing back, and closing the ledger in the metadata store. The
+ledger must then be CLOSED with every confirmed entry; each run also reports how many entries recovery
+had to read forward past the last add confirmed the bookies knew (read before the clock starts, without
+fencing). Median and range over the repetitions; goal of
+issue 16: <= 1 s for 100,000 entries. ``--quick``: 20,000 entries, one repetition.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
+from pyspark_ledger.testing.bookies import BookieCluster, child_env  # noqa: E402
+
+PASSWORD = b"bench"
+PAYLOAD = 100
+GOAL_S = 1.0
+INFLIGHT = 2_000
+
+
+def writer_main(uri: str, entries: int) -> int:
+    """The killed writer: create a ledger, print its id, append with many in flight, say "written" once
+    ``entries`` are confirmed and keep appending until killed (a crash lands mid-stream)."""
+    client = LedgerClient(uri, ClientConfig(max_inflight_adds=INFLIGHT))
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    print(writer.ledger_id, flush=True)
+    data = os.urandom(PAYLOAD)
+    confirmed = [0]
+    lock = threading.Lock()
+
+    def done(future) -> None:
+        if future.exception() is None:
+            with lock:
+                confirmed[0] += 1
+    announced = False
+    while True:  # append_async blocks while INFLIGHT adds are unconfirmed
+        writer.append_async(data).add_done_callback(done)
+        if not announced and confirmed[0] >= entries:
+            print("written", flush=True)
+            announced = True
+
+
+def killed_writer(uri: str, entries: int) -> tuple[int, float]:
+    """Run a writer to ``entries`` confirmed entries and SIGKILL it; its ledger id and write seconds."""
+    command = [sys.executable, __file__, "--writer", uri, str(entries)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_env(), text=True)
+    try:
+        started = time.perf_counter()
+        ledger_id = int(process.stdout.readline())
+        if process.stdout.readline().strip() != "written":
+            raise RuntimeError(f"the writer stopped before writing {entries} entries (exit {process.poll()})")
+        return ledger_id, time.perf_counter() - started
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def recover_once(uri: str, entries: int) -> dict:
+    ledger_id, write_s = killed_writer(uri, entries)
+    with LedgerClient(uri) as client:
+        tailing = client.open_ledger(ledger_id, PASSWORD, recovery=False)  # what the bookies knew: no fencing
+        known = tailing.last_add_confirmed
+        tailing.close()
+        started = time.perf_counter()
+        reader = client.open_ledger(ledger_id, PASSWORD, recovery=True)
+        seconds = time.perf_counter() - started
+        reader.close()
+        metadata = client.ledger_metadata(ledger_id)
+    if not metadata.is_closed or metadata.last_entry_id < entries - 1:
+        raise RuntimeError(f"ledger {ledger_id} after recovery: state {metadata.state}, last entry {metadata.last_entry_id}; "
+                           f"{entries} entries were confirmed")
+    return {"ledger_id": ledger_id, "write_seconds": round(write_s, 2), "recovery_seconds": round(seconds, 3),
+            "last_entry_id": metadata.last_entry_id, "last_add_confirmed_before": known,
+            "entries_read_forward": metadata.last_entry_id - known}
+
+
+def run(entries: int, repeats: int) -> dict:
+    result = {"benchmark": "recovery", "cpus": os.cpu_count(), "python": platform.python_version(),
+              "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, "entries": entries, "payload_bytes": PAYLOAD,
+              "goal_seconds": GOAL_S, "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "runs": []}
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
+        uri = f"sqlite:///{tmp}/metadata.db?lease_seconds=5"
+        with BookieCluster(3, Path(tmp) / "bookies", uri):
+            for _ in range(repeats):
+                result["runs"].append(recover_once(uri, entries))
+    seconds = [run["recovery_seconds"] for run in result["runs"]]
+    result["recovery_seconds"] = {"median": statistics.median(seconds), "min": min(seconds), "max": max(seconds)}
+    result["goal_met"] = statistics.median(seconds) <= GOAL_S
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) == 4 and sys.argv[1] == "--writer":
+        return writer_main(sys.argv[2], int(sys.argv[3]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=None, help="entries the writer confirms (default 100000)")
+    parser.add_argument("--repeats", type=int, default=None, help="repetitions (default 3)")
+    parser.add_argument("--quick", action="store_true", help="20,000 entries, once")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    entries = args.entries or (20_000 if args.quick else 100_000)
+    repeats = args.repeats or (1 if args.quick else 3)
+    if entries < 1 or repeats < 1:
+        parser.error(f"--entries and --repeats must be at least 1 (got {entries}, {repeats})")
+    text = json.dumps(run(entries, repeats), indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
