@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Sequence, TypeVar
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.metadata.model import check_quorums
 from pyspark_ledger.protocol.read_rules import ReadBatch
 
@@ -43,7 +43,7 @@ def split_batch(batch: ReadBatch, write_quorum: int) -> tuple[ReadBatch, ...]:
     ensemble_size = len(batch.ensemble)
     check_quorums(ensemble_size, write_quorum, 1)
     if batch.step != 1 or batch.last_entry_id < batch.first_entry_id:
-        raise InvalidConfigurationError(f"cannot split {batch}: need a contiguous, non-empty batch")
+        raise InvalidArgumentError(f"cannot split {batch}: need a contiguous, non-empty batch")
     if ensemble_size == write_quorum:
         return (batch,)
     count = batch.last_entry_id - batch.first_entry_id + 1
@@ -63,7 +63,7 @@ def stripe_size(stripe: ReadBatch) -> int:
 def stripe_rest(stripe: ReadBatch, read: int) -> ReadBatch | None:
     """What is left of ``stripe`` once its first ``read`` entries were read (None: nothing)."""
     if not 0 <= read <= stripe_size(stripe):
-        raise InvalidConfigurationError(f"{read} entries read of a stripe of {stripe_size(stripe)}")
+        raise InvalidArgumentError(f"{read} entries read of a stripe of {stripe_size(stripe)}")
     first = stripe.first_entry_id + read * stripe.step
     if first > stripe.last_entry_id:
         return None
@@ -76,7 +76,7 @@ def merged_prefix(batch: ReadBatch, answers: Sequence[Sequence[T]]) -> list[T]:
     count = batch.last_entry_id - batch.first_entry_id + 1
     stripes = len(answers)
     if not 1 <= stripes <= count:
-        raise InvalidConfigurationError(f"{stripes} stripes for a batch of {count} entries")
+        raise InvalidArgumentError(f"{stripes} stripes for a batch of {count} entries")
     length = min([count] + [len(answer) * stripes + offset for offset, answer in enumerate(answers)])
     merged: list = [None] * length
     for offset, answer in enumerate(answers):

@@ -6,7 +6,7 @@ import itertools
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.protocol.read_rules import ReadBatch
 from pyspark_ledger.protocol.reads import ReadPlan
 from pyspark_ledger.protocol.schedule import write_set
@@ -78,9 +78,9 @@ def test_stripes_per_batch():
 
 
 def test_split_refuses_what_is_not_a_batch():
-    with pytest.raises(InvalidConfigurationError, match="contiguous"):
+    with pytest.raises(InvalidArgumentError, match="contiguous"):
         split_batch(ReadBatch(0, 9, ensemble(5), 5), 3)
-    with pytest.raises(InvalidConfigurationError, match="contiguous"):
+    with pytest.raises(InvalidArgumentError, match="contiguous"):
         split_batch(ReadBatch(5, 4, ensemble(5)), 3)
     with pytest.raises(InvalidConfigurationError, match="write_quorum"):
         split_batch(ReadBatch(0, 4, ensemble(3)), 4)
@@ -107,9 +107,9 @@ def test_merge_of_short_answers_stops_at_the_first_entry_not_read(size, first, c
 
 
 def test_merge_refuses_a_wrong_number_of_stripes():
-    with pytest.raises(InvalidConfigurationError, match="stripes"):
+    with pytest.raises(InvalidArgumentError, match="stripes"):
         merged_prefix(ReadBatch(0, 1, ensemble(5)), [[0], [1], []])
-    with pytest.raises(InvalidConfigurationError, match="stripes"):
+    with pytest.raises(InvalidArgumentError, match="stripes"):
         merged_prefix(ReadBatch(0, 1, ensemble(5)), [])
 
 
@@ -119,7 +119,7 @@ def test_rest_of_a_stripe():
     assert stripe_rest(stripe, 2) == ReadBatch(13, 23, ensemble(5), 5)
     assert stripe_rest(stripe, 5) is None
     for read in (-1, 6):
-        with pytest.raises(InvalidConfigurationError, match="read of a stripe"):
+        with pytest.raises(InvalidArgumentError, match="read of a stripe"):
             stripe_rest(stripe, read)
 
 
