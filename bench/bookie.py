@@ -16,7 +16,6 @@ average, per entry size, the raw limits, and the goal ratios (1 KiB: entries/s v
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import BookieClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
@@ -193,12 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--duration must be positive")
     with tempfile.TemporaryDirectory(prefix="bench-bookie-", dir=args.dir) as tmp:
         result = run(args.duration, Path(tmp))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

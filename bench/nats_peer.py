@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.output import emit  # noqa: E402
 
 from cpu_usage import CpuMeter  # noqa: E402
 from nats_cluster import MISSING, NatsCluster, nats_server_binary, nats_server_version  # noqa: E402
@@ -207,11 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.seconds > 0:
         parser.error(f"--seconds must be positive, got {args.seconds}")
-    text = json.dumps(run(args.seconds), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(args.seconds), args.out)
 
 
 if __name__ == "__main__":

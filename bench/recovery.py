@@ -17,7 +17,6 @@ issue 16: <= 1 s for 100,000 entries. ``--quick``: 20,000 entries, one repetitio
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster, child_env  # noqa: E402
@@ -124,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     if entries < 1 or repeats < 1:
         parser.error(f"--entries and --repeats must be at least 1 (got {entries}, {repeats})")
-    text = json.dumps(run(entries, repeats), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(entries, repeats), args.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ plain read. ``--quick``: 32 MB, once.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.testing.bookies import STDERR_LOG, BookieProcess  # noqa: E402
@@ -137,11 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     if megabytes < 1 or repeats < 1:
         parser.error(f"--mb and --repeats must be at least 1 (got {megabytes}, {repeats})")
-    text = json.dumps(run(megabytes, repeats), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(megabytes, repeats), args.out)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ shares the machine: bookies, client, servers and whatever else runs there
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -48,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.output import emit  # noqa: E402
 
 from cpu_usage import CpuMeter  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
@@ -339,11 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
-    text = json.dumps(run(args.seconds), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(args.seconds), args.out)
 
 
 if __name__ == "__main__":

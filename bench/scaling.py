@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.output import emit  # noqa: E402
 
 from replication import drive_writer  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
@@ -76,11 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     if seconds <= 0 or repeats < 1:
         parser.error(f"--seconds must be > 0 and --repeats at least 1 (got {seconds}, {repeats})")
-    text = json.dumps(run(seconds, repeats), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(seconds, repeats), args.out)
 
 
 if __name__ == "__main__":

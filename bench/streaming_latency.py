@@ -14,7 +14,6 @@ latencies. Goal of issue 16: p50 <= 1.5 x the trigger interval. ``--quick``: 10 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.output import emit  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 
@@ -135,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (10.0 if args.quick else 30.0)
     if seconds <= 0 or args.rate <= 0:
         parser.error(f"--seconds and --rate must be > 0 (got {seconds}, {args.rate})")
-    text = json.dumps(run(seconds, args.rate), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(seconds, args.rate), args.out)
 
 
 if __name__ == "__main__":

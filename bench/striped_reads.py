@@ -19,7 +19,6 @@ run, not a measurement).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
@@ -141,12 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--entries, --entry-bytes and --repetitions must be >= 1")
     entries, repetitions = (QUICK_ENTRIES, 1) if args.quick else (args.entries, args.repetitions)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    text = json.dumps(run(entries, args.entry_bytes, repetitions), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(entries, args.entry_bytes, repetitions), args.out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ system's limits.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -41,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.output import emit  # noqa: E402
 
 from replication import drive_writer  # noqa: E402
 from spark_io import PAYLOAD_BYTES, ROW_BYTES, Run, make_input, timed  # noqa: E402
@@ -184,11 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seconds must be > 0, --repetitions >= 1 and --rows >= 1")
     seconds, repetitions, rows = (1.0, 1, QUICK_ROWS) if args.quick else (args.seconds, args.repetitions, args.rows)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    text = json.dumps(run(seconds, repetitions, rows), indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(run(seconds, repetitions, rows), args.out)
 
 
 if __name__ == "__main__":
