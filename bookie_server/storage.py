@@ -56,7 +56,7 @@ from bookie_server.storage_gc import GcOutcome, StorageGc
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
                                             running_future, valid_key, valid_ledger_id)
 from bookie_server.storage_replay import ReplayApplier
-from pyspark_ledger.errors import (CorruptStorageError, InvalidConfigurationError, NoSuchEntryError,
+from pyspark_ledger.errors import (CorruptStorageError, InvalidArgumentError, NoSuchEntryError,
                                    NoSuchLedgerError, StorageError, UnauthorizedError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
@@ -78,7 +78,7 @@ class BookieStorage:
         if the directory is in use or unusable. ``on_journal_sync(records, bytes, fsync_seconds)`` is called
         on the journal thread after each group commit."""
         if not isinstance(config, StorageConfig):
-            raise InvalidConfigurationError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
+            raise InvalidArgumentError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
         self._config = config
         self._lock = threading.Lock()
         self._lac_waiters: dict[int, list] = {}  # ledger id -> [Condition, waiter count]

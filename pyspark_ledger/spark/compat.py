@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyspark
 from pyspark.sql import datasource as spark_datasource
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InternalError, InvalidConfigurationError
 
 ADMISSION_CONTROL_SINCE = "4.2"
 STREAM_ARROW_WRITER_SINCE = "4.1"
@@ -112,7 +112,7 @@ def arrow_batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
     """``items`` unchanged, failing clearly if Spark handed a writer Rows instead of Arrow batches."""
     for item in items:
         if not isinstance(item, pa.RecordBatch):
-            raise InvalidConfigurationError(
+            raise InternalError(
                 f"Spark {spark_version()} handed the ledger stream writer a {type(item).__name__}, not an Arrow "
                 f"record batch: streaming writes need a Spark that feeds stream writers Arrow batches "
                 f"(4.0, or {STREAM_ARROW_WRITER_SINCE} and later with DataSourceStreamArrowWriter)")
