@@ -21,7 +21,7 @@ def add_all(storage, ops):
 def wait_until_polling(storage, ledger_id):
     """Bounded wait until a long poll on the ledger is registered (so the wake-up path is exercised)."""
     deadline = time.monotonic() + 30
-    while ledger_id not in storage._lac_waiters:  # white-box: the storage's table of long polls
+    while not storage._lacs.polled(ledger_id):  # white-box: the storage's table of long polls
         assert time.monotonic() < deadline, "the long poll never started"
         time.sleep(0.001)
 
