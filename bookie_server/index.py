@@ -89,43 +89,23 @@ Not thread-safe except ``write_pages`` and ``remove_files``: the owner serialise
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable
 
 from bookie_server.entry_log import EntryLocation
-from bookie_server.files import fsync_dir
 from bookie_server.index_format import MEMORY_SLOT, PAGE_BYTES, PAGE_SHIFT, PAGE_SLOTS, SLOT_MASK, SLOT_SIZE
-from bookie_server.index_file import TORN_WRITE_ENV, LedgerFile, read_record, scan_file, write_ledger_file
+from bookie_server.index_file import (INDEX_SUFFIX, TORN_WRITE_ENV, LedgerFile, PageCopy, PageKey, index_path,
+                                     open_ledger_file, read_record, remove_index_files, remove_orphan_index_files,
+                                     write_ledger_file)
 from bookie_server.index_writes import write_ledgers
 from bookie_server.page_arena import PageArena
-from pyspark_ledger.errors import CorruptStorageError, StorageError
+from pyspark_ledger.errors import CorruptStorageError
 
 __all__ = ["INDEX_SUFFIX", "PAGE_BYTES", "PAGE_SLOTS", "TORN_WRITE_ENV", "LedgerIndex", "PageCopy", "PageKey"]
 
 log = logging.getLogger(__name__)
 _SLOT = MEMORY_SLOT
-INDEX_SUFFIX = ".idx"
 _WRITE_FAILURE = "cannot write its index file"
-
-
-class PageCopy(NamedTuple):
-    ledger_id: int
-    page_no: int
-    generation: int
-    data: bytes
-    discarded: int | None = None  # the ledger's pending discard when copied
-    position: int = 0  # record position in the file
-    epoch: int = 0  # the LedgerFile the copy belongs to
-    fresh: bool = False  # the write replaces the ledger's file (discarded, or version 1 being converted)
-    damaged: dict | None = None  # slot -> raw bytes of damaged slots not overwritten since
-
-
-class PageKey(NamedTuple):
-    """A dirty page to copy later (``copy_pages``), in the file it was dirty in."""
-    ledger_id: int
-    page_no: int
-    epoch: int
 
 
 class LedgerIndex:
@@ -150,8 +130,7 @@ class LedgerIndex:
         self.damaged_reads = 0  # reads that found damage, for the metrics
 
     def index_path(self, ledger_id: int) -> Path:
-        low, next_byte = f"{ledger_id & 0xFF:02x}", f"{(ledger_id >> 8) & 0xFF:02x}"
-        return self._dir / low / next_byte / f"{ledger_id:016x}{INDEX_SUFFIX}"
+        return index_path(self._dir, ledger_id)
 
     @property
     def over_capacity(self) -> bool:
@@ -311,14 +290,7 @@ class LedgerIndex:
 
     def remove_files(self, ledger_ids: Iterable[int]) -> None:
         """Unlink the index files of ``ready_discards`` ledgers (raises OSError); then call ``forget_discards``."""
-        parents = set()
-        for ledger_id in ledger_ids:
-            path = self.index_path(ledger_id)
-            path.unlink(missing_ok=True)
-            parents.add(path.parent)
-        for parent in parents:
-            if parent.is_dir():
-                fsync_dir(parent)
+        remove_index_files(self._dir, ledger_ids)
 
     def forget_discards(self, ledger_ids: Iterable[int]) -> None:
         for ledger_id in ledger_ids:
@@ -330,20 +302,7 @@ class LedgerIndex:
 
     def remove_orphan_files(self, alive: Callable[[int], bool]) -> int:
         """At start: delete the index files (and temp files) of ledgers that are not ``alive``; return how many."""
-        parents, removed = set(), 0
-        for path in self._dir.glob(f"*/*/*{INDEX_SUFFIX}*"):
-            name = path.name
-            try:
-                ledger_id = int(name[:name.index(INDEX_SUFFIX)], 16)
-            except ValueError:
-                continue
-            if name.endswith(".tmp") or not alive(ledger_id):
-                path.unlink(missing_ok=True)
-                parents.add(path.parent)
-                removed += 1
-        for parent in parents:
-            fsync_dir(parent)
-        return removed
+        return remove_orphan_index_files(self._dir, alive)
 
     # --- loading ------------------------------------------------------------------------
 
@@ -388,21 +347,9 @@ class LedgerIndex:
         if ledger_id in self._discarded:
             ledger_file = LedgerFile(fresh=True)  # stale: the pages of a deleted ledger
         else:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                ledger_file = LedgerFile(unknown=f"the file is missing but held {durable} pages" if durable else None)
-            except OSError as exc:
-                raise StorageError(f"cannot open index file {path}: {exc}") from exc
-            else:
-                try:
-                    ledger_file, v1_pages = scan_file(fd, ledger_id, durable)
-                except OSError as exc:
-                    raise StorageError(f"cannot read index file {path}: {exc}") from exc
-                finally:
-                    os.close(fd)
-                if v1_pages is not None:
-                    self._cache_v1_pages(ledger_file, path, ledger_id, v1_pages)
+            ledger_file, v1_pages = open_ledger_file(path, ledger_id, durable)
+            if v1_pages is not None:
+                self._cache_v1_pages(ledger_file, path, ledger_id, v1_pages)
         if ledger_file.unknown is not None:
             log.error("index file %s of ledger %d is damaged: %s", path, ledger_id, ledger_file.unknown)
         self._files[ledger_id] = ledger_file

@@ -26,9 +26,7 @@ the CLI prints; whatever was opened is closed again.
 """
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,8 +37,8 @@ import pyspark_ledger
 from bookie_server.authorization import Authority
 from bookie_server.config import ServerConfig
 from bookie_server.cookie import plan_cookie
-from bookie_server.limits import (GRPC_MESSAGE_MARGIN, MAX_READ_BYTES, BookieBudgets, StreamLimits,
-                                   grpc_max_message_bytes)
+from bookie_server.limits import BookieBudgets, StreamLimits
+from bookie_server.listening import bind_port, check_port_free, grpc_server_options, listen_address
 from bookie_server.memory import BurstTrimmer
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import bookie_info, deregister, register
@@ -51,57 +49,6 @@ from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 _log = logging.getLogger(__name__)
 BOOKIE_SERVICE_NAME = "pyspark_ledger.wire.v1.Bookie"
 EXTRA_STOP_WAIT_S = 5.0
-
-
-def grpc_server_options(max_entry_size: int, max_batch_bytes: int) -> list[tuple[str, int]]:
-    """The gRPC server's options: a receive limit near one legitimate batch (``limits.grpc_max_message_bytes``);
-    answers (range reads stop near 16 MiB, one entry at least) may be as large as the largest entry."""
-    receive = grpc_max_message_bytes(max_entry_size, max_batch_bytes)
-    send = max(receive, MAX_READ_BYTES + max_entry_size + GRPC_MESSAGE_MARGIN)
-    return [
-        ("grpc.max_receive_message_length", receive),
-        ("grpc.max_send_message_length", send),
-        ("grpc.so_reuseport", 0),  # a port in use must fail the start, not be shared
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-        ("grpc.http2.max_ping_strikes", 0),
-    ]
-
-
-def listen_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail at once, naming the port, if ``host:port`` cannot be bound (in use, or the address is not local).
-
-    A probe: the socket is closed again, and gRPC binds for real later. It runs before anything else so that
-    a port clash is the first and only complaint, not a cookie or data dir one (issue 12, part 6)."""
-    if port == 0:
-        return
-    try:
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        raise InvalidConfigurationError(f"cannot listen on {listen_address(host, port)}: host {host!r} does not "
-                                        f"resolve ({exc}); pick another --host") from exc
-    failures = []
-    for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no clash
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                failures.append(exc)
-                if exc.errno == errno.EADDRINUSE:
-                    break
-    if failures and (failures[-1].errno == errno.EADDRINUSE or len(failures) == len(addresses)):
-        exc = failures[-1]
-        raise InvalidConfigurationError(
-            f"cannot listen on {listen_address(host, port)}: port {port} is in use or the address is not "
-            f"local ({exc.strerror or exc}); stop what holds port {port} or pick another --port or --host "
-            "(nothing was changed in the data dir or the metadata store)") from exc
 
 
 class BookieServer:
@@ -263,25 +210,7 @@ class BookieServer:
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        self._bind()
-
-    def _bind(self) -> None:
-        tls = self.config.tls
-        credentials = tls.server_credentials() if tls is not None else None  # bad files fail here, named
-        try:
-            if credentials is None:
-                bound = self._grpc.add_insecure_port(self.address)
-            else:
-                bound = self._grpc.add_secure_port(self.address, credentials)
-        except RuntimeError as exc:
-            bound = 0
-            cause: Exception | None = exc
-        else:
-            cause = None
-        if bound != self.config.port:
-            raise InvalidConfigurationError(
-                f"cannot listen on {self.address}: the port is in use or the address is not local; "
-                "pick another --port or --host") from cause
+        bind_port(self._grpc, self.address, self.config.port, self.config.tls)
 
     def _guard_new_ledgers(self) -> None:
         """First adds and fences of unknown ledgers are checked against the metadata store (issue 12, part 7)."""

@@ -28,6 +28,10 @@ passing its records that are not durable in the index (``Checkpointer.pin``).
 Garbage collection (``delete_ledgers``, ``rotate_entry_log``, ``reclaim_entry_logs``,
 ``compact_entry_logs``; the crash-safety design is in ``storage_gc``) is
 driven by the bookie's collector thread (``gc.py``).
+
+Parts in their own modules: checking and admitting adds (``storage_requests``),
+placing entries in the entry log and the index (``storage_entries``), LAC long
+polls and explicit LACs (``storage_lac``), journal replay (``storage_replay``).
 """
 from __future__ import annotations
 
@@ -35,15 +39,13 @@ import concurrent.futures
 import errno
 import hmac
 import logging
-import operator
 import shutil
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
 from bookie_server.checkpoint import Checkpointer, read_mark
-from bookie_server.entry_log import EntryLocation, EntryLogger
+from bookie_server.entry_log import EntryLogger
 from bookie_server.files import lock_directory, make_dirs, make_private_dir, unlock_directory
 from bookie_server.gc_rules import ROTATE_MIN_BYTES
 from bookie_server.index import LedgerIndex
@@ -52,18 +54,20 @@ from bookie_server.journal_format import encode_add, encode_add_refs, encode_fen
 from bookie_server.journal_replay import replay_journal
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
+from bookie_server.storage_entries import EntryPlacer
 from bookie_server.storage_gc import GcOutcome, StorageGc
+from bookie_server.storage_lac import LacBoard
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
-                                            running_future, valid_key, valid_ledger_id)
-from bookie_server.storage_replay import ReplayApplier
-from pyspark_ledger.errors import (CorruptStorageError, InvalidConfigurationError, NoSuchEntryError,
+                                            drop_unindexed, refuse_failed_ledgers, running_future, valid_key,
+                                            valid_ledger_id)
+from bookie_server.storage_replay import ReplayApplier, known_ledger
+from pyspark_ledger.errors import (CorruptStorageError, InvalidArgumentError, NoSuchEntryError,
                                    NoSuchLedgerError, StorageError, UnauthorizedError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 __all__ = ["AddOp", "BookieStorage", "GcOutcome", "LedgerView", "StorageConfig"]
 
 log = logging.getLogger(__name__)
-_IDS_AND_BODY = operator.itemgetter(1, 2, 3)  # of a StoredEntry-shaped tuple
 
 
 class BookieStorage:
@@ -78,10 +82,10 @@ class BookieStorage:
         if the directory is in use or unusable. ``on_journal_sync(records, bytes, fsync_seconds)`` is called
         on the journal thread after each group commit."""
         if not isinstance(config, StorageConfig):
-            raise InvalidConfigurationError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
+            raise InvalidArgumentError(f"BookieStorage needs a StorageConfig, got {type(config).__name__}")
         self._config = config
         self._lock = threading.Lock()
-        self._lac_waiters: dict[int, list] = {}  # ledger id -> [Condition, waiter count]
+        self._lacs: LacBoard | None = None  # long polls and explicit LACs, once the ledger states are loaded
         self._closed = False
         self._store_failure: StorageError | None = None
         self._read_only_reason: str | None = None
@@ -108,16 +112,18 @@ class BookieStorage:
         self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes, self._states.index_pages)
         self._states.index_pages = {}  # the index keeps them from here on
+        self._lacs = LacBoard(self._lock, self._states)
+        self._entries = EntryPlacer(self._entry_log, self._index, self._states, self._lacs, self._index_full)
         start_mark = read_mark(config.data_dir / MARK_FILE_NAME)
         replay_started = time.monotonic()
         with self._lock:
-            applier = ReplayApplier(self._states, self._store, self._index_entries, self._entry_log.read,
+            applier = ReplayApplier(self._states, self._entries.store, self._entries.index, self._entry_log.read,
                                     config.skip_journal_corruption)
             result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply)
             applier.flush()
             self._damage_at_start = result.skipped_regions + applier.lost_entries
             orphans = self._index.remove_orphan_files(
-                lambda ledger_id: self._known_ledger(ledger_id, snapshot_path if snapshot_missing else None))
+                lambda ledger_id: known_ledger(self._states, ledger_id, snapshot_path if snapshot_missing else None))
         log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s, removed %d index files "
                  "of deleted ledgers", config.data_dir, result.records, result.files,
                  time.monotonic() - replay_started, orphans)
@@ -156,7 +162,7 @@ class BookieStorage:
         with self._lock:
             refusal = pb.IO_ERROR if self._refusal() is not None else pb.READ_ONLY if self._read_only_reason else None
             if self._index.failed and refusal is None:
-                valid = _refuse_failed_ledgers(valid, self._index.failed, statuses)
+                valid = refuse_failed_ledgers(valid, self._index.failed, statuses)
             batch = admit_batch(self._states, valid, statuses, refusal)
             submitted = bool(batch.entries) and self._store_and_submit(
                 batch, completion(future, statuses, batch.accepted), statuses)
@@ -168,12 +174,12 @@ class BookieStorage:
 
     def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None], statuses: list[int]) -> bool:
         try:
-            locations, failed = self._store(batch.entries)
+            locations, failed = self._entries.store(batch.entries)
         except (OSError, StorageError) as exc:  # the entry log's tail is now in doubt
             self._fail_store(exc)
             return False
         if failed:  # their ledgers' index failed: they answer IO_ERROR, the rest goes on
-            _drop_unindexed(batch, failed, statuses)  # (new ledgers' key records are journaled all the same)
+            drop_unindexed(batch, failed, statuses)  # (new ledgers' key records are journaled all the same)
         referenced = batch.unjournaled
         if referenced:  # bodies only in the entry log: the journal fsyncs it before writing these references
             entries = batch.entries
@@ -184,38 +190,9 @@ class BookieStorage:
         return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback,
                                     sync_first=bool(referenced))
 
-    def _store(self, entries: Sequence[tuple]) -> tuple[list[EntryLocation], set[tuple[int, int]]]:
-        """Append entries (StoredEntry-shaped) to the entry log, index them and update ledger state (lock held);
-        return their locations and the (ledger, entry) ids that could not be indexed (see ``_index_entries``)."""
-        locations = self._entry_log.append_batch(map(_IDS_AND_BODY, entries))
-        return locations, self._index_entries(entries, locations)
-
-    def _index_entries(self, entries: Sequence[tuple], locations: Sequence[EntryLocation]) -> set[tuple[int, int]]:
-        """Point the index at stored (StoredEntry-shaped) entries and update ledger state (lock held).
-
-        An entry whose ledger's index fails (its page cannot be loaded) is left out, its ledger failed
-        (``LedgerIndex.fail``); the (ledger, entry) ids left out are returned."""
-        advanced = set()
-        put, record_entry = self._index.put, self._states.record_entry
-        now = time.monotonic()
-        failed: set[tuple[int, int]] = set()
-        items = zip(entries, locations)
-        while True:
-            try:
-                for (record, ledger_id, entry_id, _, lac), location in items:
-                    put(ledger_id, entry_id, location)
-                    record.written_at = now
-                    if record_entry(record, entry_id, lac):
-                        advanced.add(ledger_id)
-                break
-            except StorageError as exc:  # this ledger's alone; the loop goes on with the next entry
-                failed.add((ledger_id, entry_id))
-                self._index.fail(ledger_id, f"cannot index entry {entry_id}: {exc}")
-        for ledger_id in advanced.intersection(self._lac_waiters):
-            self._lac_waiters[ledger_id][0].notify_all()
-        if self._index.over_capacity and self._checkpointer is not None:
+    def _index_full(self) -> None:
+        if self._checkpointer is not None:  # (none yet during the journal's replay)
             self._checkpointer.request()
-        return failed
 
     def fence(self, ledger_id: int, master_key: bytes) -> concurrent.futures.Future[int]:
         """Durably fence the ledger (creating it fenced if unknown); resolves OK once fsync'd."""
@@ -269,20 +246,6 @@ class BookieStorage:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {entry_id} on this bookie")
         return self._entry_log.read(location, ledger_id, entry_id)
 
-    def _known_ledger(self, ledger_id: int, missing_snapshot: Path | None) -> bool:
-        """Whether the ledger of an index file is known (else the file is an orphan to delete). An index file is
-        written only by a checkpoint, which also writes the state snapshot: if the snapshot is missing and the
-        journal did not bring the ledger back, its state was lost, not deleted, and its data must not go."""
-        if self._states.get(ledger_id) is not None:
-            return True
-        if missing_snapshot is not None:
-            raise CorruptStorageError(
-                f"the ledger state snapshot {missing_snapshot} is missing but ledger {ledger_id} has index files: "
-                "the state of stored ledgers is lost. The bookie refuses to start rather than delete their data; "
-                "restore the snapshot or the data directory from a backup, or decommission this bookie and "
-                "re-replicate its ledgers")
-        return False
-
     def damage_found(self) -> int:
         """How many damaged journal regions and entries the start skipped (``skip_journal_corruption``)."""
         return self._damage_at_start
@@ -319,15 +282,7 @@ class BookieStorage:
     def wait_for_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LedgerView | None:
         """Return once the ledger's LAC > previous_lac, or at the timeout, with the current view."""
         with self._lock:
-            waiter = self._lac_waiters.setdefault(ledger_id, [threading.Condition(self._lock), 0])
-            waiter[1] += 1
-            try:
-                waiter[0].wait_for(lambda: self._closed or self._lac_above(ledger_id, previous_lac),
-                                   min(max(0.0, timeout_s), threading.TIMEOUT_MAX))
-            finally:
-                waiter[1] -= 1
-                if waiter[1] == 0:
-                    del self._lac_waiters[ledger_id]
+            self._lacs.wait(ledger_id, previous_lac, timeout_s, lambda: self._closed)
             return self._view(ledger_id)
 
     def write_lac(self, ledger_id: int, master_key: bytes,
@@ -335,28 +290,14 @@ class BookieStorage:
         """Explicit LAC: keep max(current, given) as the ledger's LAC, in memory, and wake its long polls.
 
         Returns a status (OK, NO_SUCH_LEDGER, UNAUTHORIZED, BAD_REQUEST) and the ledger's view after it.
-        Not journaled: after a restart the LAC is what the stored entries (or a later checkpoint) carried.
-        A fenced ledger accepts it: the value only names entries its writer already confirmed."""
+        Not journaled (``storage_lac``); a fenced ledger accepts it."""
         if not valid_ledger_id(ledger_id) or not valid_key(master_key) or not -1 <= last_add_confirmed < 2**63:
             return pb.BAD_REQUEST, None
         with self._lock:
             if self._closed:
                 raise StorageError("bookie storage is closed")
-            record = self._states.get(ledger_id)
-            if record is None:
-                return pb.NO_SUCH_LEDGER, None
-            if not hmac.compare_digest(record.master_key, bytes(master_key)):
-                return pb.UNAUTHORIZED, self._view(ledger_id)
-            if last_add_confirmed > record.last_add_confirmed:
-                record.last_add_confirmed = last_add_confirmed
-                waiter = self._lac_waiters.get(ledger_id)
-                if waiter is not None:
-                    waiter[0].notify_all()
-            return pb.OK, self._view(ledger_id)
-
-    def _lac_above(self, ledger_id: int, previous_lac: int) -> bool:
-        record = self._states.get(ledger_id)
-        return record is not None and record.last_add_confirmed > previous_lac
+            status = self._lacs.write(ledger_id, master_key, last_add_confirmed)
+            return status, None if status == pb.NO_SUCH_LEDGER else self._view(ledger_id)
 
     # --- garbage collection -----------------------------------------------------------
 
@@ -440,8 +381,7 @@ class BookieStorage:
             if self._closed:
                 return
             self._closed = True
-            for waiter in self._lac_waiters.values():
-                waiter[0].notify_all()
+            self._lacs.wake_all()
         self._checkpointer.stop()
         self._journal.close()
         if self._store_failure is None and self._journal.failure is None and self._checkpointer.failure is None:
@@ -461,28 +401,6 @@ class BookieStorage:
         if self._lock_fd is not None:
             unlock_directory(self._lock_fd)
             self._lock_fd = None
-
-
-def _refuse_failed_ledgers(valid: list[tuple], failed: dict[int, str], statuses: list[int]) -> list[tuple]:
-    """The adds of ``valid`` whose ledger's index has not failed; the others answer IO_ERROR."""
-    kept = []
-    for item in valid:
-        if item[1][0] in failed:
-            statuses[item[0]] = pb.IO_ERROR
-        else:
-            kept.append(item)
-    return kept
-
-
-def _drop_unindexed(batch: AdmittedBatch, failed: set[tuple[int, int]], statuses: list[int]) -> None:
-    """Take the adds that could not be indexed out of the batch's acknowledgements (they answer IO_ERROR) and
-    out of its journal references. (Their ADD records may still be journaled: an add answered IO_ERROR may or
-    may not be stored, as with any failed write.)"""
-    bad = {i for i, entry in enumerate(batch.entries) if (entry[1], entry[2]) in failed}
-    for i in bad:
-        statuses[batch.accepted[i]] = pb.IO_ERROR
-    batch.accepted[:] = [position for i, position in enumerate(batch.accepted) if i not in bad]
-    batch.unjournaled[:] = [i for i in batch.unjournaled if i not in bad]
 
 
 def _lock(config: StorageConfig) -> int:

@@ -18,10 +18,15 @@ Replay is idempotent: a ledger key for a known ledger changes nothing, a fence
 of a fenced ledger changes nothing, and a re-added entry's index slot points
 to its newest copy (LAC and last entry only grow). Records are applied in
 journal order: a batch of one kind is flushed before a record of the other.
+
+``known_ledger`` decides, after the replay, which index files belong to no
+known ledger (orphans of deleted ledgers, removed) and refuses to start when the
+ledger state snapshot is missing (the ledgers' state is lost, not deleted).
 """
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Callable, Sequence
 
 from bookie_server.entry_log import EntryLocation
@@ -30,7 +35,8 @@ from bookie_server.journal_replay import HOW_TO_SKIP
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_requests import StoredEntry
 from pyspark_ledger.entry import peek_header
-from pyspark_ledger.errors import CorruptEntryError, InternalError, JournalCorruptError, StorageError
+from pyspark_ledger.errors import (CorruptEntryError, CorruptStorageError, InternalError, JournalCorruptError,
+                                   StorageError)
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +133,19 @@ def _last_add_confirmed(body: bytes) -> int:
         return peek_header(body).last_add_confirmed
     except CorruptEntryError:  # validated when added; keep the bytes, readers verify them
         return -1
+
+
+def known_ledger(states: LedgerStates, ledger_id: int, missing_snapshot: Path | None) -> bool:
+    """Whether the ledger of an index file found at start is known (else the file is an orphan to delete). An
+    index file is written only by a checkpoint, which also writes the state snapshot: if the snapshot is missing
+    (``missing_snapshot`` names it) and the journal did not bring the ledger back, its state was lost, not
+    deleted, and its data must not go."""
+    if states.get(ledger_id) is not None:
+        return True
+    if missing_snapshot is not None:
+        raise CorruptStorageError(
+            f"the ledger state snapshot {missing_snapshot} is missing but ledger {ledger_id} has index files: "
+            "the state of stored ledgers is lost. The bookie refuses to start rather than delete their data; "
+            "restore the snapshot or the data directory from a backup, or decommission this bookie and "
+            "re-replicate its ledgers")
+    return False

@@ -4,7 +4,9 @@
 (the ids, the master key and the entry header; the storage encodes ADD
 journal records, whose CRC is the costly part, outside its lock too);
 ``admit_batch`` then decides, under the lock, which adds the ledgers' state
-accepts. ``running_future`` and
+accepts (``refuse_failed_ledgers`` first answers IO_ERROR to adds of a ledger
+whose index failed; ``drop_unindexed`` takes out those found failing while
+stored). ``running_future`` and
 ``completion`` build the futures the façade answers with.
 
 An add is a plain 5-tuple (ledger id, entry id, master key, body, recovery);
@@ -154,6 +156,28 @@ def _ledger_for(states: LedgerStates, ledger_id: int, master_key: bytes, batch: 
     elif not hmac.compare_digest(record.master_key, master_key):
         return None
     return record
+
+
+def refuse_failed_ledgers(valid: list[tuple], failed: dict[int, str], statuses: list[int]) -> list[tuple]:
+    """The adds of ``valid`` whose ledger's index has not failed; the others answer IO_ERROR."""
+    kept = []
+    for item in valid:
+        if item[1][0] in failed:
+            statuses[item[0]] = pb.IO_ERROR
+        else:
+            kept.append(item)
+    return kept
+
+
+def drop_unindexed(batch: AdmittedBatch, failed: set[tuple[int, int]], statuses: list[int]) -> None:
+    """Take the adds that could not be indexed out of the batch's acknowledgements (they answer IO_ERROR) and
+    out of its journal references. (Their ADD records may still be journaled: an add answered IO_ERROR may or
+    may not be stored, as with any failed write.)"""
+    bad = {i for i, entry in enumerate(batch.entries) if (entry[1], entry[2]) in failed}
+    for i in bad:
+        statuses[batch.accepted[i]] = pb.IO_ERROR
+    batch.accepted[:] = [position for i, position in enumerate(batch.accepted) if i not in bad]
+    batch.unjournaled[:] = [i for i in batch.unjournaled if i not in bad]
 
 
 def running_future() -> concurrent.futures.Future:

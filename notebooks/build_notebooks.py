@@ -1,7 +1,7 @@
 """Builds the notebooks of this directory from their cell sources in ``notebooks/cells/``, and checks them.
 
-The cells live in plain Python modules (one per notebook, each a list of
-``("markdown" | "code", text)`` pairs) because those are easy to review and
+The cells live in plain Python modules (one or more per notebook, each a list
+``CELLS`` of ``("markdown" | "code", text)`` pairs, concatenated in order) because those are easy to review and
 diff; ``build_notebook`` turns them into notebooks with nbformat, with stable
 cell ids. The committed ``.ipynb`` files are those notebooks *executed*, with
 the outputs and pictures of one real run, top to bottom, so that a reader on
@@ -32,11 +32,12 @@ import nbformat
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent
 CELLS_DIR = NOTEBOOK_DIR / "cells"
-#: notebook file name -> module of ``CELLS_DIR`` holding its cells
+#: notebook file name -> the modules of ``CELLS_DIR`` holding its cells, in order (a long notebook's cells
+#: are kept in several modules, each under ~400 lines)
 NOTEBOOKS = {
-    "01_quickstart.ipynb": "quickstart",
-    "02_streaming.ipynb": "streaming",
-    "03_failure_and_recovery.ipynb": "failure_and_recovery",
+    "01_quickstart.ipynb": ("quickstart",),
+    "02_streaming.ipynb": ("streaming",),
+    "03_failure_and_recovery.ipynb": ("failure_and_recovery", "failure_and_recovery_writer"),
 }
 KINDS = ("markdown", "code")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -65,7 +66,8 @@ def build_notebook(file_name: str) -> nbformat.NotebookNode:
     """The notebook ``file_name`` from its cells: no outputs, stable ids, the python3 kernel."""
     stem = file_name.split(".")[0]
     cells = []
-    for index, (kind, text) in enumerate(load_cells(NOTEBOOKS[file_name])):
+    modules = NOTEBOOKS[file_name]
+    for index, (kind, text) in enumerate(cell for module in modules for cell in load_cells(module)):
         source = _dedent(text)
         cell_id = f"{stem}-{index:02d}"
         if kind == "markdown":

@@ -1,4 +1,5 @@
-"""Layers only point down: no module imports a package of its own layer or a higher one, and packages form no cycle.
+"""Layers only point down: no module imports a package of its own layer or a higher one, packages form no cycle,
+and neither do the modules inside one package.
 
 Every ``import`` of ``pyspark_ledger`` and ``bookie_server`` counts, at module
 level and inside functions (a lazy import is still a dependency), and so does a
@@ -165,6 +166,32 @@ def test_packages_import_each_other_in_no_cycle():
     cycle = find_cycle(edges)
     assert cycle is None, "packages import each other in a cycle:\n" + "\n".join(
         str(edges[a][b]) for a, b in zip(cycle, cycle[1:]))
+
+
+def module_edges() -> dict[str, dict[str, Import]]:
+    """module -> {imported module of the same package: the import}, lazy imports included."""
+    edges: dict[str, dict[str, Import]] = {}
+    for found in all_imports():
+        if found.package == found.target_package and found.module != found.target:
+            edges.setdefault(found.module, {}).setdefault(found.target, found)
+    return edges
+
+
+def test_the_modules_of_one_package_import_each_other_in_no_cycle():
+    """Inside a package too, a module shared by two others sits below both: a cycle (even through a lazy
+    import) means a piece two modules need belongs in a module of its own, below them."""
+    edges = module_edges()
+    for package in ("spark", "log", "client", "bookie_server"):  # the scan sees imports inside these
+        assert any(package_of(module) == package for module in edges), package
+    cycle = find_cycle(edges)
+    assert cycle is None, "modules of one package import each other in a cycle:\n" + "\n".join(
+        str(edges[a][b]) for a, b in zip(cycle, cycle[1:]))
+
+
+def test_find_cycle_finds_a_cycle_through_any_node_and_none_in_a_chain():
+    chain = {"a": {"b": None}, "b": {"c": None}}
+    assert find_cycle(chain) is None
+    assert find_cycle({**chain, "c": {"d": None}, "d": {"b": None}}) == ["b", "c", "d", "b"]
 
 
 def find_cycle(edges: dict[str, dict[str, Import]]) -> list[str] | None:

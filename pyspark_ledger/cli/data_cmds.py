@@ -14,7 +14,7 @@ from pyspark_ledger.cli.authority_args import add_authority_args, candidate_pass
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.cli.progress import ProgressBar, line_interval_s
 from pyspark_ledger.cli.tls_args import client_config
-from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError
+from pyspark_ledger.errors import CorruptEntryError, InvalidArgumentError, InvalidConfigurationError
 
 PREVIEW_BYTES = 48
 SIMPLETEST_PASSWORD = "simpletest"
@@ -80,7 +80,7 @@ def cmd_read(args: argparse.Namespace) -> int:
             readable = reader.last_add_confirmed
             last = readable if args.last is None else args.last
             if args.first < 0 or last < args.first - 1 or last > readable:
-                raise InvalidConfigurationError(_range_error(args, last, readable))
+                raise InvalidArgumentError(_range_error(args, last, readable))
             entries = list(reader.read(args.first, last)) if last >= args.first else []
     if args.json:
         print_json([{"entry_id": e.entry_id, "size": len(e.data), "data_base64": base64.b64encode(e.data).decode()}

@@ -40,7 +40,7 @@ class LedgerClient:
                  transport: BookieTransport | None = None) -> None:
         config = ClientConfig() if config is None else config
         if not isinstance(config, ClientConfig):
-            raise InvalidConfigurationError(f"config must be a ClientConfig, got {type(config).__name__}")
+            raise InvalidArgumentError(f"config must be a ClientConfig, got {type(config).__name__}")
         if transport is None and config.tls is not None and config.tls.enabled:
             config.tls.channel_credentials()  # an unusable TLS file fails first, naming its setting
         if isinstance(metadata, MetadataStore):

@@ -29,6 +29,7 @@ from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import CorruptEntryError, LedgerError, RecoveryError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
+from pyspark_ledger.metadata.update_loop import RetryPolicy
 from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
 from pyspark_ledger.protocol.recovery import (ChooseReplacements, CloseLedger, FenceAndReadLac, LedgerRecovery,
                                               ReadEntry, RecoveryFailed, WriteBack)
@@ -37,28 +38,34 @@ log = logging.getLogger(__name__)
 
 
 def recover_ledger(ctx: ClientContext, stored: Versioned[LedgerMetadata], key: bytes,
-                   codec: EntryCodec) -> Versioned[LedgerMetadata]:
-    """Recover and close the ledger; returns its CLOSED metadata. RecoveryError if the end cannot be decided."""
+                   codec: EntryCodec, retry: RetryPolicy | None = None) -> Versioned[LedgerMetadata]:
+    """Recover and close the ledger; returns its CLOSED metadata. RecoveryError if the end cannot be decided.
+
+    A run whose closing compare-and-set found the metadata changed otherwise (not CLOSED by another
+    recoverer) runs again from the stored version, as ``retry`` allows (default: the client's
+    ``metadata_retries`` attempts); ``retry`` also paces each compare-and-set loop of the recovery."""
+    retry = retry_policy(ctx.config) if retry is None else retry
     ledger_id = stored.value.ledger_id
     deadline = time.monotonic() + ctx.config.recovery_timeout_s
-    for _ in range(ctx.config.metadata_retries):
-        marked = start_recovery(ctx.store, ledger_id, retry_policy(ctx.config))
+    for _ in retry.tries():
+        marked = start_recovery(ctx.store, ledger_id, retry)
         if marked.value.is_closed:
             return marked
-        closed = RecoveryRun(ctx, marked, key, codec, deadline).run()
+        closed = RecoveryRun(ctx, marked, key, codec, deadline, retry).run()
         if closed is not None:
             log.info("ledger %d recovered: closed at entry %d", ledger_id, closed.value.last_entry_id)
             return closed
     raise RecoveryError(f"ledger {ledger_id}: its metadata kept changing during recovery; giving up after "
-                        f"{ctx.config.metadata_retries} attempts")
+                        f"{retry.attempts} attempts")
 
 
 class RecoveryRun:
     """One pass of the recovery state machine over real I/O."""
 
     def __init__(self, ctx: ClientContext, marked: Versioned[LedgerMetadata], key: bytes, codec: EntryCodec,
-                 deadline: float) -> None:
+                 deadline: float, retry: RetryPolicy | None = None) -> None:
         self._ctx = ctx
+        self._retry = retry_policy(ctx.config) if retry is None else retry
         self._marked = marked
         self._ledger_id = marked.value.ledger_id
         self._key = key
@@ -160,7 +167,7 @@ class RecoveryRun:
 
     def _close(self, closed: LedgerMetadata) -> None:
         self._finished = True
-        self._closed = recovery_close(self._ctx.store, self._marked, closed, retry_policy(self._ctx.config))
+        self._closed = recovery_close(self._ctx.store, self._marked, closed, self._retry)
         if self._closed is None:
             log.info("ledger %d: metadata changed during recovery; recovering again", self._ledger_id)
 

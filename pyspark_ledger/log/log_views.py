@@ -30,20 +30,23 @@ from pyspark_ledger.log.log_metadata import StreamRecord
 from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
 from pyspark_ledger.log.stream_password import verify_password
 from pyspark_ledger.log.stream_store import read_stream
+from pyspark_ledger.metadata.update_loop import RetryPolicy
 
-MAX_ATTEMPTS = 5
+#: the record is read again when a ledger it lists was deleted meanwhile (truncated away)
+VIEW_RETRY = RetryPolicy(attempts=5)
 MAX_CACHED_ENDS = 100_000
 EndCache = MutableMapping[int, LedgerEnd]
 
 
-def partition_logs(ctx: LogContext, stream: str, cache: EndCache | None = None) -> dict[int, PartitionLog]:
+def partition_logs(ctx: LogContext, stream: str, cache: EndCache | None = None, *,
+                   retry: RetryPolicy = VIEW_RETRY) -> dict[int, PartitionLog]:
     """Every partition's log (partition -> PartitionLog), read consistently with one record.
 
-    If a ledger is deleted under the reading (retention truncated it), the record
-    is read again. UnauthorizedError if the password is not the stream's (``stream_password``).
+    If a ledger is deleted under the reading (retention truncated it), the record is read again,
+    as ``retry`` allows. UnauthorizedError if the password is not the stream's (``stream_password``).
     """
     verify_password(ctx, stream, write=False)
-    for _ in range(MAX_ATTEMPTS):
+    for _ in retry.tries():
         record = read_stream(ctx.store, stream).value
         try:
             return {partition: partition_log(ctx, record, partition, cache)
@@ -51,7 +54,7 @@ def partition_logs(ctx: LogContext, stream: str, cache: EndCache | None = None) 
         except NoSuchLedgerError:
             continue
     raise MetadataError(f"the ledgers of stream {stream!r} kept being deleted while its logs were read "
-                        f"({MAX_ATTEMPTS} attempts)")
+                        f"({retry.attempts} attempts)")
 
 
 def partition_log(ctx: LogContext, record: StreamRecord, partition: int,

@@ -47,9 +47,11 @@ from pyspark_ledger.log.positions import LogPosition
 from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 from pyspark_ledger.log.writable_bookies import check_bookies_for_write, check_stream_replication
+from pyspark_ledger.metadata.update_loop import RetryPolicy
 
 log = logging.getLogger(__name__)
-MAX_OPEN_ATTEMPTS = 20
+#: opening starts again when another writer added a ledger first (docs/protocol.md G1)
+OPEN_RETRY = RetryPolicy(attempts=20)
 FENCED_TAIL = 2  # docs/protocol.md G1: the writer may be writing the second-to-last ledger while adding the last
 
 
@@ -80,11 +82,12 @@ class RollPolicy:
 
 def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPolicy | None = None, *,
                     is_leader: Callable[[], bool] | None = None,
-                    clock: Callable[[], float] = time.monotonic) -> "LogWriter":
-    """Become the single writer of a partition's log (see the module docstring)."""
+                    clock: Callable[[], float] = time.monotonic, retry: RetryPolicy = OPEN_RETRY) -> "LogWriter":
+    """Become the single writer of a partition's log (see the module docstring); ``retry`` bounds and
+    paces the new starts after another writer added a ledger first."""
     policy = RollPolicy() if policy is None else policy
     verify_password(ctx, stream, write=True)  # before any ledger is fenced or created
-    for _ in range(MAX_OPEN_ATTEMPTS):
+    for _ in retry.tries():
         record = check_active(read_stream(ctx.store, stream).value)
         check_partition(partition, record.partition_count, stream)
         # before fencing anything: a writer that could not write must not depose the current one
@@ -107,7 +110,7 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
         log.info("stream %r partition %d: writing ledger %d (sequence %d)", stream, partition, writer.ledger_id, seq)
         return LogWriter(ctx, stream, partition, record.replication, writer, seq, policy, clock)
     raise MetadataError(f"could not open partition {partition} of stream {stream!r} for writing in "
-                        f"{MAX_OPEN_ATTEMPTS} attempts: other writers keep adding ledgers to it")
+                        f"{retry.attempts} attempts: other writers keep adding ledgers to it")
 
 
 def _add_to_log(ctx: LogContext, stream: str, partition: int, ledger_id: int, expected_next_seq: int) -> int:

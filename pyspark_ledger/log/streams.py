@@ -23,8 +23,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pyspark_ledger.errors import (InvalidArgumentError, MetadataExistsError, MetadataVersionConflictError,
-                                   NoSuchKeyError, NoSuchLedgerError)
+from pyspark_ledger.errors import (InvalidArgumentError, MetadataError, MetadataExistsError,
+                                   MetadataVersionConflictError, NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.log.context import LogContext
 from pyspark_ledger.log.inputs import check_partition_count, check_replication, check_schema, check_stream_name
 from pyspark_ledger.log.ledgers import delete_ledgers, fence_ledgers
@@ -33,9 +33,11 @@ from pyspark_ledger.log.log_transitions import add_partitions, check_active, mar
 from pyspark_ledger.log.stream_password import check_record, stream_password_check, verify_password
 from pyspark_ledger.log.stream_store import (create_stream_record, delete_stream_record, list_stream_names,
                                              read_stream, update_stream)
+from pyspark_ledger.metadata.update_loop import RetryPolicy
 
 log = logging.getLogger(__name__)
-MAX_DELETE_ATTEMPTS = 20
+#: deleting starts again when the record changed under it (e.g. another deleter)
+DELETE_RETRY = RetryPolicy(attempts=20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,21 +123,22 @@ def _password_checked(ctx: LogContext, change: Callable[[StreamRecord], StreamRe
     return transition
 
 
-def delete_stream(ctx: LogContext, name: str) -> None:
+def delete_stream(ctx: LogContext, name: str, *, retry: RetryPolicy = DELETE_RETRY) -> None:
     """Delete the stream and its ledgers (resumable; see the module docstring).
 
     Needs the stream's password (UnauthorizedError otherwise, nothing changed), or a client holding the
-    cluster's repair key, which opens every ledger of the stream.
+    cluster's repair key, which opens every ledger of the stream. A record changed between its marking
+    and its removal is read again, as ``retry`` allows; then MetadataError.
     """
     name = check_stream_name(name)
     if ctx.client.repair_key_id is None:
         verify_password(ctx, name, write=False)
-    for attempt in range(MAX_DELETE_ATTEMPTS):
+    for attempt in retry.tries():
         try:
             marked, _ = update_stream(ctx.store, name,
                                       lambda record: None if record.state == DELETING else mark_deleting(record))
         except NoSuchKeyError:
-            if attempt == 0:
+            if attempt == 1:
                 raise
             return  # another deleter finished it
         garbage = marked.value.garbage
@@ -148,7 +151,8 @@ def delete_stream(ctx: LogContext, name: str) -> None:
             continue  # changed meanwhile (e.g. another deleter): read it again
         log.info("deleted stream %r and its %d ledgers", name, len(garbage))
         return
-    raise MetadataExistsError(f"stream {name!r} kept changing while it was being deleted; try again")
+    raise MetadataError(f"stream {name!r} kept changing while it was being deleted ({retry.attempts} attempts); "
+                        "try again")
 
 
 def _fence(ctx: LogContext, ledger_ids: list[int]) -> None:

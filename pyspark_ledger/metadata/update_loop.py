@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Iterator, TypeVar
 
 from pyspark_ledger.errors import InvalidConfigurationError, MetadataVersionConflictError
 from pyspark_ledger.metadata.store import Versioned
@@ -68,6 +68,25 @@ class RetryPolicy:
         """The pause before retry number ``retry`` (1 for the first retry); never above ``backoff_cap_s``."""
         ceiling = min(self.backoff_cap_s, self.backoff_base_s * 2 ** min(retry - 1, 60))
         return ceiling * (0.5 + 0.5 * min(1.0, max(0.0, self.jitter())))
+
+    def tries(self) -> Iterator[int]:
+        """The attempt numbers 1, 2, ... ``attempts`` of a whole operation that starts again after a conflict,
+        sleeping ``delay(n)`` on ``sleep`` before retry n. It stops early, without sleeping, when that pause
+        would end past ``deadline_s``. The caller returns from inside the loop on success and raises its own
+        error, naming what kept conflicting, after it::
+
+            for attempt in policy.tries():
+                ...  # try once; ``continue`` on a conflict
+            raise MetadataError(f"... kept changing ({policy.attempts} attempts)")
+        """
+        started = self.clock()
+        for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                pause = self.delay(attempt - 1)
+                if self.deadline_s is not None and self.clock() + pause - started > self.deadline_s:
+                    return
+                self.sleep(pause)
+            yield attempt
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, NotEnoughBookiesError
+from pyspark_ledger.errors import InvalidArgumentError, NotEnoughBookiesError
 from pyspark_ledger.protocol.schedule import check_bookie_index
 
 
@@ -44,7 +44,7 @@ def choose_ensemble(available: Iterable[str], size: int, exclude: Iterable[str],
                     rng: random.Random) -> tuple[str, ...]:
     """``size`` distinct bookies from ``available`` minus ``exclude``, in random order."""
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise InvalidConfigurationError(f"ensemble size must be a positive integer, got {size!r}")
+        raise InvalidArgumentError(f"ensemble size must be a positive integer, got {size!r}")
     eligible, pool, excluded = _candidates(available, exclude)
     if len(eligible) < size:
         raise _not_enough(size, len(eligible), pool, excluded, "for a new ensemble")

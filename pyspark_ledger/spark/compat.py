@@ -13,7 +13,7 @@ missing:
   Sparks get the reader that reads every confirmed entry at each micro-batch
   (``latestOffset()``); asking them for maxEntriesPerTrigger or
   maxBytesPerTrigger fails on the driver naming Spark 4.2
-  (``stream_reader_class``). Trigger.AvailableNow still works there: Spark
+  (``reader_choice.stream_reader_class``). Trigger.AvailableNow still works there: Spark
   pins the end of the first ``latestOffset()`` itself;
 - ``DataSourceStreamArrowWriter`` exists from 4.1 on. Spark 4.0's write worker
   hands Arrow batches to every writer that is a ``DataSourceArrowWriter``,
@@ -30,11 +30,10 @@ import pyarrow as pa
 import pyspark
 from pyspark.sql import datasource as spark_datasource
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InternalError, InvalidConfigurationError
 
 ADMISSION_CONTROL_SINCE = "4.2"
 STREAM_ARROW_WRITER_SINCE = "4.1"
-STREAMING_LIMIT_OPTIONS = ("maxEntriesPerTrigger", "maxBytesPerTrigger")
 
 
 def spark_version() -> str:
@@ -67,33 +66,6 @@ def spark_arrow_schema(struct: Any, timezone: str,
     return to_arrow_schema(struct, timestamp_utc=True)  # Spark 4.0/4.1
 
 
-# --- stream readers -----------------------------------------------------------------------------
-
-
-def stream_reader_class(options: Any) -> type:
-    """The stream reader class this Spark can drive with these ``ReadOptions``.
-
-    Spark 4.2+: the reader with admission control and Trigger.AvailableNow.
-    Older: the reader of every confirmed entry per micro-batch, unless a
-    per-trigger limit is asked for, which it cannot honour (a clear error).
-    """
-    if has_admission_control():
-        from pyspark_ledger.spark.stream_admission import AdmissionControlledStreamReader
-
-        return AdmissionControlledStreamReader
-    limits = [name for name, value in zip(STREAMING_LIMIT_OPTIONS,
-                                          (options.max_entries_per_trigger, options.max_bytes_per_trigger))
-              if value is not None]
-    if limits:
-        raise InvalidConfigurationError(
-            f"option {' and '.join(limits)} needs Spark {ADMISSION_CONTROL_SINCE} or later (admission control "
-            f"of Python stream readers); this is Spark {spark_version()}, where each micro-batch reads every "
-            f"confirmed entry: remove {' and '.join(limits)}, or upgrade Spark")
-    from pyspark_ledger.spark.stream_reader import LedgerStreamReader
-
-    return LedgerStreamReader
-
-
 # --- stream writers -----------------------------------------------------------------------------
 
 
@@ -112,7 +84,7 @@ def arrow_batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
     """``items`` unchanged, failing clearly if Spark handed a writer Rows instead of Arrow batches."""
     for item in items:
         if not isinstance(item, pa.RecordBatch):
-            raise InvalidConfigurationError(
+            raise InternalError(
                 f"Spark {spark_version()} handed the ledger stream writer a {type(item).__name__}, not an Arrow "
                 f"record batch: streaming writes need a Spark that feeds stream writers Arrow batches "
                 f"(4.0, or {STREAM_ARROW_WRITER_SINCE} and later with DataSourceStreamArrowWriter)")

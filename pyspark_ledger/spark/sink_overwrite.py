@@ -12,7 +12,7 @@ stream record changes once, from the old logs to the new ledgers alone.
    ledger, then ``commit_batch`` of the new ledgers (checked to exist and be
    CLOSED after the read the CAS expects, as ``commits`` does). If a partition's log
    grew since step 2 (another writer committed), the CAS is not made and the
-   steps start again (at most ``MAX_ATTEMPTS`` times), so no data committed
+   steps start again (as ``OVERWRITE_RETRY`` allows), so no data committed
    before the overwrite survives it.
 4. Delete the truncated ledgers (``retention.collect_garbage``; if that
    fails, the next retention pass deletes them: they stay listed as garbage).
@@ -32,9 +32,11 @@ from pyspark_ledger.log.log_transitions import already_committed, check_active, 
 from pyspark_ledger.log.retention import Cut, collect_garbage, log_ends
 from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
+from pyspark_ledger.metadata.update_loop import RetryPolicy
 
 log = logging.getLogger(__name__)
-MAX_ATTEMPTS = 10
+#: the overwrite starts again when a log grew after its end was read (another writer committed)
+OVERWRITE_RETRY = RetryPolicy(attempts=10)
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,12 @@ class Replacement:
 
 
 def commit_replacing(ctx: LogContext, stream: str, writer_id: str, batch_id: int,
-                     ledgers: Mapping[int, Sequence[int]], *, remember_writer: bool = True) -> CommitResult:
+                     ledgers: Mapping[int, Sequence[int]], *, remember_writer: bool = True,
+                     retry: RetryPolicy = OVERWRITE_RETRY) -> CommitResult:
     """Replace every partition's log by ``ledgers`` at once; see the module docstring."""
     writer_id, batch_id = check_writer_id(writer_id), check_batch_id(batch_id)
     verify_password(ctx, stream, write=True)
-    for _ in range(MAX_ATTEMPTS):
+    for _ in retry.tries():
         record = check_active(read_stream(ctx.store, stream).value)
         batch = Replacement(writer_id, batch_id, check_ledger_ids(ledgers, record.partition_count, stream),
                             remember_writer)
@@ -73,7 +76,7 @@ def commit_replacing(ctx: LogContext, stream: str, writer_id: str, batch_id: int
         _collect(ctx, stream)
         log.info("stream %r: writer %r replaced the stream's data with batch %d", stream, writer_id, batch_id)
         return CommitResult(COMMITTED, batch_id)
-    raise MetadataError(f"stream {stream!r} kept growing while it was being overwritten ({MAX_ATTEMPTS} "
+    raise MetadataError(f"stream {stream!r} kept growing while it was being overwritten ({retry.attempts} "
                         "attempts): stop its other writers, then overwrite it")
 
 

@@ -46,7 +46,7 @@ class DefaultSource(DataSource):
         return LedgerBatchReader(parse_read_options(dict(self.options)), schema)
 
     def streamReader(self, schema):
-        from pyspark_ledger.spark.compat import stream_reader_class
+        from pyspark_ledger.spark.reader_choice import stream_reader_class
 
         options = parse_read_options(dict(self.options), streaming=True)
         return stream_reader_class(options)(options, schema)

@@ -5,7 +5,7 @@ import pytest
 
 from bookie_server.config import parse_args
 from bookie_server.limits import grpc_max_message_bytes
-from bookie_server.server import grpc_server_options
+from bookie_server.listening import grpc_server_options
 
 REQUIRED = ["--data-dir", "/tmp/d", "--port", "4000", "--metadata", "sqlite:////tmp/m.db"]
 

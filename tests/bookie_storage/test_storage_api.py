@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie_server.storage import AddOp, LedgerView, StorageConfig
-from pyspark_ledger.errors import InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError, StorageError
+from bookie_server.storage import AddOp, BookieStorage, LedgerView, StorageConfig
+from pyspark_ledger.errors import (InvalidArgumentError, InvalidConfigurationError, NoSuchEntryError, NoSuchLedgerError,
+                                   StorageError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import KEY, OTHER_KEY, add_op, body
 
@@ -20,7 +21,7 @@ def add_all(storage, ops):
 def wait_until_polling(storage, ledger_id):
     """Bounded wait until a long poll on the ledger is registered (so the wake-up path is exercised)."""
     deadline = time.monotonic() + 30
-    while ledger_id not in storage._lac_waiters:  # white-box: the storage's table of long polls
+    while not storage._lacs.polled(ledger_id):  # white-box: the storage's table of long polls
         assert time.monotonic() < deadline, "the long poll never started"
         time.sleep(0.001)
 
@@ -180,6 +181,13 @@ def test_disk_usage(open_storage):
 def test_bad_configuration_names_the_setting(tmp_path, setting, value):
     with pytest.raises(InvalidConfigurationError, match=setting):
         StorageConfig(tmp_path, **{setting: value})
+
+
+def test_storage_refuses_what_is_not_a_storage_config(tmp_path):
+    """A wrong argument, not a bad setting: nothing is opened or created."""
+    with pytest.raises(InvalidArgumentError, match="StorageConfig"):
+        BookieStorage({"data_dir": str(tmp_path / "data")})
+    assert not (tmp_path / "data").exists()
 
 
 def test_configuration_defaults(tmp_path):

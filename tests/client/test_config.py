@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from pyspark_ledger import ClientConfig, LedgerClient
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 
 
 def test_defaults_are_valid_and_frozen():
@@ -36,5 +36,5 @@ def test_bad_values_are_named(field, value, message):
 def test_client_refuses_what_is_not_a_uri_or_config(tmp_path):
     with pytest.raises(InvalidConfigurationError, match="sqlite:///"):
         LedgerClient(42)
-    with pytest.raises(InvalidConfigurationError, match="ClientConfig"):
+    with pytest.raises(InvalidArgumentError, match="ClientConfig"):  # a wrong argument, not a bad setting
         LedgerClient(f"sqlite:///{tmp_path}/m.db", config={"add_timeout_s": 1})

@@ -15,6 +15,8 @@ import pytest
 from pyspark_ledger.client import rereplicate as rereplicate_module
 from pyspark_ledger.client.ensemble_change import change_ensemble
 from pyspark_ledger.client.metadata_ops import close_ledger, create_ledger, recovery_close, start_recovery
+from pyspark_ledger.client.recovery_op import recover_ledger
+from pyspark_ledger.entry import EntryCodec, master_key
 from pyspark_ledger.errors import InternalError, LedgerFencedError, MetadataVersionConflictError
 from pyspark_ledger.metadata.model import CLOSED, IN_RECOVERY
 from pyspark_ledger.metadata.update_loop import RetryPolicy
@@ -123,6 +125,31 @@ def test_recovery_close_on_metadata_changed_otherwise_asks_for_recovery_again(st
     again = recovery_close(store, marked, ledger_rules.recovery_close(marked.value, 5, 50), no_sleep()[0])
     stored = store.read_ledger(marked.value.ledger_id)
     assert again is None and stored.value.state == IN_RECOVERY and stored.value.fragments[-1].bookies[0] == "b9"
+
+
+def test_recovery_whose_close_finds_the_metadata_changed_otherwise_runs_again_after_a_pause(client, store, cluster):
+    """recover_ledger's rerun loop takes a RetryPolicy: another recoverer's ensemble change lands just before
+    this one's close, so recovery runs again from the stored metadata (R3) and closes at the same end."""
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    for index in range(3):
+        writer.append(b"entry-%d" % index)
+    ledger_id = writer.ledger_id
+    spare = sorted(set(cluster.bookies) - set(writer.metadata.current_fragment.bookies))[0]
+    theirs = []
+
+    def change_before_the_close(metadata, version) -> None:
+        if metadata.state == CLOSED and not theirs:
+            stored = store.inner.read_ledger(ledger_id)
+            theirs.append(ledger_rules.ensemble_change(stored.value, {0: spare}, 3, in_recovery=True))
+            store.inner.write_ledger(theirs[0], stored.version)
+    store.before_write(change_before_the_close)
+    policy, slept = no_sleep()
+    stored = store.read_ledger(ledger_id)
+    closed = recover_ledger(client._ctx, stored, master_key(PASSWORD),
+                            EntryCodec(stored.value.digest_type, PASSWORD), policy)
+    assert (closed.value.state, closed.value.last_entry_id) == (CLOSED, 2) and len(theirs) == 1
+    assert len(slept) == 2  # the close's lost compare-and-set, then the pause before the second run
+    writer.abort()
 
 
 # --- the writer's ensemble change --------------------------------------------------------------------------

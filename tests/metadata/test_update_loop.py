@@ -145,6 +145,24 @@ def test_a_deadline_on_the_injected_clock_stops_the_retries():
     assert now[0] <= 0.1 and cell.writes == 0
 
 
+def test_tries_counts_the_attempts_of_a_whole_operation_and_backs_off_between_them():
+    retry, slept = policy(attempts=4)
+    assert list(retry.tries()) == [1, 2, 3, 4]
+    assert slept == [0.01, 0.02, 0.04]  # before each retry, none before the first attempt
+    retry, slept = policy(attempts=4)
+    for attempt in retry.tries():
+        if attempt == 2:
+            break  # the operation succeeded: no pause after it
+    assert slept == [0.01]
+
+
+def test_tries_stops_before_a_pause_that_would_pass_the_deadline():
+    now = [0.0]
+    retry, _ = policy(attempts=1000, deadline_s=0.05, clock=lambda: now[0],
+                      sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
+    assert list(retry.tries()) == [1, 2, 3] and now[0] == pytest.approx(0.03)  # 0.01 + 0.02; next would end at 0.07
+
+
 @pytest.mark.parametrize("settings, named", [
     (dict(attempts=0), "attempts"), (dict(attempts=True), "attempts"), (dict(backoff_base_s=-1), "backoff_base_s"),
     (dict(backoff_cap_s="1"), "backoff_cap_s"), (dict(backoff_base_s=2.0, backoff_cap_s=1.0), "backoff_cap_s"),

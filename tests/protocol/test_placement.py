@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, NotEnoughBookiesError
+from pyspark_ledger.errors import InvalidArgumentError, NotEnoughBookiesError
 from pyspark_ledger.protocol.placement import (
     PlacementPolicy, RandomPlacement, apply_replacements, choose_ensemble, replace_bookie, replace_bookies,
     replacement_exclusions,
@@ -47,7 +47,7 @@ def test_replace_two_bookies_at_once_are_distinct():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(InvalidConfigurationError, match="ensemble size"):
+    with pytest.raises(InvalidArgumentError, match="ensemble size"):
         choose_ensemble(BOOKIES, 0, (), random.Random(0))
     with pytest.raises(InvalidArgumentError, match="bookie index"):
         replace_bookie(("b0", "b1"), 2, BOOKIES, (), random.Random(0))

@@ -22,8 +22,8 @@ from pyspark.sql import datasource as spark_datasource  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from pyspark_ledger import DefaultSource  # noqa: E402
-from pyspark_ledger.errors import InvalidConfigurationError  # noqa: E402
-from pyspark_ledger.spark import compat, executor  # noqa: E402
+from pyspark_ledger.errors import InternalError, InvalidConfigurationError  # noqa: E402
+from pyspark_ledger.spark import compat, executor, reader_choice  # noqa: E402
 from pyspark_ledger.spark.options import parse_read_options  # noqa: E402
 from pyspark_ledger.spark.schema import spark_to_arrow_schema  # noqa: E402
 from pyspark_ledger.spark.sink import LedgerStreamWriter, stream_writer  # noqa: E402
@@ -90,7 +90,7 @@ def test_spark_with_admission_control_gets_the_full_reader():
     from pyspark_ledger.spark.stream_admission import AdmissionControlledStreamReader
 
     options = parse_read_options(stream_options(maxEntriesPerTrigger="4"), streaming=True)
-    assert compat.stream_reader_class(options) is AdmissionControlledStreamReader
+    assert reader_choice.stream_reader_class(options) is AdmissionControlledStreamReader
     assert isinstance(DefaultSource(stream_options()).streamReader(STRUCT), AdmissionControlledStreamReader)
 
 
@@ -140,7 +140,7 @@ def test_spark_4_1_and_later_get_their_own_stream_arrow_writer():
 def test_rows_handed_to_the_stream_writer_fail_clearly():
     batch = pa.RecordBatch.from_pylist([{"id": 1}])
     assert list(compat.arrow_batches([batch, batch])) == [batch, batch]
-    with pytest.raises(InvalidConfigurationError, match=r"handed the ledger stream writer a Row, not an Arrow"):
+    with pytest.raises(InternalError, match=r"handed the ledger stream writer a Row, not an Arrow"):
         list(compat.arrow_batches([batch, Row(id=2)]))
 
 
