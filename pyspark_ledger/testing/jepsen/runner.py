@@ -105,7 +105,8 @@ class _Run:
                 steps = sorted(steps + [sched.Step(round(config.duration_s * 0.3, 2), sched.WRITER_PAUSE,
                                                    PROCESS_WRITER, 2.0)], key=lambda step: step.at_s)
             workers = [WriterWorker(f"w{index}", self.client(), self.history, self.stop, seed=config.seed * 31 + index,
-                                    quorums=config.quorums, entries_per_ledger=config.entries_per_ledger)
+                                    quorums=config.quorums, entries_per_ledger=config.entries_per_ledger,
+                                    abandon_at_stop=index % 2 == 1)
                        for index in range(config.writers)]
             for worker in workers:
                 worker.start()

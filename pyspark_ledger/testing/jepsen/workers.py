@@ -6,7 +6,8 @@ Every create, add and close goes into the run's ``History``: an add is ``ok`` wi
 confirmed; an add that fails after it was handed to the writer is ``unknown`` (it may have reached
 bookies, and recovery may keep it), one refused before that is ``fail``. A writer that fails (fenced,
 no bookies) is abandoned: its ledger is left to recovery, and the worker starts a new one.
-Payloads name their writer, ledger and sequence number, so no two are alike.
+With ``abandon_at_stop`` the worker's last ledger is left OPEN once its adds are answered (a writer that
+died), for recovery to close. Payloads name their writer, ledger and sequence number, so no two are alike.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class WriterWorker(threading.Thread):
 
     def __init__(self, name: str, client, history: History, stop: threading.Event, *, seed: int,
                  quorums: tuple[int, int, int] = (3, 3, 2), entries_per_ledger: int = 200, inflight: int = 16,
-                 payload_bytes: int = 200, pace_s: float = 0.005) -> None:
+                 payload_bytes: int = 200, pace_s: float = 0.005, abandon_at_stop: bool = False) -> None:
         super().__init__(name=f"jepsen-{name}", daemon=True)
         self.label = name
         self.client = client
@@ -40,7 +41,9 @@ class WriterWorker(threading.Thread):
         self.rng = random.Random(seed)
         self.quorums = quorums
         self.entries_per_ledger = entries_per_ledger
+        self.inflight = inflight
         self.slots = threading.BoundedSemaphore(inflight)
+        self.abandon_at_stop = abandon_at_stop
         self.payload_bytes = payload_bytes
         self.pace_s = pace_s
         self.ledgers: list[int] = []
@@ -85,12 +88,23 @@ class WriterWorker(threading.Thread):
         if broken.is_set():
             writer.abort("the jepsen writer gave this ledger up after a failed add")
             return
+        if self.abandon_at_stop and self.stop_event.is_set():
+            self._abandon(writer)
+            return
         op = self.history.invoke(self.label, "close", writer.ledger_id)
         try:
             writer.close()
             self.history.ok(op)
         except LedgerError as exc:
             self.history.unknown(op, exc)
+
+    def _abandon(self, writer) -> None:
+        """Die as a writer whose every add was answered: wait for them, then leave the ledger OPEN, so that
+        recovery must close it exactly at the last acknowledged entry."""
+        taken = sum(self.slots.acquire(timeout=30) for _ in range(self.inflight))
+        for _ in range(taken):
+            self.slots.release()
+        writer.abort("the jepsen writer died (on purpose) with every add answered")
 
     def _add(self, writer, sequence: int, broken: threading.Event) -> None:
         data = payload(self.rng, self.label, writer.ledger_id, sequence, self.payload_bytes)
