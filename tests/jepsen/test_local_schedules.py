@@ -71,6 +71,14 @@ def test_schedule(seed, tmp_path):
     assert numbers["faults"].get(sched.WRITER_PAUSE) == 1  # the paused writer was fenced (else: notes)
 
 
+def test_a_paused_writer_wakes_up_fenced(tmp_path):
+    """docs/protocol.md F1 alone: no other fault; the writer process is paused (SIGSTOP) for less than its add
+    timeout, its ledger is recovered meanwhile, and on SIGCONT every add it makes must fail (the bookies' fence),
+    nothing acknowledged past the recovered end."""
+    numbers = _run_and_check(RunConfig(seed=5, duration_s=6.0, steps=0, writers=1, process_writer=True), tmp_path)
+    assert numbers["faults"] == {sched.WRITER_PAUSE: 1}
+
+
 @pytest.mark.skipif(not ZooKeeperServer.is_available(), reason=f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
 def test_zookeeper_pauses_and_session_expiry(tmp_path):
     """ZooKeeper metadata: the ZooKeeper server is paused and a client's session expired, among bookie faults."""
@@ -95,7 +103,7 @@ def test_a_schedule_is_the_same_for_the_same_seed():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"seed": -1}, "seed"), ({"seed": 1, "steps": 0}, "steps"), ({"seed": 1, "kinds": ("flood",)}, "flood"),
+    ({"seed": -1}, "seed"), ({"seed": 1, "steps": -1}, "steps"), ({"seed": 1, "kinds": ("flood",)}, "flood"),
     ({"seed": 1, "duration_s": 0}, "duration_s")])
 def test_bad_schedule_arguments_are_refused(kwargs, words):
     with pytest.raises(InvalidArgumentError, match=words):

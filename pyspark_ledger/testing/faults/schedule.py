@@ -69,8 +69,8 @@ def generate(seed: int, hosts: Mapping[str, str], *, duration_s: float = 20.0, s
     """``steps`` fault steps over ``duration_s`` seconds on ``hosts`` (name -> role), from ``seed``."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 63:
         raise InvalidArgumentError(f"seed must be a whole number in 0..2^63-1, got {seed!r}")
-    if not 1 <= steps <= MAX_STEPS:
-        raise InvalidArgumentError(f"steps must be in 1..{MAX_STEPS}, got {steps}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= MAX_STEPS:
+        raise InvalidArgumentError(f"steps must be a whole number in 0..{MAX_STEPS}, got {steps!r}")
     if not 0 < duration_s <= MAX_DURATION_S or not 0 < min_fault_s <= max_fault_s:
         raise InvalidArgumentError(f"duration_s must be in (0, {MAX_DURATION_S:g}] and 0 < min_fault_s <= "
                                    f"max_fault_s, got {duration_s}, {min_fault_s}, {max_fault_s}")
@@ -85,6 +85,8 @@ def generate(seed: int, hosts: Mapping[str, str], *, duration_s: float = 20.0, s
         raise InvalidArgumentError(f"no host can take any of the fault kinds {list(kinds)}")
     rng = random.Random(seed)
     chosen: list[Step] = []
+    if steps == 0:
+        return chosen
     for _ in range(steps * 20):
         if len(chosen) == steps:
             break
