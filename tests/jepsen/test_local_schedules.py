@@ -68,7 +68,7 @@ def test_schedule(seed, tmp_path):
     kinds = sched.BOOKIE_KINDS + (sched.ZK_KINDS if METADATA == "zookeeper" else ())
     numbers = _run_and_check(RunConfig(seed=seed, metadata=METADATA, duration_s=10.0, kinds=kinds,
                                        process_writer=True), tmp_path)
-    assert numbers["faults"].get(sched.WRITER_PAUSE) == 1  # the paused writer was fenced (else: notes)
+    assert numbers["faults"].get(sched.WRITER_PAUSE) == 1  # it ended with an error, nothing acknowledged late
 
 
 def test_a_paused_writer_wakes_up_fenced(tmp_path):
@@ -77,15 +77,17 @@ def test_a_paused_writer_wakes_up_fenced(tmp_path):
     nothing acknowledged past the recovered end."""
     numbers = _run_and_check(RunConfig(seed=5, duration_s=6.0, steps=0, writers=1, process_writer=True), tmp_path)
     assert numbers["faults"] == {sched.WRITER_PAUSE: 1}
+    assert numbers["paused_writer"].startswith("stopped: LedgerFencedError"), numbers["paused_writer"]
 
 
 @pytest.mark.skipif(not ZooKeeperServer.is_available(), reason=f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
 def test_zookeeper_pauses_and_session_expiry(tmp_path):
-    """ZooKeeper metadata: the ZooKeeper server is paused and a client's session expired, among bookie faults."""
-    config = RunConfig(seed=11, metadata="zookeeper", duration_s=10.0, steps=5,
-                       kinds=(sched.ZK_PAUSE, sched.ZK_EXPIRY, sched.PARTITION, sched.KILL))
+    """ZooKeeper metadata: the ZooKeeper server is paused, killed and restarted (the leader lost), and a client's
+    session expired, among bookie faults."""
+    config = RunConfig(seed=2, metadata="zookeeper", duration_s=12.0, steps=6,
+                       kinds=(sched.ZK_PAUSE, sched.ZK_EXPIRY, sched.ZK_KILL, sched.PARTITION, sched.KILL))
     numbers = _run_and_check(config, tmp_path)
-    assert set(numbers["faults"]) & {sched.ZK_PAUSE, sched.ZK_EXPIRY}, numbers
+    assert len(set(numbers["faults"]) & set(sched.ZK_KINDS)) >= 2, numbers
 
 
 def test_a_schedule_is_the_same_for_the_same_seed():

@@ -58,7 +58,7 @@ def apply(step: s.Step, hosts: Mapping[str, Host], network: Network,
     if kind in (s.PAUSE, s.ZK_PAUSE):
         host.pause()
         return _once(host.resume)
-    if kind == s.KILL:
+    if kind in (s.KILL, s.ZK_KILL):
         host.kill()
         return _once(host.restart)
     if kind == s.DISK_FULL:

@@ -25,11 +25,12 @@ KILL = "kill"
 DISK_FULL = "disk-full"
 ZK_PAUSE = "zk-pause"
 ZK_EXPIRY = "zk-expiry"
+ZK_KILL = "zk-kill"
 WRITER_PAUSE = "writer-pause"
 BOOKIE_KINDS = (PARTITION, ONE_WAY, DELAY, LOSS, RESET, PAUSE, KILL, DISK_FULL)
-ZK_KINDS = (ZK_PAUSE, ZK_EXPIRY)
+ZK_KINDS = (ZK_PAUSE, ZK_EXPIRY, ZK_KILL)
 KINDS = BOOKIE_KINDS + ZK_KINDS + (WRITER_PAUSE,)
-TARGET_ROLE = {**{kind: "bookie" for kind in BOOKIE_KINDS}, ZK_PAUSE: "zookeeper", ZK_EXPIRY: "zookeeper",
+TARGET_ROLE = {**{kind: "bookie" for kind in BOOKIE_KINDS}, ZK_PAUSE: "zookeeper", ZK_EXPIRY: "zookeeper", ZK_KILL: "zookeeper",
                WRITER_PAUSE: "writer"}
 MAX_STEPS = 1000
 MAX_DURATION_S = 3600.0
