@@ -73,3 +73,25 @@ def write(path: str | os.PathLike, document: Mapping) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     return path
+
+
+def load_runs(directory: str | os.PathLike) -> list[dict]:
+    """Every ``run-*.json`` of a results directory (``LEDGER_JEPSEN_RESULTS``)."""
+    return [json.loads(path.read_text()) for path in sorted(Path(directory).glob("run-*.json"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pyspark_ledger.testing.jepsen.figures DIR [DIR ...]``: the totals of the runs in DIR(s)."""
+    import sys
+
+    directories = sys.argv[1:] if argv is None else argv
+    if not directories:
+        print("usage: python -m pyspark_ledger.testing.jepsen.figures RESULTS_DIR [RESULTS_DIR ...]", file=sys.stderr)
+        return 2
+    runs = [run for directory in directories for run in load_runs(directory)]
+    print(json.dumps(summarize(runs), indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
