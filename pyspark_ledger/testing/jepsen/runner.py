@@ -127,6 +127,7 @@ class _Run:
             self._finish_process_writer()
             outcomes = self._recover_and_read()
             history = self._merged_history()
+            history.save(self.base_dir / "history-all.jsonl")  # kept with a failed run's files
             result = check(history, outcomes)
             seconds = time.monotonic() - self.started
             numbers = figures.run_figures(config.seed, config.metadata, result, self.log.injected, history, seconds,
