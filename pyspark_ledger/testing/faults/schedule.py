@@ -30,7 +30,7 @@ WRITER_PAUSE = "writer-pause"
 BOOKIE_KINDS = (PARTITION, ONE_WAY, DELAY, LOSS, RESET, PAUSE, KILL, DISK_FULL)
 ZK_KINDS = (ZK_PAUSE, ZK_EXPIRY, ZK_KILL)
 KINDS = BOOKIE_KINDS + ZK_KINDS + (WRITER_PAUSE,)
-TARGET_ROLE = {**{kind: "bookie" for kind in BOOKIE_KINDS}, ZK_PAUSE: "zookeeper", ZK_EXPIRY: "zookeeper", ZK_KILL: "zookeeper",
+TARGET_ROLE = {**{kind: "bookie" for kind in BOOKIE_KINDS}, **{kind: "zookeeper" for kind in ZK_KINDS},
                WRITER_PAUSE: "writer"}
 MAX_STEPS = 1000
 MAX_DURATION_S = 3600.0
