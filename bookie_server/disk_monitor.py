@@ -88,6 +88,10 @@ class DiskMonitor:
         self._measure = measure
         self._thread = PeriodicThread("bookie-disk-monitor", interval_s, self.check, "disk usage check")
         self.read_only = False
+        # True after a switch that failed: the server may have half-applied it (its reason recorded, storage
+        # refusing adds, the registration not updated), so the next check reports its verdict even if it is
+        # the state the monitor believes in (a disk freed before the retry must still turn the bookie writable)
+        self._unsettled = False
 
     def start(self) -> None:
         """Start the periodic checks (call ``check()`` first for an answer before anything else starts)."""
@@ -104,7 +108,7 @@ class DiskMonitor:
             log.error("cannot read the disk usage of %s: %s", ", ".join(map(str, self._directories)), exc)
             return
         read_only = read_only_decision(self._policy, self.read_only, used)
-        if read_only == self.read_only:
+        if read_only == self.read_only and not self._unsettled:
             return
         self.read_only = read_only
         if read_only:
@@ -116,8 +120,10 @@ class DiskMonitor:
         log.warning("bookie turns %s: %s", "read-only" if read_only else "writable", reason)
         try:
             self._on_change(read_only, reason)
+            self._unsettled = False
         except Exception:  # noqa: BLE001 - e.g. the metadata store is down: retried at the next check
             self.read_only = not read_only
+            self._unsettled = True
             log.exception("switching the bookie to %s failed; retrying at the next check",
                           "read-only" if read_only else "writable")
 

@@ -72,6 +72,28 @@ def test_the_monitor_reports_changes_once_and_retries_a_failed_switch(tmp_path):
     assert "98.0% full" in changes[0][1] and "--disk-usage-threshold" in changes[0][1]
 
 
+def test_a_disk_freed_before_a_failed_switch_is_retried_still_turns_the_bookie_writable(tmp_path):
+    """Found by the Jepsen suite (docs/jepsen.md): ZooKeeper down while the disk filled, so the switch to read-only
+    failed half-way (the server already refused adds); the disk was freed before the next check. The monitor must
+    still report "writable", or the bookie refuses adds for ever."""
+    usage = iter([0.5, 0.97, 0.5, 0.5])
+    changes, fail_next = [], [False]
+
+    def on_change(read_only: bool, reason: str) -> None:
+        changes.append(read_only)
+        if fail_next[0]:
+            fail_next[0] = False
+            raise RuntimeError("metadata store unreachable")
+
+    monitor = DiskMonitor(DiskPolicy(0.95, 0.90), [tmp_path], 60.0, on_change, measure=lambda _: next(usage))
+    monitor.check()  # 0.5
+    fail_next[0] = True
+    monitor.check()  # 0.97: the switch to read-only fails after the server saw it
+    monitor.check()  # 0.5: freed meanwhile: the server is told it is writable
+    monitor.check()  # 0.5: settled, no change
+    assert changes == [True, False] and monitor.read_only is False
+
+
 def test_B5_a_full_disk_makes_a_real_bookie_read_only_and_back(make_bookie, metadata_store, metadata_uri,
                                                                client_for, tmp_path):
     usage = {index: tmp_path / f"disk-usage-{index}" for index in range(4)}

@@ -1,0 +1,77 @@
+"""Fault actions on hosts (pyspark_ledger/testing/faults/actions.py, hosts.py): a pause is SIGSTOP until healed,
+a kill is SIGKILL, unknown hosts and kinds are refused, and AdvertisedStore gives clients the proxy's address of
+a bookie."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.testing.faults import actions, schedule as sched
+from pyspark_ledger.testing.faults.hosts import AdvertisedStore, LocalProcessHost, ProxyNetwork
+from tests.waiting import wait_until
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture
+def sleeper():
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield LocalProcessHost("writer-p", process)
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
+def test_a_pause_stops_the_process_until_healed(sleeper):
+    step = sched.Step(0.0, sched.PAUSE, "writer-p", 1.0)
+    heal = actions.apply(step, {"writer-p": sleeper}, ProxyNetwork())
+    wait_until(lambda: _state(sleeper.process.pid) == "T", 10, "the process to stop")
+    heal()
+    heal()  # idempotent
+    wait_until(lambda: _state(sleeper.process.pid) != "T", 10, "the process to continue")
+
+
+def test_a_kill_is_sigkill_and_a_writer_cannot_be_restarted(sleeper):
+    heal = actions.apply(sched.Step(0.0, sched.KILL, "writer-p", 1.0), {"writer-p": sleeper}, ProxyNetwork())
+    assert sleeper.process.returncode == -9 and sleeper.pids() == []
+    with pytest.raises(InvalidStateError, match="cannot be restarted"):
+        heal()
+
+
+def test_bad_steps_are_refused(sleeper):
+    hosts = {"writer-p": sleeper}
+    with pytest.raises(InvalidArgumentError, match="unknown host"):
+        actions.apply(sched.Step(0.0, sched.PAUSE, "bookie-9", 1.0), hosts, ProxyNetwork())
+    with pytest.raises(InvalidArgumentError, match="no proxy"):
+        actions.apply(sched.Step(0.0, sched.PARTITION, "writer-p", 1.0), hosts, ProxyNetwork())
+    with pytest.raises(InvalidArgumentError, match="hook"):
+        actions.apply(sched.Step(0.0, sched.WRITER_PAUSE, "writer-p", 1.0), hosts, ProxyNetwork())
+    with pytest.raises(InvalidStateError, match="no disk"):
+        actions.apply(sched.Step(0.0, sched.DISK_FULL, "writer-p", 1.0), hosts, ProxyNetwork())
+
+
+def test_the_fault_log_counts_what_was_injected():
+    log = actions.FaultLog()
+    record = log.started(sched.Step(0.0, sched.PAUSE, "b", 1.0))
+    log.started(sched.Step(0.0, sched.KILL, "b", 1.0), error="OSError: gone")
+    time.sleep(0.01)
+    log.healed(record)
+    assert log.per_kind() == {sched.PAUSE: 1} and record.healed > record.started
+
+
+def test_clients_are_given_the_advertised_address(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    with open_metadata_store(uri, create=True) as inner:
+        registration = inner.register_bookie("127.0.0.1:2", {"host": "127.0.0.1", "port": 1})
+        store = AdvertisedStore(inner, {"127.0.0.1:2": "127.0.0.1:2"})
+        assert store.bookies()["127.0.0.1:2"].info["port"] == 2
+        assert inner.bookies()["127.0.0.1:2"].info["port"] == 1
+        registration.close()
