@@ -32,6 +32,7 @@ from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
 from pyspark_ledger.protocol.recovery import (ChooseReplacements, CloseLedger, FenceAndReadLac, LedgerRecovery,
                                               ReadEntry, RecoveryFailed, WriteBack)
+from pyspark_ledger.protocol.schedule import Quorums
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,8 @@ class RecoveryRun:
     def _choose(self, action: ChooseReplacements) -> tuple:
         try:
             chosen = self._ctx.choose_replacements(action.ensemble, action.failed,
-                                                   set(action.exclude) | set(action.failed.values()))
+                                                   set(action.exclude) | set(action.failed.values()),
+                                                   quorums=Quorums.of(self._marked.value))
         except LedgerError as exc:
             return self._recovery.on_replacement_failure(str(exc))
         return self._recovery.on_replacements(chosen)
