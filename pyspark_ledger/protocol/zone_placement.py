@@ -71,7 +71,7 @@ def place_ensemble(available: Iterable[str], size: int, exclude: Iterable[str], 
         picked = _assign(chosen, range(size), where, rng)
         ensemble = tuple(picked[i] for i in range(size))
     return _judged(ensemble, chosen, sorted({loc.zone for loc in where.values()}), where, write_quorum,
-                   ack_quorum, min_ack_zones, "a new ensemble")
+                   ack_quorum, min_ack_zones, "for a new ensemble")
 
 
 def place_replacements(ensemble: Sequence[str], indexes: Iterable[int], available: Iterable[str],
