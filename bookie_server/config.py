@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pyspark_ledger.arg_types import number
+from pyspark_ledger.metadata.bookie_location import DEFAULT_RACK, DEFAULT_ZONE, name_problem
 
 MiB = 1024 * 1024
 DEFAULT_HOST = "127.0.0.1"
@@ -78,6 +79,8 @@ class ServerConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None  # require client certificates signed by this CA (mutual TLS)
     admin_identities: tuple[str, ...] = ()  # client certificate names served without ledger keys
+    zone: str = DEFAULT_ZONE                # failure domain published for zone-aware placement
+    rack: str = DEFAULT_RACK
     log_level: str = "INFO"
 
     @property
@@ -140,6 +143,15 @@ def _identity(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"must be a certificate name (printable, no surrounding spaces, at most 1024 characters), got {text!r}")
     return text
+
+
+def _location_name(what: str):
+    def parse(text: str) -> str:
+        problem = name_problem(text, what)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return text
+    return parse
 
 
 def _instance_id(text: str) -> str:
@@ -271,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a client certificate name (CN or DNS/URI SAN) whose holder may read, read LAC, write LAC and fence "
              "any ledger this bookie stores without its master key (repair and inspection tools); repeatable; "
              "needs --tls-client-ca (default: none)")
+    add("--zone", type=_location_name("zone"), default=DEFAULT_ZONE, metavar="NAME",
+        help="the failure domain (data centre, availability zone) this bookie is in, published with its "
+             "registration; clients spread every write quorum over as many zones as they can "
+             "(docs/protocol.md P1); 1-64 letters, digits, '.', '_', '-'")
+    add("--rack", type=_location_name("rack"), default=DEFAULT_RACK, metavar="NAME",
+        help="the rack within --zone, published likewise; placement spreads over racks second; "
+             "1-64 letters, digits, '.', '_', '-'")
     add("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level")
     return parser
 

@@ -3,7 +3,8 @@
 The registration is an ephemeral znode (ZooKeeper) or a heartbeat lease
 (SQLite): it vanishes when the bookie deregisters on a clean stop, and at
 session/lease expiry when the process is killed. Its info tells clients how
-to reach the bookie (host, port) and where its metrics are; ``space_report``
+to reach the bookie (host, port), where its metrics are and where it stands
+(zone and rack, for zone-aware placement); ``space_report``
 adds the free and total space of its journal and ledger dirs and keeps it
 current (``Registration.update_info``).
 """
@@ -13,14 +14,16 @@ import logging
 from typing import Any, Mapping
 
 import pyspark_ledger
+from pyspark_ledger.metadata.bookie_location import DEFAULT_LOCATION, Location, location_info
 from pyspark_ledger.metadata.store import MetadataStore, Registration
 
 _log = logging.getLogger(__name__)
 
 
 def bookie_info(host: str, port: int, metrics_port: int | None, metrics_url: str | None,
-                data_dir: str, tls=None) -> dict[str, Any]:
-    """The info a bookie publishes with its registration; ``tls`` (a ServerTls or None) tells clients whether
+                data_dir: str, tls=None, location: Location = DEFAULT_LOCATION) -> dict[str, Any]:
+    """The info a bookie publishes with its registration; ``location`` is its zone and rack (read back by
+    ``metadata.bookie_location.read_location``); ``tls`` (a ServerTls or None) tells clients whether
     the port speaks TLS ("tls") and wants a client certificate ("mtls"), so a client without the matching
     settings can say so in one line instead of failing a handshake."""
     return {
@@ -31,6 +34,7 @@ def bookie_info(host: str, port: int, metrics_port: int | None, metrics_url: str
         "metrics_url": metrics_url or "",
         "version": pyspark_ledger.__version__,
         "data_dir": data_dir,
+        **location_info(location),
     }
 
 

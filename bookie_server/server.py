@@ -44,6 +44,7 @@ from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import bookie_info, deregister, register
 from bookie_server.service import BookieServicer
 from pyspark_ledger.errors import InvalidConfigurationError, JournalCorruptError, LedgerError, StorageError
+from pyspark_ledger.metadata.bookie_location import Location
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
 _log = logging.getLogger(__name__)
@@ -240,7 +241,8 @@ class BookieServer:
         self._space_report = SpaceReport(lambda: measure_space(storage_config.journal_dir,
                                                                storage_config.entry_log_dir))
         info = self._space_report.info(bookie_info(self.config.host, self.config.port, self.metrics_port,
-                                                   self.metrics_url, str(self.config.data_dir), tls=self.config.tls))
+                                                   self.metrics_url, str(self.config.data_dir), tls=self.config.tls,
+                                                   location=Location(self.config.zone, self.config.rack)))
         with self._state_lock:
             read_only = bool(self._read_only_reasons)
             self._registration = register(self._store, self.bookie_id, info, read_only=read_only)

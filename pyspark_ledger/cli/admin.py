@@ -12,6 +12,7 @@ from pyspark_ledger.cli.tls_args import client_config
 from pyspark_ledger.cli.output import human_bytes, human_bytes_exact, print_json, print_record, print_table
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerInUseError, NoSuchLedgerError
 from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.bookie_location import read_location
 from pyspark_ledger.metadata.bookie_space import AREAS, Space, read_space
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import MetadataStore
@@ -83,6 +84,7 @@ def cmd_bookies(args: argparse.Namespace) -> int:
     with metadata_store(args) as store:
         registrations = sorted(store.bookies().values(), key=lambda r: r.bookie_id)
     rows = [{"bookie_id": reg.bookie_id, "mode": "read-only" if reg.read_only else "writable",
+             "zone": read_location(reg.info).zone, "rack": read_location(reg.info).rack,
              "tls": _tls_mode(reg.info), "metrics": reg.info.get("metrics_url", "")} for reg in registrations]
     spaces = [read_space(reg.info) for reg in registrations]
     if args.json:  # bytes; null where the bookie does not say (older than the field) or says nonsense
@@ -91,7 +93,8 @@ def cmd_bookies(args: argparse.Namespace) -> int:
                     for row, space_of in zip(rows, spaces)])
     else:
         print_table([{**row, **{area: _human_space(space) for area, space in space_of.items()}}
-                     for row, space_of in zip(rows, spaces)], ["bookie_id", "mode", "tls", *AREAS, "metrics"])
+                     for row, space_of in zip(rows, spaces)],
+                    ["bookie_id", "mode", "zone", "rack", "tls", *AREAS, "metrics"])
     return 0
 
 

@@ -8,7 +8,8 @@ entries of old fragments. With TLS settings (``tls``, a ``ClientTls``) every cha
 bookie whose registration says it speaks otherwise ("tls"/"mtls"/plaintext) is refused before dialing,
 with a BookieUnavailableError that says which setting to change (``tls_errors.mismatch``), and
 ``refused()`` lists those bookies with the reason. A broken add stream is replaced by a new one on
-the next add. Every call runs on the process's shared ``IoLoop``, which
+the next add. ``locations()`` gives the zone and rack each registration read by ``bookies()``
+declared (for zone-aware placement). Every call runs on the process's shared ``IoLoop``, which
 ``close()`` releases after closing every stream and channel.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.tls_errors import mismatch
 from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError, MetadataError
+from pyspark_ledger.metadata.bookie_location import Location, read_location
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
 from pyspark_ledger.status import BookieStatus
 
@@ -41,6 +43,7 @@ class BookiePool:
         self._streams: dict[str, AddStream] = {}
         self._addresses: dict[str, str] = {}
         self._modes: dict[str, object] = {}  # bookie -> the TLS mode its registration gave
+        self._locations: dict[str, Location] = {}  # bookie -> zone and rack its registration gave
         self._closed = False
         self._io = acquire_io_loop()
 
@@ -56,7 +59,13 @@ class BookiePool:
             for bookie_id, registration in registered.items():
                 self._addresses[bookie_id] = _address_of(registration)
                 self._modes[bookie_id] = _tls_mode(registration)
+                self._locations[bookie_id] = read_location(registration.info)
         return sorted(registered)
+
+    def locations(self) -> dict[str, Location]:
+        """Zone and rack of every bookie seen registered, as of the last ``bookies()`` (no extra read)."""
+        with self._lock:
+            return dict(self._locations)
 
     def refused(self) -> dict[str, str]:
         """Registered bookies this client cannot talk to because of TLS settings: id -> why."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pyspark_ledger.errors import InvalidConfigurationError
-from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
+from pyspark_ledger.protocol.placement import PlacementPolicy
+from pyspark_ledger.protocol.zone_placement import MAX_ACK_ZONES, ZoneAwarePlacement
 from pyspark_ledger.protocol.quarantine import ChangeBackoff, QuarantineRule
 from pyspark_ledger.security.tls import ClientTls
 
@@ -62,8 +63,16 @@ class ClientConfig:
     #: Unused: reads no longer need threads (answers arrive on the client's
     #: network thread). Kept so that existing configurations stay valid.
     io_threads: int = 16
-    #: Ensemble placement (the seam for rack- or zone-aware policies).
-    placement: PlacementPolicy = field(default_factory=RandomPlacement)
+    #: Ensemble placement. The default spreads every write quorum over as many zones, then racks, as the
+    #: bookies' ``--zone`` / ``--rack`` allow, and is the uniform random choice when no bookie declares one
+    #: (docs/protocol.md P1-P4). A policy with only ``choose_ensemble``/``replace_bookie`` ignores zones.
+    placement: PlacementPolicy = field(default_factory=ZoneAwarePlacement)
+    #: Zones every ack quorum must span (docs/protocol.md P2, P3). 1 (default): place with the best spread
+    #: available and log a warning when it falls short. m >= 2: refuse (NotEnoughBookiesError naming the zones)
+    #: any ensemble or replacement where some Qa bookies of a write quorum could all lie within m - 1 zones.
+    #: 2 makes the loss of one whole zone lose no acknowledged entry (it needs Qa >= 2 and, per write
+    #: quorum, at most Qa - 1 bookies in any one zone).
+    min_ack_quorum_zones: int = 1
     #: Seed of the placement's random choices; ``None`` = seeded from the OS.
     placement_seed: int | None = None
     #: Delayed ensemble change (BookKeeper's ``delayEnsembleChange``): a bookie
@@ -110,6 +119,15 @@ class ClientConfig:
                 raise InvalidConfigurationError(
                     f"placement must implement choose_ensemble() and replace_bookie() "
                     f"(see pyspark_ledger.protocol.placement.PlacementPolicy), got {self.placement!r}")
+        if isinstance(self.min_ack_quorum_zones, bool) or not isinstance(self.min_ack_quorum_zones, int) \
+                or not 1 <= self.min_ack_quorum_zones <= MAX_ACK_ZONES:
+            raise InvalidConfigurationError(f"min_ack_quorum_zones must be an integer in 1..{MAX_ACK_ZONES} "
+                                            f"(1 = no demand), got {self.min_ack_quorum_zones!r}")
+        if self.min_ack_quorum_zones > 1 and not callable(getattr(self.placement, "place_ensemble", None)):
+            raise InvalidConfigurationError(
+                f"min_ack_quorum_zones={self.min_ack_quorum_zones} needs a zone-aware placement "
+                f"(place_ensemble() and place_replacements(), as protocol.zone_placement.ZoneAwarePlacement), "
+                f"got {self.placement!r}")
         if self.placement_seed is not None and (not isinstance(self.placement_seed, int)
                                                 or isinstance(self.placement_seed, bool)):
             raise InvalidConfigurationError(f"placement_seed must be an int or None, got {self.placement_seed!r}")

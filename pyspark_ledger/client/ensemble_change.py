@@ -21,6 +21,7 @@ from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_tracker import EnsembleChangeRequest
 from pyspark_ledger.protocol.ledger_rules import Decision, resolve_ensemble_change_conflict
 from pyspark_ledger.protocol.quarantine import exclusion_rounds
+from pyspark_ledger.protocol.schedule import Quorums
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 def change_ensemble(ctx: ClientContext, current: Versioned[LedgerMetadata], request: EnsembleChangeRequest,
                     exclude: set[str]) -> Versioned[LedgerMetadata]:
     """Make ``request`` effective in the metadata store; returns the stored metadata now in force."""
-    change = _Change(ctx, request, _choose(ctx, request, dict(request.failed), exclude), exclude)
+    quorums = Quorums.of(current.value)  # the replacements keep the write quorums' spread over zones (P1)
+    change = _Change(ctx, request, _choose(ctx, request, dict(request.failed), exclude, quorums), exclude, quorums)
     updated = update_ledger(ctx.store, current.value.ledger_id, needs_update=change.needs_update,
                             transform=change.transform, policy=retry_policy(ctx.config), current=current)
     if updated.written:
@@ -43,8 +45,9 @@ class _Change:
     stored ensemble), accept what is stored, or stop (the ledger is no longer OPEN: W5)."""
 
     def __init__(self, ctx: ClientContext, request: EnsembleChangeRequest, replacements: dict[int, str],
-                 exclude: set[str]) -> None:
+                 exclude: set[str], quorums: Quorums) -> None:
         self._ctx = ctx
+        self._quorums = quorums
         self._exclude = exclude
         self.failed = dict(request.failed)
         self.first = request.first_unconfirmed_entry
@@ -55,7 +58,8 @@ class _Change:
         resolution = resolve_ensemble_change_conflict(stored, self.failed, self.replacements, self.first)
         if resolution.decision is Decision.CHOOSE_AGAIN:
             taken = self._exclude | set(self.failed.values()) | set(stored.current_fragment.bookies)
-            self.replacements = self._ctx.choose_replacements(stored.current_fragment.bookies, self.failed, taken)
+            self.replacements = self._ctx.choose_replacements(stored.current_fragment.bookies, self.failed, taken,
+                                                              quorums=self._quorums)
             resolution = resolve_ensemble_change_conflict(stored, self.failed, self.replacements, self.first)
         if resolution.decision is Decision.SUCCESS:
             return False
@@ -75,13 +79,13 @@ class _Change:
 
 
 def _choose(ctx: ClientContext, request: EnsembleChangeRequest, failed: dict[int, str],
-            exclude: set[str]) -> dict[int, str]:
+            exclude: set[str], quorums: Quorums) -> dict[int, str]:
     """Replacements outside the ensemble and each exclusion set of ``exclusion_rounds`` in turn: bookies
     that failed this writer and the client's quarantine are avoided while others are left."""
     rounds = exclusion_rounds(failed.values(), exclude, ctx.quarantine.current())
     for attempt, excluded in enumerate(rounds):
         try:
-            replacements = ctx.choose_replacements(request.ensemble, failed, excluded)
+            replacements = ctx.choose_replacements(request.ensemble, failed, excluded, quorums=quorums)
         except NotEnoughBookiesError:
             if attempt == len(rounds) - 1:
                 raise

@@ -29,6 +29,7 @@ from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationErro
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
 from pyspark_ledger.metadata.store import MetadataStore
+from pyspark_ledger.protocol.schedule import Quorums
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class LedgerClient:
         password = _password(password)
         digest = check_digest_type(digest)
         custom = _custom_metadata(custom_metadata)
-        ensemble = self._ctx.choose_ensemble(ensemble_size)
+        ensemble = self._ctx.choose_ensemble(ensemble_size,
+                                             quorums=Quorums(ensemble_size, write_quorum, ack_quorum))
         created = create_ledger(self._ctx.store, ensemble, write_quorum, ack_quorum, digest, password, custom,
                                 retry_policy(self.config), seal=self._secrets.seal)
         writer = LedgerWriter(self._ctx, created, password, on_close=self._forget)

@@ -33,6 +33,7 @@ from pyspark_ledger.metadata.update_loop import RetryPolicy
 from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
 from pyspark_ledger.protocol.recovery import (ChooseReplacements, CloseLedger, FenceAndReadLac, LedgerRecovery,
                                               ReadEntry, RecoveryFailed, WriteBack)
+from pyspark_ledger.protocol.schedule import Quorums
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,8 @@ class RecoveryRun:
     def _choose(self, action: ChooseReplacements) -> tuple:
         try:
             chosen = self._ctx.choose_replacements(action.ensemble, action.failed,
-                                                   set(action.exclude) | set(action.failed.values()))
+                                                   set(action.exclude) | set(action.failed.values()),
+                                                   quorums=Quorums.of(self._marked.value))
         except LedgerError as exc:
             return self._recovery.on_replacement_failure(str(exc))
         return self._recovery.on_replacements(chosen)

@@ -35,6 +35,7 @@ from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.rereplication import (FragmentRepair, apply_repairs, entries_of, lost_bookies,
                                                    plan_repairs, sources_of)
+from pyspark_ledger.protocol.schedule import Quorums
 
 log = logging.getLogger(__name__)
 #: ``on_progress(ledger_id, entries_copied, entries_to_copy)``: called as copies are acknowledged.
@@ -81,7 +82,7 @@ def rereplicate_ledger(ctx: ClientContext, ledger_id: int, password: bytes,
     report = RereplicationReport(ledger_id, missing, skipped_open_fragments=list(plan.skipped_open_fragments))
     if not plan.repairs:
         return report
-    replacements = _choose_replacements(ctx, plan.repairs, missing)
+    replacements = _choose_replacements(ctx, plan.repairs, missing, Quorums.of(metadata))
     copier = _Copier(ctx, metadata, password, missing, on_progress)
     copier.expect(plan.repairs)
     for repair in plan.repairs:
@@ -95,8 +96,9 @@ def rereplicate_ledger(ctx: ClientContext, ledger_id: int, password: bytes,
     return report
 
 
-def _choose_replacements(ctx: ClientContext, repairs, lost: list[str]) -> dict[FragmentRepair, str]:
-    """One writable bookie per repaired slot, outside its fragment's ensemble and the lost bookies."""
+def _choose_replacements(ctx: ClientContext, repairs, lost: list[str], quorums: Quorums) -> dict[FragmentRepair, str]:
+    """One writable bookie per repaired slot, outside its fragment's ensemble and the lost bookies, keeping the
+    fragment's write quorums spread over zones (docs/protocol.md P1)."""
     chosen: dict[FragmentRepair, str] = {}
     by_fragment: dict[int, list[FragmentRepair]] = {}
     for repair in repairs:
@@ -104,7 +106,8 @@ def _choose_replacements(ctx: ClientContext, repairs, lost: list[str]) -> dict[F
     for group in by_fragment.values():
         ensemble = group[0].ensemble
         try:
-            picked = ctx.choose_replacements(ensemble, [r.bookie_index for r in group], exclude=lost)
+            picked = ctx.choose_replacements(ensemble, [r.bookie_index for r in group], exclude=lost,
+                                             quorums=quorums)
         except NotEnoughBookiesError as exc:
             raise NotEnoughBookiesError(
                 f"no writable bookie outside the ensemble {list(ensemble)} to take the place of "

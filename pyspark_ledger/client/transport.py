@@ -152,6 +152,11 @@ class GrpcTransport:
         """Registered bookies this client's TLS settings cannot talk to: id -> which setting to change."""
         return self._pool.refused()
 
+    def locations(self) -> dict:
+        """Zone and rack (``metadata.bookie_location.Location``) of each bookie, from the registrations the
+        last ``bookies()`` read."""
+        return self._pool.locations()
+
     def unreachable(self) -> dict[str, str]:
         """Bookies whose last read, LAC call or single add failed as unreachable: id -> why, and how long ago;
         and the registered bookies this client's TLS settings cannot talk to: id -> which setting to change."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import bookie_server
-from pyspark_ledger.errors import BookieProcessError
+from pyspark_ledger.errors import BookieProcessError, InvalidArgumentError
 from pyspark_ledger.testing.ports import free_port  # noqa: F401 - re-exported: tests and benchmarks use it here
 
 HOST = "127.0.0.1"
@@ -222,12 +222,26 @@ class BookieProcess:
 
 
 class BookieCluster:
-    """``n`` bookie processes sharing one metadata store; a context manager that reaps them all."""
+    """``n`` bookie processes sharing one metadata store; a context manager that reaps them all.
 
-    def __init__(self, n: int, base_dir: str | os.PathLike, metadata_uri: str, **flags: Any) -> None:
+    ``zones`` (and ``racks``), if given, hold one name per bookie: bookie i starts with ``--zone zones[i]``
+    (``--rack racks[i]``); ``in_zone(name)`` lists the bookies of a zone."""
+
+    def __init__(self, n: int, base_dir: str | os.PathLike, metadata_uri: str, *,
+                 zones: Sequence[str] | None = None, racks: Sequence[str] | None = None, **flags: Any) -> None:
         self.base_dir = Path(base_dir)
         self.metadata_uri = metadata_uri
-        self.bookies = [BookieProcess(self.base_dir / f"bookie-{index}", metadata_uri, **flags) for index in range(n)]
+        for name, names in (("zones", zones), ("racks", racks)):
+            if names is not None and len(names) != n:
+                raise InvalidArgumentError(f"{name} must name one per bookie ({n}), got {len(names)}")
+        self.bookies = [BookieProcess(self.base_dir / f"bookie-{index}", metadata_uri,
+                                      **{**flags, "zone": zones[index] if zones else flags.get("zone"),
+                                         "rack": racks[index] if racks else flags.get("rack")})
+                        for index in range(n)]
+
+    def in_zone(self, zone: str) -> list[BookieProcess]:
+        """The bookies started with ``--zone zone``."""
+        return [bookie for bookie in self.bookies if bookie.flags.get("zone") == zone]
 
     def start(self) -> "BookieCluster":
         try:

@@ -47,6 +47,8 @@ class FakeCluster:
         self.bookies = {bookie_id: FakeBookie(bookie_id) for bookie_id in ids}
         self.registered = set(ids)
         self.network = FakeNetwork(self.bookies)
+        #: bookie id -> ``Location`` (zone, rack) its registration declares; absent = the default zone
+        self.locations: dict = {}
 
     def __getitem__(self, bookie_id: str) -> FakeBookie:
         return self.bookies[bookie_id]
@@ -181,6 +183,10 @@ class FakeTransport:
     def bookies(self, include_read_only: bool = True) -> list[str]:
         return sorted(b for b in self._cluster.registered
                       if include_read_only or not self._cluster.bookies[b].read_only)
+
+    def locations(self) -> dict:
+        """Zone and rack of the bookies that declare one (``FakeCluster.locations``)."""
+        return dict(self._cluster.locations)
 
     def close(self) -> None:
         """Fail every call still in flight, as closing a channel does."""

@@ -77,6 +77,7 @@ def test_metadata_from_environment(store_uri):
     assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 2
 
 
+DEFAULT_PLACE = {"zone": "default-zone", "rack": "default-rack"}
 NO_SPACE = {"journal_free_bytes": None, "journal_total_bytes": None, "ledgers_free_bytes": None,
             "ledgers_total_bytes": None}
 
@@ -90,12 +91,31 @@ def test_bookies_lists_registrations(store_uri):
         table = run_ledger("--metadata", store_uri, "bookies").stdout.splitlines()
         registration.close()
     assert rows == [
-        {"bookie_id": "127.0.0.1:3181", "mode": "writable", "tls": "", "metrics": "http://127.0.0.1:9000/metrics",
-         **NO_SPACE},
-        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", "tls": "", "metrics": "", **NO_SPACE},
+        {"bookie_id": "127.0.0.1:3181", "mode": "writable", **DEFAULT_PLACE, "tls": "",
+         "metrics": "http://127.0.0.1:9000/metrics", **NO_SPACE},
+        {"bookie_id": "127.0.0.1:3182", "mode": "read-only", **DEFAULT_PLACE, "tls": "", "metrics": "", **NO_SPACE},
     ]
-    assert table[0].split() == ["BOOKIE_ID", "MODE", "TLS", "JOURNAL", "LEDGERS", "METRICS"]
-    assert [line.split()[2:4] for line in table[1:]] == [["unknown", "unknown"], ["unknown", "unknown"]]
+    assert table[0].split() == ["BOOKIE_ID", "MODE", "ZONE", "RACK", "TLS", "JOURNAL", "LEDGERS", "METRICS"]
+    assert [line.split()[4:6] for line in table[1:]] == [["unknown", "unknown"], ["unknown", "unknown"]]
+
+
+HOSTILE_PLACES = [None, 7, "", "a b", "x" * 65, "zone/1", ["eu"], {"zone": "eu"}, "é"]
+
+
+def test_bookies_show_zone_and_rack_and_read_nonsense_as_the_default(store_uri):
+    """A declared zone and rack are listed; a registration's zone or rack that is not a valid name (1-64
+    letters, digits, '.', '_', '-') lists as the default, like a registration from before the field."""
+    with open_metadata_store(store_uri) as store:
+        registrations = [store.register_bookie("127.0.0.1:3100", {"zone": "eu-west-1a", "rack": "r.7_x"})]
+        registrations += [store.register_bookie(f"127.0.0.1:{3101 + i}", {"zone": value, "rack": value})
+                          for i, value in enumerate(HOSTILE_PLACES)]
+        rows = json.loads(run_ledger("--metadata", store_uri, "--json", "bookies").stdout)
+        table = run_ledger("--metadata", store_uri, "bookies").stdout.splitlines()
+        for registration in registrations:
+            registration.close()
+    assert (rows[0]["zone"], rows[0]["rack"]) == ("eu-west-1a", "r.7_x")
+    assert [(row["zone"], row["rack"]) for row in rows[1:]] == [("default-zone", "default-rack")] * len(HOSTILE_PLACES)
+    assert table[1].split()[2:4] == ["eu-west-1a", "r.7_x"]
 
 
 HUGE = 2**63

@@ -154,3 +154,17 @@ def test_update_info_replaces_what_others_see_and_survives_a_mode_change(store, 
     with pytest.raises(MetadataError, match="closed"):
         registration.update_info({"port": 1})
     assert "b1" not in observer.bookies()
+
+
+def test_zone_and_rack_published_with_the_registration_read_back_from_another_store_object(store, open_store):
+    """docs/protocol.md P4: the zone and rack a bookie publishes reach every reader; a registration without
+    them (an older bookie) reads as the default zone and rack."""
+    from bookie_server.registration import bookie_info
+    from pyspark_ledger.metadata.bookie_location import DEFAULT_LOCATION, Location, read_location
+
+    store.register_bookie("127.0.0.1:3181", bookie_info("127.0.0.1", 3181, None, None, "/d",
+                                                        location=Location("eu-1", "r7")))
+    store.register_bookie("127.0.0.1:3182", {"host": "127.0.0.1", "port": 3182})
+    seen = open_store().bookies()
+    assert read_location(seen["127.0.0.1:3181"].info) == Location("eu-1", "r7")
+    assert read_location(seen["127.0.0.1:3182"].info) == DEFAULT_LOCATION
