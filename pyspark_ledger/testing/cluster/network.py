@@ -116,6 +116,11 @@ class Network:
         return OWNER_DIR / f"{self.prefix}.json"
 
     def up(self) -> "Network":
+        clash = [name for name in netns.list_namespaces() if PREFIX_PATTERN.match(name)
+                 and PREFIX_PATTERN.match(name).group(1) == self.prefix]
+        if clash:
+            raise ClusterError(f"network namespaces {clash} exist already (a leftover?); run `python -m "
+                               f"pyspark_ledger.testing.cluster down --prefix {self.prefix}`")
         try:
             self._write_owner_file()
             self.subnet = self.subnet or choose_subnet()

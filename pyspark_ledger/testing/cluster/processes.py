@@ -28,8 +28,10 @@ class HostProcess:
     """One process on one host (see the module docstring)."""
 
     def __init__(self, name: str, netns: str, command: Sequence[str], log_path: Path, *,
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                 info: Mapping[str, object] | None = None) -> None:
         self.name = name
+        self.info = dict(info or {})   # what the cluster file says of it besides pid and log (a bookie's id)
         self.netns = netns
         self.command = list(command)
         self.log_path = Path(log_path)
@@ -126,7 +128,7 @@ class HostProcess:
             raise ClusterError(f"{self.name} (pid {self.pid}) did not exit after SIGKILL") from None
 
     def to_dict(self) -> dict:
-        return {"pid": self.pid, "pgid": self.pid, "log": str(self.log_path), "command": self.command}
+        return {**self.info, "pid": self.pid, "pgid": self.pid, "log": str(self.log_path), "command": self.command}
 
     def __repr__(self) -> str:
         return f"HostProcess({self.name} in {self.netns}, pid={self.pid}, running={self.running()})"

@@ -101,7 +101,9 @@ def bookie(host: Host, base: Path, metadata_uri: str, extra_flags: dict) -> Host
     for name, value in extra_flags.items():
         args += [f"--{name.replace('_', '-')}", *(() if value is True else (str(value),))]
     process = HostProcess("bookie", host.netns, [sys.executable, "-m", "bookie_server", *args],
-                          home / "bookie.log", env=child_env(), cwd=repo_root())
+                          home / "bookie.log", env=child_env(), cwd=repo_root(),
+                          info={"bookie_id": f"{host.address}:{BOOKIE_PORT}", "port": BOOKIE_PORT,
+                                "data_dir": str(home / "data")})
     host.processes["bookie"] = process
     return process.start()
 
