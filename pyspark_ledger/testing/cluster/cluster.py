@@ -39,8 +39,9 @@ ZK_SESSION_TIMEOUT_S = 10
 START_TIMEOUT_S = 240.0   # per service; the machine is shared, JVMs start slowly under load
 #: The Spark driver's CPU priority in tests and ``demo``: Spark waits a fixed 10 s for each Python process it starts
 #: on the driver (a streaming source, a sink's commit) to connect back, and on a shared machine under load a
-#: Python start at normal priority takes longer (measured: 7 s at load 25 on 2 cores, 3 s at nice -5).
-DRIVER_NICE = -5
+#: Python start at normal priority takes longer (measured: 7 s at load 25 on 2 cores, 3 s at nice -5, and
+#: at nice -5 the demo still missed it three times in a row).
+DRIVER_NICE = -10
 STEPS = ("network", "zookeeper", "bookies", "spark-master", "spark-workers")
 
 
