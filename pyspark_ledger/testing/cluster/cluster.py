@@ -24,8 +24,8 @@ import atexit
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -42,7 +42,7 @@ START_TIMEOUT_S = 240.0   # per service; the machine is shared, JVMs start slowl
 #: Python start at normal priority takes longer (measured: 7 s at load 25 on 2 cores, 3 s at nice -5, and
 #: at nice -5 the demo still missed it three times in a row).
 DRIVER_NICE = -10
-STEPS = ("network", "zookeeper", "bookies", "spark-master", "spark-workers")
+STEPS = ("network", "zookeeper", "bookies", "spark-master", "spark-workers")   # what on_step is called with
 
 
 class NetnsCluster:
@@ -175,14 +175,14 @@ class NetnsCluster:
                 "spark.cores.max": str(self.spec.spark_worker_cores * len(self.with_role("spark-worker"))),
                 # the executors run this interpreter with this checkout importable (a deployment installs the
                 # package on every worker host instead)
-                "spark.pyspark.python": services.sys.executable,
+                "spark.pyspark.python": sys.executable,
                 "spark.executorEnv.PYTHONPATH": str(services.repo_root())}
 
     def driver_command(self, args: Sequence[str], driver: str = "driver", nice: int = 0) -> list[str]:
         """``ip netns exec <driver ns> [nice -n NICE] python -m pyspark_ledger.cli.main ARGS``: a ``ledger``
         command on the driver host, running this checkout (see ``DRIVER_NICE`` for ``nice``)."""
         niceness = ["nice", "-n", str(nice)] if nice else []
-        return ["ip", "netns", "exec", self.hosts[driver].netns, *niceness, services.sys.executable, "-m",
+        return ["ip", "netns", "exec", self.hosts[driver].netns, *niceness, sys.executable, "-m",
                 "pyspark_ledger.cli.main", *args]
 
     def describe(self) -> dict:
@@ -190,7 +190,7 @@ class NetnsCluster:
                 "base_dir": str(self.base_dir), "metadata_uri": self.metadata_uri, "master_url": self.master_url,
                 "zookeeper_connect": self.zookeeper_connect,
                 "spark_conf": self.spark_conf() if self.master_url and "driver" in self.hosts else {},
-                "python": services.sys.executable, "pythonpath": str(services.repo_root()),
+                "python": sys.executable, "pythonpath": str(services.repo_root()),
                 "hosts": [host.to_dict() for host in self.hosts.values()]}
 
     def write_cluster_file(self) -> Path:
@@ -211,10 +211,3 @@ class NetnsCluster:
         except OSError:
             return False
 
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() >= deadline:
-            raise ClusterError(f"{what}: not within {timeout_s:.0f} s")
-        time.sleep(0.2)

@@ -124,7 +124,7 @@ def inside(netns: str) -> Iterator[None]:
     if not os.path.exists(path):
         raise InvalidStateError(f"network namespace {netns} does not exist ({path} is missing)")
     with _setns_lock:
-        own = os.open(f"/proc/thread-self/ns/net", os.O_RDONLY)
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         target = os.open(path, os.O_RDONLY)
         try:
             _setns(target)
