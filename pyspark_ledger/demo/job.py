@@ -2,7 +2,8 @@
 
 ``run_demo(config, reporter)``:
 
-1. starts a sandbox (SQLite metadata, ``config.bookies`` >= 4 bookie processes);
+1. starts a sandbox (SQLite metadata, ``config.bookies`` >= 4 bookie processes), or with
+   ``config.cluster_file`` checks that file and uses its cluster (``cluster_target``);
 2. starts a local Spark session (its log in a file);
 3. streams generated events into a new stream for ``config.duration_s``,
    printing progress, and kills one bookie part-way while a ledger is being
@@ -82,12 +83,10 @@ def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> D
     stop = stop or StopSignals()
     started = time.monotonic()
     with ExitStack() as cleanup:
+        target = _cluster_target(config, reporter) if config.cluster_file else None  # checked before anything
         temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup)
         try:
-            if config.cluster_file:
-                sandbox = _cluster_target(config, reporter)
-            else:
-                sandbox = _start_sandbox(config, reporter, cleanup)
+            sandbox = target or _start_sandbox(config, reporter, cleanup)
             work = temporary or _kept_work_dir(sandbox)
             stop.check()
             spark = _start_spark(work.path, reporter, cleanup, stop, work.temporary,

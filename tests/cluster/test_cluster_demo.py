@@ -74,8 +74,10 @@ print(json.dumps(sorted(used)))
 def test_the_demo_refuses_a_host_that_is_not_the_driver(netns_cluster, tmp_path):
     cluster = netns_cluster
     command = cluster.driver_command(["demo", "--cluster", str(cluster.cluster_file)], driver="worker1")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env=child_env({"TMPDIR": str(tmp_path)}))
     assert done.returncode == 2, done.stderr
+    assert list(tmp_path.iterdir()) == []   # refused before making anything
     assert "is not an address of this host" in done.stderr and "Run the demo on the driver host" in done.stderr
 
 
@@ -86,7 +88,7 @@ def test_the_demo_refuses_sqlite_metadata_on_a_cluster(netns_cluster, tmp_path):
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(described))
     done = subprocess.run(cluster.driver_command(["demo", "--cluster", str(path)]), capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+                          timeout=120, stdin=subprocess.DEVNULL, env=child_env({"TMPDIR": str(tmp_path)}))
     assert done.returncode == 2, done.stderr
     assert "must be a ZooKeeper URI" in done.stderr and "sqlite" in done.stderr
-    assert not (tmp_path / "metadata.db").exists()
+    assert [item.name for item in tmp_path.iterdir()] == ["cluster.json"]   # refused before making anything
