@@ -84,7 +84,7 @@ class NetnsCluster:
             self.network.up()
             for host_spec in self.spec.hosts:
                 host = self.network.hosts[host_spec.name]
-                host.zone, host.roles = host_spec.zone, host_spec.roles
+                host.zone, host.rack, host.roles = host_spec.zone, host_spec.rack, host_spec.roles
                 self.hosts[host.name] = host
             self._step("network")
             self._start_zookeeper()

@@ -86,12 +86,13 @@ class Host:
     netns: str
     address: str
     zone: str = ""
+    rack: str = ""
     roles: tuple[str, ...] = ()
     processes: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "netns": self.netns, "address": self.address, "zone": self.zone,
-                "roles": list(self.roles),
+                "rack": self.rack, "roles": list(self.roles),
                 "processes": {name: process.to_dict() for name, process in self.processes.items()}}
 
 

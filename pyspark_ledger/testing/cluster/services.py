@@ -96,8 +96,9 @@ def bookie(host: Host, base: Path, metadata_uri: str, extra_flags: dict) -> Host
     home = base / host.name / "bookie"
     args = ["--data-dir", str(home / "data"), "--port", str(BOOKIE_PORT), "--metadata", metadata_uri,
             "--host", host.address, "--metrics-port", str(BOOKIE_METRICS_PORT), "--shutdown-grace", "1"]
-    if host.zone and bookie_supports("--zone"):
-        args += ["--zone", host.zone]
+    for flag, value in (("--zone", host.zone), ("--rack", host.rack)):
+        if value and bookie_supports(flag):
+            args += [flag, value]
     for name, value in extra_flags.items():
         args += [f"--{name.replace('_', '-')}", *(() if value is True else (str(value),))]
     process = HostProcess("bookie", host.netns, [sys.executable, "-m", "bookie_server", *args],

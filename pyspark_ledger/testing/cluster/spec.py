@@ -11,8 +11,9 @@ namespace and address and runs the services of its roles:
 ``default_spec()`` is the layout of issue 17: 3 ZooKeeper hosts, 5 bookie hosts
 over 2 zones, a Spark master, 2 workers and a driver host, each role on a host
 of its own, so every request a Spark task makes to a bookie or to ZooKeeper
-crosses the bridge. A host's ``zone`` is recorded in the cluster file and
-given to the bookie as ``--zone`` when the bookie server has that flag.
+crosses the bridge. A host's ``zone`` and ``rack`` are recorded in the cluster
+file and given to its bookie as ``--zone``/``--rack`` when the bookie server has
+those flags (issue 17 part 3).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class HostSpec:
     name: str                 # short: part of the namespace name (a-z, 0-9, at most 8)
     roles: tuple[str, ...]
     zone: str = ""            # e.g. "zone-a"; "" = none
+    rack: str = ""            # e.g. "rack-1"; "" = none
 
     def __post_init__(self) -> None:
         if not _HOST_NAME.match(self.name):
