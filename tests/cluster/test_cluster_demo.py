@@ -71,6 +71,21 @@ print(json.dumps(sorted(used)))
 """
 
 
+def test_hosts_reach_the_services_and_the_bookies_registered_their_addresses(netns_cluster):
+    cluster = netns_cluster
+    for source in ("driver", "worker1", "worker2", "bk1"):
+        for host in cluster.with_role("zookeeper"):
+            assert cluster.reachable(source, host.name, 2181), (source, host.name)
+        for host in cluster.with_role("bookie"):
+            assert cluster.reachable(source, host.name, 3181), (source, host.name)
+    assert cluster.reachable("worker1", "master", 7077)
+    listing = cluster.run_on("driver", [sys.executable, "-m", "pyspark_ledger.cli.main", "--metadata",
+                                        cluster.metadata_uri, "--json", "bookies"], env=child_env())
+    assert listing.returncode == 0, listing.stderr
+    assert {f"{host.address}:3181" for host in cluster.with_role("bookie")} <= set(listing.stdout.split('"')), \
+        listing.stdout
+
+
 def test_the_demo_refuses_a_host_that_is_not_the_driver(netns_cluster, tmp_path):
     cluster = netns_cluster
     command = cluster.driver_command(["demo", "--cluster", str(cluster.cluster_file)], driver="worker1")

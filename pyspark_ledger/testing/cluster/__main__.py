@@ -57,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = default_spec(args.zookeepers, args.bookies, args.workers)
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
+    out = sys.stderr if args.command == "demo" else sys.stdout   # the demo's stdout is its own (--json)
     cluster = NetnsCluster(spec, args.dir, keep_dir=args.dir is not None,
-                           on_step=lambda step: print(f"[{time.monotonic() - started:6.1f}s] {step} up", flush=True))
+                           on_step=lambda step: print(f"[{time.monotonic() - started:6.1f}s] {step} up", file=out,
+                                                      flush=True))
     try:
         with cluster:
-            _print_cluster(cluster)
+            _print_cluster(cluster, out)
             if args.command == "up":
                 print("\nup; Ctrl-C removes everything", flush=True)
                 while True:
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             demo_args = [arg for arg in args.demo_args if arg != "--"]
             command = cluster.driver_command(["demo", "--cluster", str(cluster.cluster_file), *demo_args],
                                              nice=DRIVER_NICE)
-            print("$ " + " ".join(command), flush=True)
+            print("$ " + " ".join(command), file=out, flush=True)
             return subprocess.run(command, timeout=DEMO_TIMEOUT_S, stdin=subprocess.DEVNULL).returncode
     except KeyboardInterrupt:
         print("stopped; the cluster was removed", file=sys.stderr)
@@ -95,15 +97,16 @@ def _down(args) -> int:
     return 0
 
 
-def _print_cluster(cluster: NetnsCluster) -> None:
-    print(f"cluster {cluster.prefix} on {cluster.network.subnet}; its file: {cluster.cluster_file}")
+def _print_cluster(cluster: NetnsCluster, out) -> None:
+    say = lambda text: print(text, file=out, flush=True)  # noqa: E731
+    say(f"cluster {cluster.prefix} on {cluster.network.subnet}; its file: {cluster.cluster_file}")
     for host in cluster.hosts.values():
         running = ", ".join(f"{name} (pid {process.pid})" for name, process in host.processes.items())
-        print(f"  {host.name:8} {host.address:15} {host.zone:7} {host.netns:24} {running or '-'}")
-    print(f"metadataServiceUri = {cluster.metadata_uri}")
-    print(f"Spark master       = {cluster.master_url}")
+        say(f"  {host.name:8} {host.address:15} {host.zone:7} {host.netns:24} {running or '-'}")
+    say(f"metadataServiceUri = {cluster.metadata_uri}")
+    say(f"Spark master       = {cluster.master_url}")
     if "driver" in cluster.hosts:
-        print("the demo on the driver host:\n  " + " ".join(
+        say("the demo on the driver host:\n  " + " ".join(
             cluster.driver_command(["demo", "--cluster", str(cluster.cluster_file), "--duration", "30"])))
 
 
