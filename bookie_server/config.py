@@ -41,7 +41,8 @@ class ServerConfig:
     metadata_uri: str
     journal_dir: Path | None = None
     host: str = DEFAULT_HOST
-    bookie_id: str = ""                      # "" = host:port
+    advertised_address: str = ""             # what clients dial (registered); "" = host
+    bookie_id: str = ""                      # "" = advertised address:port
     metrics_port: int = DEFAULT_METRICS_PORT  # 0 = a free port, -1 = no metrics endpoint
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     max_inflight_adds: int = DEFAULT_MAX_INFLIGHT_ADDS
@@ -99,8 +100,13 @@ class ServerConfig:
         return self.max_add_streams + self.max_long_polls + self.max_concurrent_reads + self.grpc_workers
 
     @property
+    def advertised_host(self) -> str:
+        """The address clients dial, registered in the metadata store: ``--advertised-address``, else ``--host``."""
+        return self.advertised_address or self.host
+
+    @property
     def effective_bookie_id(self) -> str:
-        return self.bookie_id or f"{self.host}:{self.port}"
+        return self.bookie_id or f"{self.advertised_host}:{self.port}"
 
     def storage_config(self):
         """The storage engine's configuration for these flags."""
@@ -189,7 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="metadata store URI: sqlite:///abs/path.db or zk://host:port/chroot")
     add("--journal-dir", type=Path, default=None, help="journal directory (default: DATA_DIR/journal)")
     add("--host", default=DEFAULT_HOST, help="address to listen on (gRPC and metrics)")
-    add("--bookie-id", type=_bookie_id, default=None, help="bookie id (default: HOST:PORT)")
+    add("--advertised-address", default="", metavar="ADDR",
+        help="the address clients on other hosts dial, registered in the metadata store and part of the default "
+             "bookie id; needed when --host is a wildcard (0.0.0.0, ::) (default: HOST)")
+    add("--bookie-id", type=_bookie_id, default=None, help="bookie id (default: ADVERTISED_ADDRESS:PORT)")
     add("--metrics-port", type=_metrics_port, default=DEFAULT_METRICS_PORT,
         help="Prometheus /metrics HTTP port on HOST; 0 = any free port (printed at start), -1 = off")
     add("--max-entry-size", type=_positive_int, default=DEFAULT_MAX_ENTRY_SIZE,
@@ -300,6 +309,14 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     args = parser.parse_args(argv)
     if not args.metadata_uri.strip():
         parser.error("argument --metadata: must not be empty")
+    if args.advertised_address and (args.advertised_address.strip() != args.advertised_address
+                                    or any(ch in args.advertised_address for ch in "/ []") or
+                                    len(args.advertised_address) > 253 or _is_wildcard(args.advertised_address)):
+        parser.error(f"argument --advertised-address: {args.advertised_address!r} must be a host name or address "
+                     "that clients can dial (no wildcard, spaces, '/' or brackets; at most 253 characters)")
+    if _is_wildcard(args.host) and not args.advertised_address:
+        parser.error(f"argument --host: {args.host!r} listens on every address of this host, but clients need one "
+                     "to dial: give --advertised-address ADDR (the address other hosts reach this bookie at)")
     if args.disk_usage_lwm > args.disk_usage_threshold:
         parser.error(f"argument --disk-usage-lwm: {args.disk_usage_lwm} must not exceed --disk-usage-threshold "
                      f"{args.disk_usage_threshold}")
@@ -323,6 +340,10 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     fields["admin_identities"] = tuple(dict.fromkeys(args.admin_identities or ()))
     fields["bookie_id"] = fields["bookie_id"] or ""
     return ServerConfig(**fields)
+
+
+def _is_wildcard(host: str) -> bool:
+    return host.strip() in ("", "0.0.0.0", "::", "[::]", "*")
 
 
 def configure_logging(level: str) -> None:

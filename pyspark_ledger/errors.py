@@ -177,6 +177,11 @@ class BookieProcessError(LedgerError):
 # --- bookie storage (server side) -----------------------------------------------
 
 
+class ClusterError(LedgerError):
+    """The test cluster in network namespaces (``pyspark_ledger.testing.cluster``) could not be made, started or
+    removed: an ``ip`` command failed, or a process there did not start in time (the message names the step)."""
+
+
 class StorageError(LedgerError):
     """The bookie's local storage failed (disk error, bad files)."""
 

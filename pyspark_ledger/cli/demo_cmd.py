@@ -35,6 +35,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="keep the cluster and Spark's log and checkpoints in DIR for inspection "
                              "(default: a temporary dir, removed at the end)")
+    parser.add_argument("--rows-per-batch", type=_rows_per_batch, default=400_000, metavar="N",
+                        help="generated events per micro-batch, 1000 to 10000000 (default 400000)")
+    parser.add_argument("--cluster", default=None, metavar="FILE",
+                        help="run against the cluster this file describes (ZooKeeper metadata, a Spark standalone "
+                             "master; the cluster.json of python -m pyspark_ledger.testing.cluster up), from its "
+                             "driver host, instead of a local sandbox and local Spark; see docs/cluster.md")
     parser.add_argument("--no-kill", dest="kill", action="store_false",
                         help="do not kill a bookie (no ensemble change)")
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -43,6 +49,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 _duration = number(float, lambda value: 5 <= value <= 3600, "must be a number of seconds from 5 to 3600, e.g. 60")
+_rows_per_batch = number(int, lambda value: 1_000 <= value <= 10_000_000, "must be a whole number from 1000 to 10000000")
 _bookies = number(int, lambda value: value >= MIN_BOOKIES,
                   f"must be a whole number >= {MIN_BOOKIES}: ledgers are written to 3 bookies, so when one is "
                   "killed a 4th must be there to replace it (with 3, writes fail with not-enough-bookies)")
@@ -56,7 +63,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     as_json = bool(getattr(args, "json", False))
     reporter = Reporter(sys.stderr if as_json else sys.stdout)
-    config = DemoConfig(duration_s=args.duration, bookies=args.bookies, data_dir=args.data_dir, kill=args.kill)
+    config = DemoConfig(duration_s=args.duration, bookies=args.bookies, data_dir=args.data_dir, kill=args.kill,
+                        rows_per_batch=args.rows_per_batch, cluster_file=args.cluster)
     with StopSignals() as stop:
         try:
             summary = run_demo(config, reporter, stop)

@@ -2,7 +2,8 @@
 
 ``run_demo(config, reporter)``:
 
-1. starts a sandbox (SQLite metadata, ``config.bookies`` >= 4 bookie processes);
+1. starts a sandbox (SQLite metadata, ``config.bookies`` >= 4 bookie processes), or with
+   ``config.cluster_file`` checks that file and uses its cluster (``cluster_target``);
 2. starts a local Spark session (its log in a file);
 3. streams generated events into a new stream for ``config.duration_s``,
    printing progress, and kills one bookie part-way while a ledger is being
@@ -36,11 +37,12 @@ from pyspark_ledger.demo.stream_layout import inspect_stream
 from pyspark_ledger.demo.summary import DemoSummary
 from pyspark_ledger.demo.verify import Tally
 from pyspark_ledger.demo.write_phase import WritePhase
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 log = logging.getLogger(__name__)
 MIN_BOOKIES = 4
 READ_PROGRESS_EVERY_S = 5.0
+READ_ATTEMPTS = 3
 WHY_FOUR = ("4 bookies for ledgers of 3 (E=3, Qw=3, Qa=2): when one is killed, a spare takes its place; "
             "with only 3, writes would fail with not-enough-bookies.")
 
@@ -54,10 +56,17 @@ class DemoConfig:
     rows_per_batch: int = 400_000
     rows_per_entry: int = 500
     partitions: int = 2
+    cluster_file: str | None = None   # run against this cluster (cluster_target), not a sandbox
 
     def check(self) -> "DemoConfig":
         if self.bookies < MIN_BOOKIES:
             raise InvalidConfigurationError(f"--bookies {self.bookies} is too few: {WHY_FOUR}")
+        if self.cluster_file and self.data_dir:
+            raise InvalidConfigurationError("--data-dir and --cluster exclude each other: with --cluster the "
+                                            "bookies and the metadata belong to the cluster")
+        if not 1_000 <= self.rows_per_batch <= 10_000_000:
+            raise InvalidConfigurationError(f"--rows-per-batch {self.rows_per_batch} is out of range: give 1000 to "
+                                            "10000000 rows")
         if not 5 <= self.duration_s <= 3600:
             raise InvalidConfigurationError(f"--duration {self.duration_s:g} is out of range: give 5 to 3600 "
                                             "seconds of streaming")
@@ -74,12 +83,14 @@ def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> D
     stop = stop or StopSignals()
     started = time.monotonic()
     with ExitStack() as cleanup:
+        target = _cluster_target(config, reporter) if config.cluster_file else None  # checked before anything
         temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup)
         try:
-            sandbox = _start_sandbox(config, reporter, cleanup)
+            sandbox = target or _start_sandbox(config, reporter, cleanup)
             work = temporary or _kept_work_dir(sandbox)
             stop.check()
-            spark = _start_spark(work.path, reporter, cleanup, stop, work.temporary)
+            spark = _start_spark(work.path, reporter, cleanup, stop, work.temporary,
+                                 getattr(sandbox, "spark_conf", None))
             streams = _stream_client(sandbox.metadata_uri, cleanup)
             stream = "events-" + time.strftime("%Y%m%d-%H%M%S")
             phase = WritePhase(config, sandbox, spark, streams, stream, work.path, reporter, cleanup, stop)
@@ -130,6 +141,16 @@ def _start_sandbox(config: DemoConfig, reporter, cleanup: ExitStack):
     return sandbox
 
 
+def _cluster_target(config: DemoConfig, reporter):
+    from pyspark_ledger.demo.cluster_target import load_target
+
+    target = load_target(config.cluster_file)
+    reporter.say(f"using the cluster of {config.cluster_file}: {len(target.bookies)} bookies, Spark master "
+                 f"{target.spark_conf['spark.master']}, this driver at {target.spark_conf['spark.driver.host']}")
+    reporter.say(f"  metadataServiceUri = {target.metadata_uri}")
+    return target
+
+
 def _drop_client_tls_env() -> list[str]:
     """Remove LEDGER_TLS_* from this process's environment (and so from Spark's workers it starts): clients
     take TLS settings from there by default, and the demo's sandbox is plaintext."""
@@ -168,11 +189,13 @@ def _remove_unless_kept(work: WorkDir, reporter) -> None:
         reporter.say(f"removed the temporary {work.path} (Spark's log and checkpoints) and the sandbox")
 
 
-def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals, temporary: bool = False):
+def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals, temporary: bool = False,
+                 cluster_conf: dict | None = None):
     log_path = work / "spark.log"
     removed = " (a temporary dir, removed at exit unless the check fails)" if temporary else ""
-    reporter.say(f"starting Spark in local mode (2 cores); its log goes to {log_path}{removed}")
-    spark = spark_runs.start_spark(log_path)
+    where = f"on the cluster {cluster_conf['spark.master']}" if cluster_conf else "in local mode (2 cores)"
+    reporter.say(f"starting Spark {where}; its log goes to {log_path}{removed}")
+    spark = spark_runs.start_spark(log_path, conf=cluster_conf)
     cleanup.callback(_quietly, "stopping Spark", spark_runs.stop_spark, spark, spark_runs.jvm_process())
     stop.install()  # pyspark replaced the SIGINT handler with its own
     stop.check()
@@ -189,6 +212,21 @@ def _stream_client(metadata_uri: str, cleanup: ExitStack):
 
 def _read_back(spark, metadata_uri: str, stream: str, work: Path, expected: int, reporter,
                stop: StopSignals) -> tuple[Tally, float]:
+    """Read the stream back; again (from scratch, bounded) when Spark's Python worker for the source did not
+    start in time: on a loaded machine its start can exceed Spark's fixed wait for it to connect back."""
+    for attempt in range(1, READ_ATTEMPTS):
+        try:
+            return _read_back_once(spark, metadata_uri, stream, work, expected, reporter, stop)
+        except LedgerError as exc:
+            if spark_runs.WORKER_DID_NOT_START not in str(exc):
+                raise
+            reporter.say(f"Spark's Python worker did not connect back in time (a loaded machine); reading again "
+                         f"(attempt {attempt + 1} of {READ_ATTEMPTS})")
+    return _read_back_once(spark, metadata_uri, stream, work, expected, reporter, stop)
+
+
+def _read_back_once(spark, metadata_uri: str, stream: str, work: Path, expected: int, reporter,
+                    stop: StopSignals) -> tuple[Tally, float]:
     reporter.say(f"reading stream {stream!r} back with readStream (trigger availableNow) and checking every row "
                  f"against the {expected:,} events the sink committed")
     tally = Tally(expected)

@@ -30,6 +30,10 @@ POLL_S = 0.2
 READ_BYTES_PER_TRIGGER = "128m"
 JVM_KILL_WAIT_S = 20.0
 AWAIT_S = 1
+#: Spark's error when a Python process it started on the driver (a streaming source, a sink's commit) did not
+#: connect back within its fixed 10 s: on a loaded machine the interpreter's start alone can take longer.
+WORKER_DID_NOT_START = "Python worker failed to connect back"
+WRITE_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,9 @@ class WriteSettings:
     partitions: int
 
 
-def start_spark(log_path: Path, cores: int = 2):
-    """A local SparkSession whose JVM logs to ``log_path``; its JVM's pid via ``jvm_pid``."""
+def start_spark(log_path: Path, cores: int = 2, conf: dict | None = None):
+    """A SparkSession whose JVM logs to ``log_path``; its JVM's pid via ``jvm_pid``. Local mode, unless ``conf``
+    names a cluster (``spark.master``, ``spark.driver.host``...: ``cluster_target``)."""
     from pyspark_ledger.spark.session import spark_session, spark_unavailable_reason
 
     reason = spark_unavailable_reason()
@@ -55,7 +60,7 @@ def start_spark(log_path: Path, cores: int = 2):
         raise InvalidConfigurationError(f"ledger demo needs Spark: {reason}")
     try:
         return spark_session("ledger-demo", cores=cores, log_level="WARN", log_file=log_path,
-                             conf={"spark.master": f"local[{cores},4]"})
+                             conf=conf or {"spark.master": f"local[{cores},4]"})
     except Exception as exc:  # the helper has ended a JVM that started but failed
         raise LedgerError(f"Spark did not start ({_first_lines(str(exc), 2)}); its log: {log_path}") from exc
 
@@ -108,6 +113,30 @@ def start_write(spark, settings: WriteSettings):
                 .option("partitions", settings.partitions)
                 .option("ensembleSize", 3).option("writeQuorum", 3).option("ackQuorum", 2)
                 .start())
+
+
+class RestartingWrite:
+    """The streaming write, restarted from its checkpoint (at most ``WRITE_RESTARTS`` times) when it failed only
+    because a driver-side Python worker did not connect back in time; the sink's commits are keyed by
+    (writer id, batch id), so a batch the restart replays changes nothing. Otherwise it is the query itself."""
+
+    def __init__(self, spark, settings: WriteSettings, on_restart: Callable[[str], None]) -> None:
+        self._spark, self._settings, self._on_restart = spark, settings, on_restart
+        self.restarts = 0
+        self.query = start_write(spark, settings)
+
+    def exception(self):
+        error = self.query.exception()
+        if error is not None and WORKER_DID_NOT_START in str(error) and self.restarts < WRITE_RESTARTS:
+            self.restarts += 1
+            self._on_restart(f"Spark's Python worker did not connect back in time (a loaded machine): restarting the "
+                             f"streaming write from its checkpoint ({self.restarts} of at most {WRITE_RESTARTS})")
+            self.query = start_write(self._spark, self._settings)
+            return None
+        return error
+
+    def __getattr__(self, name: str):
+        return getattr(self.query, name)
 
 
 @contextmanager

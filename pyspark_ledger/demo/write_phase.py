@@ -59,7 +59,7 @@ class WritePhase:
             f"streaming generated events into stream {self.stream!r} for {config.duration_s:g} s: "
             f"{config.rows_per_batch:,} rows per micro-batch in {config.partitions} tasks, each writing a new "
             f"ledger of {config.rows_per_entry:,}-row entries")
-        query = spark_runs.start_write(self.spark, self._settings())
+        query = spark_runs.RestartingWrite(self.spark, self._settings(), self.reporter.say)
         self.cleanup.callback(_stop_if_active, query)
         self.stop.check()
         self._started = time.monotonic()

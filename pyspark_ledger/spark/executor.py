@@ -48,7 +48,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchMetadataStoreError
 
 if TYPE_CHECKING:  # imported lazily: this module must stay cheap to import
     from pyspark_ledger.client.ledger_client import LedgerClient
@@ -144,7 +144,10 @@ def _ledger_client_locked(key: tuple) -> tuple["MetadataStore", "LedgerClient"]:
     if cached is None:
         from pyspark_ledger.client.ledger_client import LedgerClient
         from pyspark_ledger.metadata import open_metadata_store
-        store = open_metadata_store(uri)
+        try:
+            store = open_metadata_store(uri)
+        except NoSuchMetadataStoreError as exc:
+            raise _no_store_here(uri, exc) from exc
         try:
             cached = (store, LedgerClient(store, executor_config(tls)))
         except BaseException:
@@ -172,6 +175,18 @@ def _forget_if_forked() -> None:
         _ledger_clients.clear()
         _stream_clients.clear()
         _owner_pid = pid
+
+
+def _no_store_here(uri: str, exc: NoSuchMetadataStoreError) -> LedgerError:
+    """A missing SQLite file, said so that a Spark executor on another host than the file explains itself."""
+    if not uri.startswith("sqlite:"):
+        return exc
+    import socket
+    return InvalidConfigurationError(
+        f"metadataServiceUri {uri!r}: {exc} (on host {socket.gethostname()}, where this runs). A sqlite:/// metadata "
+        "store is a file on one host: Spark executors on other hosts (a cluster master: spark://, yarn, k8s) cannot "
+        "open it. On a cluster use ZooKeeper metadata (zk://host:port[,host:port...]/chroot), reachable from the "
+        "driver and every executor; see docs/cluster.md")
 
 
 def _check_uri(uri: str) -> str:

@@ -13,6 +13,9 @@ For notebooks, scripts and trying things out on one machine::
 What ``spark_session`` sets up:
 
 - local mode on ``cores`` cores, bound to 127.0.0.1, no UI, no console progress bar,
+  (``conf`` may name a cluster instead: ``spark.master`` = ``spark://host:7077`` with
+  ``spark.driver.host`` and ``spark.driver.bindAddress`` = an address of this host the
+  executors can reach; the driver then binds there, ``SPARK_LOCAL_IP`` included),
   few shuffle partitions; the Python workers run this interpreter, so they import
   the same pyspark-ledger (whose ``ledger`` source Spark finds by itself);
 - quiet logs: the JVM's output (its start-up banner, log4j, the Python workers'
@@ -96,9 +99,9 @@ def spark_session(app_name: str = "pyspark-ledger", *, cores: int = 2, conf: Map
     quiet_pandas_warning()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = LOCAL_IP
     settings = {**DEFAULT_CONF, "spark.sql.warehouse.dir": _warehouse_dir(),
                 **{str(key): str(value) for key, value in (conf or {}).items()}}
+    os.environ["SPARK_LOCAL_IP"] = settings["spark.driver.bindAddress"]
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

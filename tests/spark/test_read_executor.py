@@ -128,3 +128,16 @@ def test_a_reused_spark_worker_freezes_what_exists_when_it_opens_its_first_clien
         assert first > 10_000 and second == first, "frozen once, at the first client (modules and all)"
     else:
         assert first == second == 0, "outside Spark's reused workers nothing is frozen"
+
+
+def test_a_sqlite_file_missing_where_the_task_runs_says_to_use_zookeeper(tmp_path):
+    """An executor on another host than the driver's SQLite file finds no file there: the error names the host
+    and says what a cluster needs instead."""
+    uri = f"sqlite:///{tmp_path}/on-the-driver-host.db"
+    before = executor.cached_clients()
+    with pytest.raises(InvalidConfigurationError) as error:
+        executor.ledger_client(uri)
+    text = str(error.value)
+    assert uri in text and "on-the-driver-host.db" in text and "on host " in text
+    assert "use ZooKeeper metadata (zk://" in text and "docs/cluster.md" in text
+    assert executor.cached_clients() == before

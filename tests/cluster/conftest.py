@@ -1,0 +1,35 @@
+"""The test cluster in network namespaces (``pyspark_ledger.testing.cluster``): skipped, with the reason,
+where this process cannot make namespaces (not root, no ``ip``) or ZooKeeper or Spark is missing."""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns_unavailable_reason
+from pyspark_ledger.testing.spark import spark_unavailable_reason
+from pyspark_ledger.testing.zookeeper import ZooKeeperServer
+
+
+def pytest_configure(config):
+    config.addinivalue_line("filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning")
+
+
+def skip_unless_netns() -> None:
+    reason = netns_unavailable_reason()
+    if reason:
+        pytest.skip(f"needs network namespaces: {reason}")
+
+
+def skip_unless_services() -> None:
+    skip_unless_netns()
+    reason = ZooKeeperServer.unavailable_reason() or spark_unavailable_reason()
+    if reason:
+        pytest.skip(f"needs ZooKeeper and Spark: {reason}")
+
+
+@pytest.fixture(scope="module")
+def netns_cluster():
+    """The cluster of issue 17 (3 ZooKeeper hosts, 5 bookies in 2 zones, a Spark master, 2 workers, a driver
+    host); removed after the module's tests, also when they fail."""
+    skip_unless_services()
+    with NetnsCluster(default_spec()) as cluster:
+        yield cluster
