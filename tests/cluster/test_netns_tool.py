@@ -13,6 +13,7 @@ from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, leftovers
 from pyspark_ledger.testing.cluster.network import Network
 from pyspark_ledger.testing.cluster.processes import HostProcess
 from tests.cluster.conftest import skip_unless_netns, skip_unless_services
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -80,7 +81,9 @@ def test_a_process_left_in_a_namespace_is_killed_with_it(tmp_path):
     process = HostProcess("sleeper", network.hosts["y"].netns, ["sleep", "300"], tmp_path / "sleeper.log")
     process.start()
     try:
-        assert process.pid in netns.namespace_pids(network.hosts["y"].netns)
+        # `ip netns exec` enters the namespace a moment after the process starts
+        wait_until(lambda: process.pid in netns.namespace_pids(network.hosts["y"].netns), timeout=10,
+                   what="the sleeper to be in its namespace")
     finally:
         assert network.down() == []
     process.process.wait(10)
