@@ -1,76 +1,99 @@
-"""Small bookkeeping of a writer: its event queue and the futures to complete in order.
+"""Small bookkeeping of a writer: the thread that owns its state, and the futures to complete in order.
 
-``WriterEvents`` runs the events posted by transport, scheduler and worker
-threads under the writer's lock, one at a time and never one inside another
-half-way: the poster runs them if it gets the lock at once; if another
-thread holds it, the poster leaves them queued and returns (it never waits:
-the transport thread must not stall behind a caller), and the holder runs
-them when it lets go -- every ``with lock`` of the writer is followed by
-``drain()``. Posters queue before they try the lock and holders drain after
-they release it, so no event is ever stranded.
+``WriterOwner`` runs every event of a writer -- its callers' adds, the
+bookies' answers, timeouts, ensemble-change outcomes -- on one thread, the
+transport's network thread (``GrpcTransport``'s ``IoLoop``; the in-memory
+transport's network thread), one event at a time: the writer's state needs no
+lock. An event posted on that thread while no event runs is run at once (the
+answers of a bookie arrive there: no hand-off); one posted while an event
+runs waits until it is done; one posted from another thread is handed to the
+loop (``call_soon``). ``call(fn)`` runs ``fn`` as an event and returns its
+result (from any thread; on the owner thread, at once). After each run of
+events ``after`` runs (the writer completes its callers' futures there), so
+futures complete after the state they report on is updated. Once the loop is
+closed (the client is shutting down) events run on the poster's thread: no
+owner runs any more.
 
-``OrderedCompletions`` completes callers' futures outside the writer's lock,
-one thread at a time, in the order they were queued (entry order); it is not
-thread-safe on its own: the writer's lock guards every ``push``. (Which
-bookies are silent for ``add_timeout_s`` is the core's decision:
+``OrderedCompletions`` completes callers' futures in the order they were
+queued (entry order), by one thread at a time; only the owner pushes.
+(Which bookies are silent for ``add_timeout_s`` is the core's decision:
 ``protocol.add_timeouts``.)
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, Protocol
+
+from pyspark_ledger.errors import BookieUnavailableError
+
+log = logging.getLogger(__name__)
 
 
-class WriterEvents:
-    """A writer's queue of events, run under its lock (see the module docstring)."""
+class OwnerLoop(Protocol):
+    """The thread a writer's events run on (``IoLoop`` and the in-memory network offer it)."""
 
-    def __init__(self, lock, after_drain: Callable[[], None]) -> None:
-        self._lock = lock
-        self._after_drain = after_drain
-        self._inbox: deque[Callable[[], None]] = deque()
+    def in_loop_thread(self) -> bool: ...
+
+    def call_soon(self, fn: Callable[[], None]) -> None: ...
+
+
+class WriterOwner:
+    """Runs a writer's events on its owner thread, one at a time (see the module docstring)."""
+
+    def __init__(self, loop: OwnerLoop, after: Callable[[], None]) -> None:
+        self._loop = loop
+        self._after = after
+        self._queue: deque[tuple[Callable[..., None], tuple]] = deque()
         self._busy = False
 
-    def post(self, event: Callable[[], None]) -> None:
-        """Run ``event`` under the lock, after any event being handled up the stack."""
-        self._inbox.append(event)
-        self.drain()
+    @property
+    def loop(self) -> OwnerLoop:
+        return self._loop
 
-    def queue(self, event: Callable[[], None]) -> None:
-        """Queue ``event`` (lock held); it runs when the current action or event is done."""
-        self._inbox.append(event)
-
-    def run(self, action: Callable[..., None], *args: object) -> None:
-        """Run ``action(*args)`` (lock held) so that events it triggers wait until it is done, then them."""
-        busy, self._busy = self._busy, True
+    def post(self, event: Callable[..., None], *args: object) -> None:
+        """Run ``event(*args)`` on the owner thread, after the event running now (if any)."""
+        if self._loop.in_loop_thread():
+            self._queue.append((event, args))
+            if not self._busy:
+                self._run()
+            return
         try:
-            action(*args)
-        finally:
-            self._busy = busy
-        if not busy:
-            self._run_queued()
+            self._loop.call_soon(lambda: self.post(event, *args))
+        except BookieUnavailableError:  # the loop is closed: nothing runs on it any more
+            self._queue.append((event, args))
+            if not self._busy:
+                self._run()
 
-    def drain(self) -> None:
-        """Run queued events unless another thread holds the lock (it will); ``after_drain`` runs outside it."""
-        while self._inbox:
-            if not self._lock.acquire(blocking=False):
-                return
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` as an event, wait for it (and the completions after it) and return its result."""
+        done: Future = Future()
+
+        def event() -> None:
             try:
-                if self._busy:  # this thread is inside an action or an event: that level runs them
-                    return
-                self._run_queued()
-            finally:
-                self._lock.release()
-            self._after_drain()
+                done.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+                done.set_exception(exc)
+        if self._loop.in_loop_thread() and self._busy:
+            event()  # inside an event of this writer: at once (as a re-entrant lock would)
+        else:
+            self.post(event)
+        return done.result()
 
-    def _run_queued(self) -> None:
+    def _run(self) -> None:
         self._busy = True
         try:
-            while self._inbox:
-                self._inbox.popleft()()
+            while self._queue:
+                event, args = self._queue.popleft()
+                try:
+                    event(*args)
+                except Exception:  # noqa: BLE001 - one event's bug must not strand the others
+                    log.exception("writer event %r failed", event)
         finally:
             self._busy = False
+        self._after()
 
 
 class OrderedCompletions:
@@ -86,17 +109,21 @@ class OrderedCompletions:
     def push(self, future: Future, value: object = None, error: BaseException | None = None) -> None:
         self._queue.append((future, value, error))
 
-    def run(self) -> None:
-        """Complete what is queued; returns at once if another thread is doing it (it will finish)."""
+    def run(self) -> int:
+        """Complete what is queued; how many this call completed (0 at once if another thread is at it:
+        it will finish)."""
+        done = 0
         while self._queue:
             if not self._lock.acquire(blocking=False):
-                return
+                return done
             try:
                 while self._queue:
                     future, value, error = self._queue.popleft()
+                    done += 1
                     if error is not None:
                         future.set_exception(error)
                     else:
                         future.set_result(value)
             finally:
                 self._lock.release()
+        return done
