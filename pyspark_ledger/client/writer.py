@@ -57,26 +57,20 @@ from pyspark_ledger.client.explicit_lac import LacFlusher
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.metadata_ops import close_ledger
 from pyspark_ledger.client.metadata_update import retry_policy
-from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
+from pyspark_ledger.client.writer_answers import AddAnswers
 from pyspark_ledger.client.writer_changes import EnsembleChanges
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
-from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFullError, error_for_status
+from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFullError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
-from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
 from pyspark_ledger.protocol.add_timeouts import UnansweredAdds
 from pyspark_ledger.protocol.add_tracker import AddTracker
-from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
 
 
-def _ignore(*_args) -> None:
-    return None
-
-
-class LedgerWriter(EnsembleChanges):
+class LedgerWriter(AddAnswers, EnsembleChanges):
     """Appends to one OPEN ledger (``LedgerClient.create_ledger`` makes one); a context manager."""
 
     def __init__(self, ctx: ClientContext, created: Versioned[LedgerMetadata], password: bytes,
@@ -313,61 +307,6 @@ class LedgerWriter(EnsembleChanges):
     def _stream_failed(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
         """The stream to ``bookie`` broke with these adds unanswered."""
         self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
-
-    def _on_results(self, bookie: str, results: list) -> None:
-        """One answer batch of a bookie (transport thread): acks, and statuses that end a bookie or the writer."""
-        sent = self._outstanding.of(bookie)
-        forget = sent.pop if sent is not None else _ignore
-        ok, acked = pb.OK, []
-        for result in results:
-            entry_id = result.entry_id
-            sent_at = forget(entry_id, None)
-            if result.status == ok:
-                acked.append(entry_id)
-                continue
-            if acked:  # the acks before this answer count first, as they came first
-                self._confirm(self._tracker.ack_many(acked, bookie))
-                acked = []
-            self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
-        if acked:
-            self._outstanding.acked(bookie)
-            self._confirm(self._tracker.ack_many(acked, bookie))
-
-    def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
-                   sent_at: float | None) -> None:
-        action = action_for_status(status.name)  # the decision is the protocol core's (``add_answers``)
-        if action is AddAction.FENCED:
-            return self._fail_writer(error_for_status(status,
-                f"ledger {self.ledger_id} was fenced by another client (bookie {bookie}, entry {entry_id}); "
-                "adds not yet confirmed may or may not be in the ledger"))
-        if action is AddAction.UNAUTHORIZED:
-            return self._fail_writer(error_for_status(status,
-                f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
-                f"key for this ledger id ({message})"))
-        if action is AddAction.RETRY and sent_at is not None and self._retry_later(entry_id, bookie, sent_at):
-            self._outstanding.shed(bookie, message)
-            return None
-        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}",
-                              replace_now=action is AddAction.REPLACE_NOW)
-
-    def _retry_later(self, entry_id: int, bookie: str, sent_at: float) -> bool:
-        """Send an add the bookie shed to it again after a back-off; False when its time is up (a failure).
-
-        Until then the add stays unanswered with its first send time, so the timeout sweep still ends it."""
-        wait = busy_retry_delay(time.monotonic() - sent_at, self._ctx.config.add_timeout_s)
-        if wait is None:
-            return False
-        self._outstanding.sent(bookie, entry_id, sent_at)
-        self._ctx.scheduler.call_later(wait, lambda: self._owner.post(self._resend, entry_id, bookie))
-        return True
-
-    def _resend(self, entry_id: int, bookie: str) -> None:
-        """The back-off of a shed add ended: send it again unless it was answered, confirmed or moved
-        meanwhile (the bookie failed or was replaced: ``UnansweredAdds`` forgot it)."""
-        frame = self._frames.get(entry_id)
-        if self._failure is not None or frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
-            return
-        self._transmit(bookie, [(entry_id, frame)])
 
     def _confirm(self, confirmed) -> None:
         frames, futures, push = self._frames, self._futures, self._done.push
