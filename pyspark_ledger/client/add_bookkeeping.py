@@ -3,16 +3,19 @@
 ``WriterOwner`` runs every event of a writer -- its callers' adds, the
 bookies' answers, timeouts, ensemble-change outcomes -- on one thread, the
 transport's network thread (``GrpcTransport``'s ``IoLoop``; the in-memory
-transport's network thread), one event at a time: the writer's state needs no
-lock. An event posted on that thread while no event runs is run at once (the
-answers of a bookie arrive there: no hand-off); one posted while an event
-runs waits until it is done; one posted from another thread is handed to the
-loop (``call_soon``). ``call(fn)`` runs ``fn`` as an event and returns its
-result (from any thread; on the owner thread, at once). After each run of
-events ``after`` runs (the writer completes its callers' futures there), so
-futures complete after the state they report on is updated. Once the loop is
-closed (the client is shutting down) events run on the poster's thread: no
-owner runs any more.
+transport's network thread), one event at a time. An event posted on that
+thread runs at once (the answers of a bookie arrive there: no hand-off),
+or, if an event is running, right after it; one posted from another thread
+is handed to the loop (``call_soon``). The rare calls that need the state at
+once -- close, abort, ``degraded_bookies`` -- use ``call(fn)``: ``fn`` runs on
+the calling thread while the owner runs nothing, so they never wait behind
+the network. Events run under a plain lock for that (held by the owner on
+the hot path, uncontended; a poster that finds it taken leaves its event
+queued for the holder, which drains the queue before it lets go). After each
+run of events ``after`` runs (the writer completes its callers' futures
+there), so futures complete after the state they report on is updated. Once
+the loop is closed (the client is shutting down) events run on the poster's
+thread.
 
 ``OrderedCompletions`` completes callers' futures in the order they were
 queued (entry order), by one thread at a time; only the owner pushes.
@@ -47,7 +50,8 @@ class WriterOwner:
         self._loop = loop
         self._after = after
         self._queue: deque[tuple[Callable[..., None], tuple]] = deque()
-        self._busy = False
+        self._lock = threading.Lock()  # held while events run: by the owner, or by a thread in ``call``
+        self._holder: int | None = None
 
     @property
     def loop(self) -> OwnerLoop:
@@ -57,43 +61,53 @@ class WriterOwner:
         """Run ``event(*args)`` on the owner thread, after the event running now (if any)."""
         if self._loop.in_loop_thread():
             self._queue.append((event, args))
-            if not self._busy:
-                self._run()
+            self._drain()
             return
         try:
             self._loop.call_soon(lambda: self.post(event, *args))
         except BookieUnavailableError:  # the loop is closed: nothing runs on it any more
             self._queue.append((event, args))
-            if not self._busy:
-                self._run()
+            self._drain()
 
     def call(self, fn: Callable[[], object]) -> object:
-        """Run ``fn`` as an event, wait for it (and the completions after it) and return its result."""
-        done: Future = Future()
+        """Run ``fn`` now, as an event, on this thread; returns its result once the completions after it ran.
 
-        def event() -> None:
+        Blocks while the owner runs events (briefly: they never wait). Inside an event of this writer
+        ``fn`` runs at once (as under a re-entrant lock)."""
+        if self._holder == threading.get_ident():
+            return fn()
+        with self._lock:
+            self._holder = threading.get_ident()
             try:
-                done.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
-                done.set_exception(exc)
-        if self._loop.in_loop_thread() and self._busy:
-            event()  # inside an event of this writer: at once (as a re-entrant lock would)
-        else:
-            self.post(event)
-        return done.result()
-
-    def _run(self) -> None:
-        self._busy = True
-        try:
-            while self._queue:
-                event, args = self._queue.popleft()
-                try:
-                    event(*args)
-                except Exception:  # noqa: BLE001 - one event's bug must not strand the others
-                    log.exception("writer event %r failed", event)
-        finally:
-            self._busy = False
+                result = fn()
+                self._run_queued()
+            finally:
+                self._holder = None
         self._after()
+        self._drain()
+        return result
+
+    def _drain(self) -> None:
+        """Run queued events unless a thread is running them (it runs these too, before it lets go)."""
+        while self._queue:
+            if not self._lock.acquire(blocking=False):
+                return
+            self._holder = threading.get_ident()
+            try:
+                self._run_queued()
+            finally:
+                self._holder = None
+                self._lock.release()
+            self._after()
+
+    def _run_queued(self) -> None:
+        queue = self._queue
+        while queue:
+            event, args = queue.popleft()
+            try:
+                event(*args)
+            except Exception:  # noqa: BLE001 - one event's bug must not strand the others
+                log.exception("writer event %r failed", event)
 
 
 class OrderedCompletions:

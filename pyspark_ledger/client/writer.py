@@ -223,9 +223,8 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
             f"ledger {self.ledger_id} was closed before this add was confirmed"))))
         self._timer.cancel()
         self._lac_flusher.cancel()
-        with self._metadata_lock:  # waits for an ensemble change in flight; its outcome is an event before ours
-            current, lac, length = self._owner.call(lambda: (self._current, self._tracker.last_add_confirmed,
-                                                             self._tracker.length))
+        with self._metadata_lock:  # waits for an ensemble change in flight (it sets _current under this lock)
+            current, lac, length = self._current, self._tracker.last_add_confirmed, self._tracker.length  # stopped
             self._current = close_ledger(self._ctx.store, current, lac, length, retry_policy(self._ctx.config))
         log.debug("ledger %d closed at entry %d", self.ledger_id, lac)
 

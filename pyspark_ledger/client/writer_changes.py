@@ -105,6 +105,7 @@ class EnsembleChanges:
             except Exception as exc:  # noqa: BLE001 - surfaced to every pending add, never lost
                 error = LedgerClosedError(f"ensemble change of ledger {self._ledger_id} failed: {exc!r}")
                 return self._owner.post(self._fail_writer, error)
+            self._current = changed  # under the metadata lock, for close (the event updates the rest)
             self._owner.post(self._changed, changed)
 
     def _changed(self, changed: Versioned[LedgerMetadata]) -> None:
