@@ -60,7 +60,8 @@ from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.writer_answers import AddAnswers
 from pyspark_ledger.client.writer_changes import EnsembleChanges
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
-from pyspark_ledger.errors import BookieError, LedgerClosedError, LedgerError, LedgerFullError
+from pyspark_ledger.errors import (BookieError, BookieUnavailableError, InternalError, LedgerClosedError, LedgerError,
+                                   LedgerFullError)
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
 from pyspark_ledger.protocol.add_timeouts import UnansweredAdds
@@ -68,6 +69,7 @@ from pyspark_ledger.protocol.add_tracker import AddTracker
 
 log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
+_CHUNK_ADDS = 64  # entries the owner takes from the inbox per turn of the loop (then the streams write them)
 
 
 class LedgerWriter(AddAnswers, EnsembleChanges):
@@ -91,8 +93,8 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._owner = WriterOwner(acquire_io_loop() if loop is None else loop, self._complete_futures)
         # callers' side: the inbox, the slots of max_inflight_adds, the next entry id (under _submit)
         self._submit = threading.Lock()
-        self._inbox: list[tuple[bytes, Future]] = []
-        self._next_id = self._tracker.next_entry_id
+        self._inbox: list[tuple[int, int, int, bytes, Future]] = []  # (entry id, size, LAC carried, add, future)
+        self._next_id, self._next_length = self._tracker.next_entry_id, self._tracker.length
         self._admitted = 0  # futures handed out (callers, under _submit)
         self._released = 0  # of those, confirmed or failed (owner)
         self._room = threading.Condition(threading.Lock())
@@ -157,13 +159,19 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                 if self._failure is not None or self._closing:
                     self._check_open()
                 if self._admitted - self._released < self._max_inflight:
-                    if self._next_id > entry_format.MAX_ENTRY_ID:
+                    entry_id = self._next_id
+                    if entry_id > entry_format.MAX_ENTRY_ID:
                         raise LedgerFullError(f"ledger {self._ledger_id} reached the largest entry id "
                                               f"({entry_format.MAX_ENTRY_ID}): close it and write to a new ledger")
-                    self._next_id += 1
+                    # encoded here, in id order: the owner's tracker assigns the same id and length (checked)
+                    length = self._next_length + len(payload)
+                    lac = self._tracker.last_add_confirmed  # a confirmed entry (it only grows): the header's hint
+                    frame = self._encoder.encode_pieces(
+                        entry_id, self._codec.encode_head(self._ledger_id, entry_id, lac, length, payload), payload)
+                    self._next_id, self._next_length = entry_id + 1, length
                     self._admitted += 1
                     wake = not self._inbox
-                    self._inbox.append((payload, future))
+                    self._inbox.append((entry_id, len(payload), lac, frame, future))
                     break
             self._wait_for(self._has_room)
         if wake:
@@ -251,36 +259,47 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
 
     # --- the owner: new adds ------------------------------------------------------------
     def _take_inbox(self) -> None:
-        """Every entry callers queued: tracked, encoded once, and sent with one ``send_adds`` per bookie."""
+        """Entries callers queued (a bounded chunk: the rest is taken in the next turn of the loop, after the
+        streams wrote this one): tracked, and sent with one ``send_adds`` per bookie."""
         with self._submit:
-            items, self._inbox = self._inbox, []
+            items = self._inbox
+            if len(items) > _CHUNK_ADDS:
+                items, self._inbox = items[:_CHUNK_ADDS], items[_CHUNK_ADDS:]
+            else:
+                self._inbox = []
+            more = bool(self._inbox)
+        if more:
+            try:
+                self._owner.loop.call_soon(lambda: self._owner.post(self._take_inbox))
+            except BookieUnavailableError:  # no loop any more: no turn to wait for
+                self._owner.post(self._take_inbox)
         if not items:
             return
         if self._tracker.stopped:
             error = self._failure or LedgerClosedError(f"ledger {self.ledger_id} is closed: it takes no more adds")
-            for _, future in items:
+            for item in items:
                 self._released += 1
-                self._done.push(future, error=error)
+                self._done.push(item[4], error=error)
             return
-        tracker_add, encode_head, encode = self._tracker.add, self._codec.encode_head, self._encoder.encode_pieces
-        frames, futures, ledger_id = self._frames, self._futures, self._ledger_id
+        tracker_add, frames, futures = self._tracker.add, self._frames, self._futures
         sent_to_all = self._outstanding.sent_to_all
         now = time.monotonic()
         per_bookie: dict[str, list[tuple[int, bytes]]] = {}
-        lac = -1
-        for payload, future in items:
-            entry_id, lac, length, targets = tracker_add(len(payload))
-            frame = frames[entry_id] = encode(entry_id, encode_head(ledger_id, entry_id, lac, length, payload),
-                                              payload)
+        for entry_id, size, lac, frame, future in items:
+            plan = tracker_add(size)
+            if plan.entry_id != entry_id:
+                raise InternalError(f"ledger {self._ledger_id}: entry {entry_id} was encoded as entry "
+                                    f"{plan.entry_id} of the tracker")
+            frames[entry_id] = frame
             futures[entry_id] = future
-            sent_to_all(targets, entry_id, now)
-            for bookie in targets:
+            sent_to_all(plan.targets, entry_id, now)
+            for bookie in plan.targets:
                 adds = per_bookie.get(bookie)
                 if adds is None:
                     per_bookie[bookie] = [(entry_id, frame)]
                 else:
                     adds.append((entry_id, frame))
-        self._lac_flusher.entry_sent(lac, now)
+        self._lac_flusher.entry_sent(items[-1][2], now)
         for bookie, adds in per_bookie.items():
             self._transmit(bookie, adds)
 
