@@ -13,26 +13,30 @@ One thread owns a writer's state: the transport's network thread
 (``add_bookkeeping.WriterOwner``). Callers only hand their entries over;
 answers, add timeouts (client scheduler), explicit LAC checks and the
 outcomes of ensemble changes (client worker pool) all become events on that
-thread, one at a time, so the state needs no lock and a callback never
-re-enters the tracker half-way.
+thread, one at a time (close, abort and ``degraded_bookies`` step in on their
+own thread while the owner runs nothing), so an add takes no lock of the
+writer's state and a callback never re-enters the tracker half-way.
 
 The path of one add over ``GrpcTransport``, from ``append_async`` to its future (hand-offs numbered):
 
-* the caller's thread: the payload checked, a slot of ``max_inflight_adds`` taken and the entry
-  put in the writer's inbox under one small lock; if the inbox was empty, the network loop is
+* the caller's thread, under one small lock (``_submit``): the payload checked, a slot of
+  ``max_inflight_adds`` taken, the entry given the next id and encoded once (the same bytes go
+  to every bookie) and put in the writer's inbox; if the inbox was empty, the network loop is
   woken -- (1) caller -> network thread;
-* the network thread takes the whole inbox: ``AddTracker.add``, each entry encoded once, and one
-  ``send_adds`` per bookie with all of the inbox's entries for it, straight into the bookie's
-  ``AddStream`` queue (the transport skips its ``AddOutbox`` on that thread); the stream's writer
-  task joins the queue into one AddBatch in the next turn of the same loop and writes it --
-  (2) into gRPC's core, whose poller thread also receives the AddResultBatch -- (3) back to the
-  stream's reader task on the network thread, whose answer event runs at once (no hand-off: it
-  is the owner); the tracker releases confirmations in entry order and the futures are completed
-  there, in entry order -- (4) to a caller blocked in ``result()``.
+* the network thread takes up to 64 entries from the inbox per turn of the loop:
+  ``AddTracker.add`` (its id must be the one encoded), and one ``send_adds`` per bookie with
+  those entries, straight into the bookie's ``AddStream`` queue (the transport skips its
+  ``AddOutbox`` on that thread); the stream's writer task joins the queue into one AddBatch in
+  the next turn of the same loop and writes it -- (2) into gRPC's core, whose poller thread
+  also receives the AddResultBatch -- (3) back to the stream's reader task on the network
+  thread, whose answer event runs at once (it is the owner: no hand-off); the tracker releases
+  confirmations in entry order and the futures are completed there, in entry order -- (4) to a
+  caller blocked in ``result()``.
 
-Three hand-offs between threads, one client-side queue per bookie plus the writer's inbox (it
-makes the AddBatches: one ``send_adds`` per bookie for whatever callers queued meanwhile). The
-design before (a lock, a try-lock event queue re-entering the writer, the outbox's hop) had six.
+Three hand-offs between threads before the future completes (six before: a lock and a
+try-lock event queue re-entering the writer, and the outbox's hop through the loop), one
+client-side queue per bookie plus the writer's inbox, whose chunks make the AddBatches. Measured
+in ``docs/measurements.md`` ("One owner thread per writer").
 
 An answer FENCED or UNAUTHORIZED is fatal for the writer; TOO_MANY_REQUESTS (shed load) is sent
 again after a back-off until ``add_timeout_s`` (``protocol.add_answers``); any other error
