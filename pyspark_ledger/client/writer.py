@@ -23,7 +23,7 @@ The path of one add over ``GrpcTransport``, from ``append_async`` to its future 
   ``max_inflight_adds`` taken, the entry given the next id and encoded once (the same bytes go
   to every bookie) and put in the writer's inbox; if the inbox was empty, the network loop is
   woken -- (1) caller -> network thread;
-* the network thread takes up to 64 entries from the inbox per turn of the loop:
+* the network thread takes up to 256 entries from the inbox per turn of the loop:
   ``AddTracker.add`` (its id must be the one encoded), and one ``send_adds`` per bookie with
   those entries, straight into the bookie's ``AddStream`` queue (the transport skips its
   ``AddOutbox`` on that thread); the stream's writer task joins the queue into one AddBatch in
@@ -73,7 +73,7 @@ from pyspark_ledger.protocol.add_tracker import AddTracker
 
 log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
-_CHUNK_ADDS = 64  # entries the owner takes from the inbox per turn of the loop (then the streams write them)
+_CHUNK_ADDS = 256  # entries the owner takes from the inbox per turn of the loop (then the streams write them)
 
 
 class LedgerWriter(AddAnswers, EnsembleChanges):
