@@ -1,76 +1,113 @@
-"""Small bookkeeping of a writer: its event queue and the futures to complete in order.
+"""Small bookkeeping of a writer: the thread that owns its state, and the futures to complete in order.
 
-``WriterEvents`` runs the events posted by transport, scheduler and worker
-threads under the writer's lock, one at a time and never one inside another
-half-way: the poster runs them if it gets the lock at once; if another
-thread holds it, the poster leaves them queued and returns (it never waits:
-the transport thread must not stall behind a caller), and the holder runs
-them when it lets go -- every ``with lock`` of the writer is followed by
-``drain()``. Posters queue before they try the lock and holders drain after
-they release it, so no event is ever stranded.
+``WriterOwner`` runs every event of a writer -- its callers' adds, the
+bookies' answers, timeouts, ensemble-change outcomes -- on one thread, the
+transport's network thread (``GrpcTransport``'s ``IoLoop``; the in-memory
+transport's network thread), one event at a time. An event posted on that
+thread runs at once (the answers of a bookie arrive there: no hand-off),
+or, if an event is running, right after it; one posted from another thread
+is handed to the loop (``call_soon``). The rare calls that need the state at
+once -- close, abort, ``degraded_bookies`` -- use ``call(fn)``: ``fn`` runs on
+the calling thread while the owner runs nothing, so they never wait behind
+the network. Events run under a plain lock for that (held by the owner on
+the hot path, uncontended; a poster that finds it taken leaves its event
+queued for the holder, which drains the queue before it lets go). After each
+run of events ``after`` runs (the writer completes its callers' futures
+there), so futures complete after the state they report on is updated. Once
+the loop is closed (the client is shutting down) events run on the poster's
+thread.
 
-``OrderedCompletions`` completes callers' futures outside the writer's lock,
-one thread at a time, in the order they were queued (entry order); it is not
-thread-safe on its own: the writer's lock guards every ``push``. (Which
-bookies are silent for ``add_timeout_s`` is the core's decision:
+``OrderedCompletions`` completes callers' futures in the order they were
+queued (entry order), by one thread at a time; only the owner pushes.
+(Which bookies are silent for ``add_timeout_s`` is the core's decision:
 ``protocol.add_timeouts``.)
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import Callable
+from typing import Callable, Protocol
+
+from pyspark_ledger.errors import BookieUnavailableError
+
+log = logging.getLogger(__name__)
 
 
-class WriterEvents:
-    """A writer's queue of events, run under its lock (see the module docstring)."""
+class OwnerLoop(Protocol):
+    """The thread a writer's events run on (``IoLoop`` and the in-memory network offer it)."""
 
-    def __init__(self, lock, after_drain: Callable[[], None]) -> None:
-        self._lock = lock
-        self._after_drain = after_drain
-        self._inbox: deque[Callable[[], None]] = deque()
-        self._busy = False
+    def in_loop_thread(self) -> bool: ...
 
-    def post(self, event: Callable[[], None]) -> None:
-        """Run ``event`` under the lock, after any event being handled up the stack."""
-        self._inbox.append(event)
-        self.drain()
+    def call_soon(self, fn: Callable[[], None]) -> None: ...
 
-    def queue(self, event: Callable[[], None]) -> None:
-        """Queue ``event`` (lock held); it runs when the current action or event is done."""
-        self._inbox.append(event)
 
-    def run(self, action: Callable[..., None], *args: object) -> None:
-        """Run ``action(*args)`` (lock held) so that events it triggers wait until it is done, then them."""
-        busy, self._busy = self._busy, True
+class WriterOwner:
+    """Runs a writer's events on its owner thread, one at a time (see the module docstring)."""
+
+    def __init__(self, loop: OwnerLoop, after: Callable[[], None]) -> None:
+        self._loop = loop
+        self._after = after
+        self._queue: deque[tuple[Callable[..., None], tuple]] = deque()
+        self._lock = threading.Lock()  # held while events run: by the owner, or by a thread in ``call``
+        self._holder: int | None = None
+
+    @property
+    def loop(self) -> OwnerLoop:
+        return self._loop
+
+    def post(self, event: Callable[..., None], *args: object) -> None:
+        """Run ``event(*args)`` on the owner thread, after the event running now (if any)."""
+        if self._loop.in_loop_thread():
+            self._queue.append((event, args))
+            self._drain()
+            return
         try:
-            action(*args)
-        finally:
-            self._busy = busy
-        if not busy:
-            self._run_queued()
+            self._loop.call_soon(lambda: self.post(event, *args))
+        except BookieUnavailableError:  # the loop is closed: nothing runs on it any more
+            self._queue.append((event, args))
+            self._drain()
 
-    def drain(self) -> None:
-        """Run queued events unless another thread holds the lock (it will); ``after_drain`` runs outside it."""
-        while self._inbox:
-            if not self._lock.acquire(blocking=False):
-                return
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run ``fn`` now, as an event, on this thread; returns its result once the completions after it ran.
+
+        Blocks while the owner runs events (briefly: they never wait). Inside an event of this writer
+        ``fn`` runs at once (as under a re-entrant lock)."""
+        if self._holder == threading.get_ident():
+            return fn()
+        with self._lock:
+            self._holder = threading.get_ident()
             try:
-                if self._busy:  # this thread is inside an action or an event: that level runs them
-                    return
+                result = fn()
                 self._run_queued()
             finally:
+                self._holder = None
+        self._after()
+        self._drain()
+        return result
+
+    def _drain(self) -> None:
+        """Run queued events unless a thread is running them (it runs these too, before it lets go)."""
+        while self._queue:
+            if not self._lock.acquire(blocking=False):
+                return
+            self._holder = threading.get_ident()
+            try:
+                self._run_queued()
+            finally:
+                self._holder = None
                 self._lock.release()
-            self._after_drain()
+            self._after()
 
     def _run_queued(self) -> None:
-        self._busy = True
-        try:
-            while self._inbox:
-                self._inbox.popleft()()
-        finally:
-            self._busy = False
+        queue = self._queue
+        while queue:
+            event, args = queue.popleft()
+            try:
+                event(*args)
+            except Exception:  # noqa: BLE001 - one event's bug must not strand the others
+                log.exception("writer event %r failed", event)
 
 
 class OrderedCompletions:
@@ -86,17 +123,21 @@ class OrderedCompletions:
     def push(self, future: Future, value: object = None, error: BaseException | None = None) -> None:
         self._queue.append((future, value, error))
 
-    def run(self) -> None:
-        """Complete what is queued; returns at once if another thread is doing it (it will finish)."""
+    def run(self) -> int:
+        """Complete what is queued; how many this call completed (0 at once if another thread is at it:
+        it will finish)."""
+        done = 0
         while self._queue:
             if not self._lock.acquire(blocking=False):
-                return
+                return done
             try:
                 while self._queue:
                     future, value, error = self._queue.popleft()
+                    done += 1
                     if error is not None:
                         future.set_exception(error)
                     else:
                         future.set_result(value)
             finally:
                 self._lock.release()
+        return done

@@ -1,17 +1,17 @@
-"""Adds on their way to the add streams: queued by writers, handed over on the network thread in batches.
+"""Adds on their way to the add streams from threads other than the network thread, handed over there in batches.
 
-A writer sends every entry to each bookie of its write set: three
-``send_adds`` calls per entry with Qw = 3. Handing each straight to its
-bookie's ``AddStream`` costs a stream lookup, the stream's lock, its checks
-and a wake-up of the network loop per call. ``AddOutbox.put`` instead
-appends the adds to a list per (bookie, ledger, listener) under one lock and
-kicks the loop once while the outbox is not empty; ``flush`` (on the loop)
-passes each list to its stream in one ``send``. Entries keep their order per
-bookie and ledger. The hop through the loop also coalesces: adds queued
-while the loop is busy reach each stream together and leave as fewer,
-larger AddBatches (issue 15, part 5, measured queueing straight into the
-streams instead: about 0.032 batch writes per 1 KiB entry instead of 0.024,
-and more client CPU per entry).
+Writers send from the network thread, which owns their state
+(``add_bookkeeping.WriterOwner``): ``GrpcTransport.send_adds`` puts those adds
+straight into the bookie's ``AddStream``. Adds sent from any other thread
+(tools, the fan-out benchmark) come here: handing each straight to its
+bookie's ``AddStream`` would cost a stream lookup, the stream's lock, its
+checks and a wake-up of the network loop per call. ``AddOutbox.put``
+instead appends the adds to a list per (bookie, ledger, listener) under one
+lock and kicks the loop once while the outbox is not empty; ``flush`` (on the
+loop) passes each list to its stream in one ``send``. Entries keep their
+order per bookie and ledger. The hop through the loop also coalesces: adds
+queued while the loop is busy reach each stream together and leave as fewer,
+larger AddBatches.
 
 A bookie that cannot be reached (no registration, its stream ended twice)
 is reported to the listener's ``on_add_failure`` with the adds' keys, as a

@@ -110,20 +110,24 @@ class AddStream:
             if self._failure is not None or self._closing:
                 raise self._ended_error()
             pending = self._pending
-            keys = [(ledger_id, entry_id) for entry_id, _ in adds]
-            repeated = len(keys) > 1 and len(set(keys)) < len(keys)
-            for key in keys:
-                if repeated or key in pending:
+            size = len(pending)
+            for entry_id, _ in adds:  # registered one by one: a repeat within the send is found too
+                key = (ledger_id, entry_id)
+                if key in pending:
+                    for undo, _ in adds[:len(pending) - size]:
+                        del pending[(ledger_id, undo)]
                     raise InvalidStateError(
-                        f"ledger {ledger_id} entry {key[1]} is already in flight on this stream to bookie "
+                        f"ledger {ledger_id} entry {entry_id} is already in flight on this stream to bookie "
                         f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
-            was_empty = not self._queue
-            for key, (_, frame) in zip(keys, adds):
                 pending[key] = listener
-                self._queue.append(frame)
-                self._queued_bytes += len(frame)
+            was_empty = not self._queue
+            queue, queued_bytes = self._queue, 0
+            for _, frame in adds:
+                queue.append(frame)
+                queued_bytes += len(frame)
                 if len(frame) >= WRITE_ALONE_BYTES:
                     self._large_queued += 1
+            self._queued_bytes += queued_bytes
         if was_empty:
             self._io.kick(id(self), self._flush)
 

@@ -7,7 +7,7 @@ module. ``ExplicitLac`` is the rule, with the clock passed in: once
 the LAC has moved past what the last entry sent (or the last explicit write)
 told the bookies and no entry was sent for ``explicit_lac_interval_s``, the
 LAC is due. ``LacFlusher`` runs it for one writer: ``entry_sent`` and
-``lac_moved`` are called under the writer's lock; a check then runs on the
+``lac_moved`` are called on the writer's owner thread; a check then runs on the
 client's scheduler (one timer at a time, never one per entry) as a writer
 event, and sends a ``WriteLac`` to every bookie of the current ensemble. The writes are advisory:
 a failure only means readers wait for the next entry, so it is just logged.
@@ -62,7 +62,7 @@ class ExplicitLac:
 class LacFlusher:
     """Runs ``ExplicitLac`` for one writer (see the module docstring).
 
-    ``post(event)`` runs an event under the writer's lock (the writer's event queue);
+    ``post(event)`` runs an event on the writer's owner thread (``add_bookkeeping.WriterOwner``);
     ``snapshot()``, called in such an event, returns the writer's ``(lac, current
     ensemble)``, or None once the writer takes no more adds.
     """
@@ -78,11 +78,11 @@ class LacFlusher:
         self._timer = None
 
     def entry_sent(self, carried_lac: int, now: float) -> None:
-        """An entry carrying ``carried_lac`` was sent (writer's lock held)."""
+        """An entry carrying ``carried_lac`` was sent (owner thread)."""
         self._rule.add_sent(carried_lac, now)
 
     def lac_moved(self, lac: int) -> None:
-        """Entries were confirmed (writer's lock held)."""
+        """Entries were confirmed (owner thread)."""
         delay = self._rule.arm(lac, time.monotonic())
         if delay is not None:
             self._timer = self._ctx.scheduler.call_later(delay, lambda: self._post(self._check))
@@ -93,7 +93,7 @@ class LacFlusher:
             timer.cancel()
 
     def _check(self) -> None:
-        """A writer event (its lock held); the writes themselves never block."""
+        """A writer event (owner thread); the writes themselves never block."""
         state = self._snapshot()
         if state is None:
             return

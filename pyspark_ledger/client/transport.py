@@ -20,10 +20,13 @@ cannot be reached at all, or report that later to the listener's
 with their errors, instead of raising. Listeners and future callbacks run on transport threads
 and must not block.
 
-``GrpcTransport`` queues adds in an ``AddOutbox`` that hands them, batched,
-to the one shared AddStream per bookie of its ``BookiePool`` (all on the
-pool's IoLoop thread), and makes unary calls through gRPC futures: no thread
-waits for an answer. ``pyspark_ledger.testing.
+``GrpcTransport`` runs the one shared AddStream per bookie of its
+``BookiePool`` on the pool's IoLoop thread, its ``io_loop``, which also owns
+every writer's state (``add_bookkeeping.WriterOwner``): adds sent on that
+thread go straight into the stream's queue; adds sent from other threads
+are queued in an ``AddOutbox`` that hands them, batched, to the streams on
+that thread. Unary calls go through gRPC futures: no thread waits for an
+answer. ``pyspark_ledger.testing.
 fake_bookies`` implements the same interface in memory.
 """
 from __future__ import annotations
@@ -88,12 +91,21 @@ class GrpcTransport:
                  max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000, tls=None) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight,
                                 tls=tls)
-        self._outbox = AddOutbox(self._pool.io_loop, self._send_now)
+        self._io = self._pool.io_loop  # kept after close: the writers' owner (then closed: events run inline)
+        self._outbox = AddOutbox(self._io, self._send_now)
         self._health = Reachability()
+
+    @property
+    def io_loop(self):
+        """The network thread: writers run their state on it (``add_bookkeeping.WriterOwner``)."""
+        return self._io
 
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
-        self._outbox.put(bookie_id, ledger_id, adds, listener)
+        if self._io.in_loop_thread():  # a writer's owner: straight into the stream's queue
+            self._send_now(bookie_id, ledger_id, adds, listener)
+        else:
+            self._outbox.put(bookie_id, ledger_id, adds, listener)
 
     def send_adds_to(self, bookie_ids: Sequence[str], ledger_id: int, adds: Sequence[tuple[int, bytes]],
                      listener: AddListener) -> list[tuple[str, BookieError]]:

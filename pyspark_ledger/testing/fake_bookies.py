@@ -130,6 +130,11 @@ class FakeTransport:
         self._futures: set[Future] = set()
         self._lock = threading.Lock()
 
+    @property
+    def io_loop(self) -> FakeNetwork:
+        """The network thread, which owns the writers' state (as ``GrpcTransport.io_loop`` does)."""
+        return self._network
+
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
         for entry_id, frame in adds:

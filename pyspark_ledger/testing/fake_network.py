@@ -132,6 +132,15 @@ class FakeNetwork:
             raise error
         return value
 
+    def in_loop_thread(self) -> bool:
+        """True on the network thread, which also owns the state of every writer over it (as the
+        gRPC transport's network thread does): ``settle`` then covers the writers' events too."""
+        return threading.current_thread() is self._thread
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the network thread, in order with the messages (BookieUnavailableError once closed)."""
+        self._enqueue(fn)
+
     def settle(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         with self._cond:

@@ -1,0 +1,82 @@
+"""A writer's handling of its bookies' answers: acks, and what each other status means for the writer.
+
+Part of ``LedgerWriter`` (``writer.py``), as a base class; every method runs
+on the writer's owner thread (``add_bookkeeping.WriterOwner``). The decision
+for each add status is the protocol core's (``protocol.add_answers``,
+docs/protocol.md W7, W8): FENCED and UNAUTHORIZED stop the writer;
+TOO_MANY_REQUESTS (shed load) is sent to the same bookie again after a
+back-off until ``add_timeout_s`` after its first send; READ_ONLY is a bookie
+failure replaced at once; anything else is a bookie failure
+(``writer_changes``).
+"""
+from __future__ import annotations
+
+import time
+
+from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
+from pyspark_ledger.errors import error_for_status
+from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+
+def _ignore(*_args) -> None:
+    return None
+
+
+class AddAnswers:
+    """The answer half of ``LedgerWriter`` (see the module docstring)."""
+
+    def _on_results(self, bookie: str, results: list) -> None:
+        """One answer batch of a bookie: acks, and statuses that end a bookie or the writer."""
+        sent = self._outstanding.of(bookie)
+        forget = sent.pop if sent is not None else _ignore
+        ok, acked = pb.OK, []
+        for result in results:
+            entry_id = result.entry_id
+            sent_at = forget(entry_id, None)
+            if result.status == ok:
+                acked.append(entry_id)
+                continue
+            if acked:  # the acks before this answer count first, as they came first
+                self._confirm(self._tracker.ack_many(acked, bookie))
+                acked = []
+            self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
+        if acked:
+            self._outstanding.acked(bookie)
+            self._confirm(self._tracker.ack_many(acked, bookie))
+
+    def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
+                   sent_at: float | None) -> None:
+        action = action_for_status(status.name)  # the decision is the protocol core's (``add_answers``)
+        if action is AddAction.FENCED:
+            return self._fail_writer(error_for_status(status,
+                f"ledger {self.ledger_id} was fenced by another client (bookie {bookie}, entry {entry_id}); "
+                "adds not yet confirmed may or may not be in the ledger"))
+        if action is AddAction.UNAUTHORIZED:
+            return self._fail_writer(error_for_status(status,
+                f"bookie {bookie} refused entry {entry_id} of ledger {self.ledger_id}: it holds another master "
+                f"key for this ledger id ({message})"))
+        if action is AddAction.RETRY and sent_at is not None and self._retry_later(entry_id, bookie, sent_at):
+            self._outstanding.shed(bookie, message)
+            return None
+        self._on_bookie_error(entry_id, bookie, f"{status.name}: {message}",
+                              replace_now=action is AddAction.REPLACE_NOW)
+
+    def _retry_later(self, entry_id: int, bookie: str, sent_at: float) -> bool:
+        """Send an add the bookie shed to it again after a back-off; False when its time is up (a failure).
+
+        Until then the add stays unanswered with its first send time, so the timeout sweep still ends it."""
+        wait = busy_retry_delay(time.monotonic() - sent_at, self._ctx.config.add_timeout_s)
+        if wait is None:
+            return False
+        self._outstanding.sent(bookie, entry_id, sent_at)
+        self._ctx.scheduler.call_later(wait, lambda: self._owner.post(self._resend, entry_id, bookie))
+        return True
+
+    def _resend(self, entry_id: int, bookie: str) -> None:
+        """The back-off of a shed add ended: send it again unless it was answered, confirmed or moved
+        meanwhile (the bookie failed or was replaced: ``UnansweredAdds`` forgot it)."""
+        frame = self._frames.get(entry_id)
+        if self._failure is not None or frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
+            return
+        self._transmit(bookie, [(entry_id, frame)])
