@@ -19,6 +19,7 @@ from pyspark_ledger.protocol.answers import ReadAnswer
 from pyspark_ledger.protocol.coverage import EntryOutcome
 from pyspark_ledger.protocol.ledger_rules import new_ledger_metadata
 from pyspark_ledger.protocol.recovery import CloseLedger, LedgerRecovery, ReadEntry, RecoveryFailed, WriteBack
+from pyspark_ledger.protocol.recovery_reads import RangeRead, coalesce, read_step
 from pyspark_ledger.protocol.recovery_window import MAX_RECOVERY_READ_WINDOW, ForwardReads, check_window
 from pyspark_ledger.protocol.schedule import Quorums, write_set_bookies
 
@@ -244,3 +245,34 @@ def test_R9_the_anchor_and_the_first_window_are_asked_for_together():
         driver._handle(deliver())
     reads = [(a.entry_id, a.fence) for a in driver.actions if isinstance(a, ReadEntry)]
     assert reads == [(4, False), (5, True), (6, True), (7, True)]
+
+
+def window_reads(e, qw, first, count, fence=True):
+    reads = ForwardReads(tuple(f"b{i}" for i in range(e)), Quorums(e, qw, 1), first, count)
+    return reads.ask(fence)
+
+
+@pytest.mark.parametrize("e, qw", [(3, 3), (3, 2), (4, 3), (5, 3), (5, 1)])
+def test_R9_range_reads_cover_every_entry_and_bookie_asked_exactly_once(e, qw):
+    reads = window_reads(e, qw, 7, 23) + (ReadEntry(6, tuple(f"b{i}" for i in range(qw)), False),)
+    step = read_step(e, qw)
+    runs = coalesce(reads, step, max_entries=4)
+    asked = sorted((read.entry_id, bookie, read.fence) for read in reads for bookie in read.targets)
+    covered = sorted((entry_id, run.bookie_id, run.fence) for run in runs for entry_id in run.entry_ids)
+    assert covered == asked
+    assert all(run.step == step and len(run.entry_ids) <= 4 for run in runs)
+    assert [run.first_entry_id for run in runs] == sorted(run.first_entry_id for run in runs)
+
+
+def test_R9_range_reads_of_a_full_ensemble_are_contiguous_and_the_rest_is_what_is_left():
+    runs = coalesce(window_reads(3, 3, 10, 6), 1, max_entries=512)
+    assert runs == [RangeRead(b, 10, 15, 1, True) for b in ("b1", "b2", "b0")]
+    run = runs[0]
+    assert run.rest_after(2) == RangeRead("b1", 12, 15, 1, True) and run.rest_after(6) is None
+    striped = coalesce(window_reads(5, 3, 0, 10), 5, max_entries=512)
+    assert RangeRead("b0", 0, 5, 5, True) in striped and RangeRead("b2", 2, 7, 5, True) in striped
+    assert striped[0].rest_after(1) == RangeRead("b0", 5, 5, 5, True)
+    with pytest.raises(InvalidArgumentError, match="at least one entry"):
+        run.rest_after(0)
+    with pytest.raises(InvalidArgumentError, match=">= 1"):
+        coalesce([], 0, 1)
