@@ -28,6 +28,7 @@ from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.lac_reads import lac_answer
 from pyspark_ledger.client.metadata_ops import recovery_close, start_recovery
 from pyspark_ledger.client.metadata_update import retry_policy
+from pyspark_ledger.client.recovery_writeback import WriteBacks
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import CorruptEntryError, LedgerError, RecoveryError
@@ -72,6 +73,7 @@ class RecoveryRun:
         self._recovery = LedgerRecovery(marked.value, ctx.config.recovery_read_window)
         self._step = read_step(marked.value.ensemble_size, marked.value.write_quorum)
         self._events: queue.Queue[Callable[[], tuple]] = queue.Queue()
+        self._write_backs = WriteBacks(ctx, self._ledger_id, key, self._recovery, self._events.put)
         self._closed: Versioned[LedgerMetadata] | None = None
         self._finished = False
 
@@ -90,20 +92,22 @@ class RecoveryRun:
         return self._closed
 
     def _handle(self, actions: tuple) -> None:
-        reads = []
+        reads, write_backs = [], []
         for action in actions:
             if isinstance(action, ReadEntry):
                 reads.append(action)
+            elif isinstance(action, WriteBack):
+                write_backs.append(action)
             elif isinstance(action, FenceAndReadLac):
                 self._fence(action)
-            elif isinstance(action, WriteBack):
-                self._write_back(action)
             elif isinstance(action, ChooseReplacements):
                 self._handle(self._choose(action))
             elif isinstance(action, CloseLedger):
                 self._close(action.metadata)
             elif isinstance(action, RecoveryFailed):
                 raise action.error()
+        if write_backs:
+            self._write_backs.send(write_backs)
         if reads:
             for run in coalesce(reads, self._step, self._ctx.config.read_batch_entries):
                 self._read(run)
@@ -156,38 +160,6 @@ class RecoveryRun:
         if rest is not None:
             self._read(rest)
         return tuple(actions)
-
-    def _write_back(self, action: WriteBack) -> None:
-        for bookie in action.targets:
-            try:
-                future = self._ctx.transport.add(bookie, self._ledger_id, action.entry_id, self._key, action.body,
-                                                 recovery=True)
-            except LedgerError as exc:
-                log.warning("write-back of entry %d to %s failed: %s", action.entry_id, bookie, exc)
-                self._events.put(lambda b=bookie: self._recovery.on_write_back_failure(action.entry_id, b))
-                continue
-            self._when_done(future, lambda done, b=bookie, e=action.entry_id: self._on_write_back(e, b, done))
-            self._arm_timeout(future, action.entry_id, bookie)
-
-    def _arm_timeout(self, future: Future, entry_id: int, bookie: str) -> None:
-        """A write-back unanswered within ``add_timeout_s`` counts as failed (as a writer's add would)."""
-        def expire() -> None:
-            if not future.done():
-                self._events.put(lambda: self._write_back_timed_out(entry_id, bookie))
-        self._ctx.scheduler.call_later(self._ctx.config.add_timeout_s, expire)
-
-    def _write_back_timed_out(self, entry_id: int, bookie: str) -> tuple:
-        log.info("ledger %d: write-back of entry %d to %s got no answer within %s s", self._ledger_id, entry_id,
-                 bookie, self._ctx.config.add_timeout_s)
-        return self._recovery.on_write_back_failure(entry_id, bookie)
-
-    def _on_write_back(self, entry_id: int, bookie: str, done: Future) -> tuple:
-        error = done.exception()
-        if error is None and done.result().ok:
-            return self._recovery.on_write_back_ack(entry_id, bookie)
-        log.info("ledger %d: write-back of entry %d to %s failed: %s", self._ledger_id, entry_id, bookie,
-                 error or done.result())
-        return self._recovery.on_write_back_failure(entry_id, bookie)
 
     def _choose(self, action: ChooseReplacements) -> tuple:
         try:

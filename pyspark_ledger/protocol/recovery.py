@@ -35,7 +35,7 @@ entry "absent" because it was moved to a bookie that never had it.
 from __future__ import annotations
 
 import enum
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from pyspark_ledger.entry import MAX_ENTRY_ID
 from pyspark_ledger.errors import InvalidArgumentError, LedgerClosedError, RecoveryError
@@ -188,9 +188,13 @@ class LedgerRecovery:
 
     # --- step 4: write back ---------------------------------------------------------
     def on_write_back_ack(self, entry_id: int, bookie_id: str) -> tuple[Action, ...]:
+        return self.on_write_back_acks((entry_id,), bookie_id)
+
+    def on_write_back_acks(self, entry_ids: Iterable[int], bookie_id: str) -> tuple[Action, ...]:
+        """``bookie_id`` acknowledged the write-backs of ``entry_ids`` (one answer batch)."""
         if self._writeback is None or self._phase in (RecoveryPhase.FAILED, RecoveryPhase.CLOSING):
             return ()
-        for confirmed in self._writeback.ack(entry_id, bookie_id):
+        for confirmed in self._writeback.ack_many(entry_ids, bookie_id):
             self._bodies.pop(confirmed.entry_id, None)
         return self._maybe_close()
 

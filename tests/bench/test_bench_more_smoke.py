@@ -30,9 +30,11 @@ def quick_run(script: str, tmp_path: Path) -> dict:
 
 def test_recovery_closes_the_killed_writers_ledger_with_every_confirmed_entry(tmp_path):
     result = quick_run("recovery.py", tmp_path)
-    (run,) = result["runs"]
-    assert result["entries"] == 20_000 and run["last_entry_id"] >= 19_999 and run["recovery_seconds"] > 0
-    assert run["entries_read_forward"] == run["last_entry_id"] - run["last_add_confirmed_before"] >= 0
+    one, windowed = result["runs"]  # interleaved: W=1 first, then the default window
+    assert (one["window"], windowed["window"]) == (1, result["default_window"])
+    for run in (one, windowed):
+        assert result["entries"] == 20_000 and run["last_entry_id"] >= 19_999 and run["recovery_seconds"] > 0
+        assert run["entries_read_forward"] == run["last_entry_id"] - run["last_add_confirmed_before"] >= 0
 
 
 def test_replay_reads_the_bookies_own_replay_time_and_the_plain_read(tmp_path):

@@ -24,8 +24,10 @@ def session() -> dict:
             "git": {"commit": "abcdef0123"}, "machine": {"cpus": 2},
             "benchmarks": {
                 "recovery": [record({"benchmark": "recovery", "entries": 100_000, "goal_seconds": 1.0,
-                                     "runs": [{"recovery_seconds": s, "entries_read_forward": n}
-                                              for s, n in ((0.8, 100), (1.2, 2_000), (0.9, 300))]})],
+                                     "default_window": 256,
+                                     "runs": [{"window": w, "recovery_seconds": s, "entries_read_forward": n}
+                                              for w, s, n in ((1, 8.0, 100), (256, 0.8, 100), (1, 12.0, 2_000),
+                                                              (256, 1.2, 2_000), (1, 4.5, 300), (256, 0.9, 300))]})],
                 "replay": [record({"benchmark": "replay", "written_mb": 256, "runs": [
                     {"replay_mb_per_s": 100.0, "plain_read_mb_per_s": 400.0, "start_to_ready_seconds": 3.0},
                     {"replay_mb_per_s": 150.0, "plain_read_mb_per_s": 300.0, "start_to_ready_seconds": 2.5}]})],
@@ -40,10 +42,12 @@ def test_recovery_is_set_beside_its_goal():
     table = report.build_tables(session())["recovery"]
     row, forward = table.rows
     assert row.label.startswith("recovery of 100,000 confirmed entries") and row.lower_is_better
-    assert row.cells == {"ours": [0.8, 1.2, 0.9], "goal": [1.0]}
+    assert row.cells == {"ours": [0.8, 1.2, 0.9], "one": [8.0, 12.0, 4.5], "goal": [1.0]}
     assert report.ratio_text(row, "ours", "goal") == "0.90"
-    assert forward.cells == {"ours": [100, 2_000, 300], "goal": []} and report.cell_text(forward.cells["ours"]) == \
-        "300 (100–2,000)"
+    assert report.ratio_text(row, "ours", "one") == "0.10"  # paired: 0.1, 0.1, 0.2
+    assert forward.cells == {"ours": [100, 2_000, 300], "one": [100, 2_000, 300], "goal": []}
+    assert report.cell_text(forward.cells["ours"]) == "300 (100–2,000)"
+    assert "window 256" in table.columns["ours"]
 
 
 def test_replay_is_divided_by_the_plain_read_of_the_same_run():
