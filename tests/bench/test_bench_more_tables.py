@@ -29,8 +29,10 @@ def session() -> dict:
                                               for w, s, n in ((1, 8.0, 100), (256, 0.8, 100), (1, 12.0, 2_000),
                                                               (256, 1.2, 2_000), (1, 4.5, 300), (256, 0.9, 300))]})],
                 "replay": [record({"benchmark": "replay", "written_mb": 256, "runs": [
-                    {"replay_mb_per_s": 100.0, "plain_read_mb_per_s": 400.0, "start_to_ready_seconds": 3.0},
-                    {"replay_mb_per_s": 150.0, "plain_read_mb_per_s": 300.0, "start_to_ready_seconds": 2.5}]})],
+                    {"replay_mb_per_s": 100.0, "plain_read_mb_per_s": 400.0, "direct_read_mb_per_s": 150.0,
+                     "warm_read_mb_per_s": 900.0, "start_to_ready_seconds": 3.0},
+                    {"replay_mb_per_s": 150.0, "plain_read_mb_per_s": 300.0, "direct_read_mb_per_s": 250.0,
+                     "warm_read_mb_per_s": 1_100.0, "start_to_ready_seconds": 2.5}]})],
                 "scaling": [record({"benchmark": "scaling", "shapes": {
                     "1_bookie": {"runs": [{"entries_per_s": 20_000, "p50_ms": 10.0, "p99_ms": 30.0}]},
                     "3_bookies": {"runs": [{"entries_per_s": 10_000, "p50_ms": 20.0, "p99_ms": 60.0}]},
@@ -55,8 +57,9 @@ def test_replay_is_divided_by_the_plain_read_of_the_same_run():
     speed, restart = table.rows
     assert speed.label == "journal of 256 MB written, replayed after kill -9" and speed.unit == "MB/s"
     assert report.ratio(speed.cells["replay"], speed.cells["plain"]) == pytest.approx((0.25 + 0.5) / 2)  # paired
-    assert restart.cells == {"replay": [3.0, 2.5], "plain": []} and restart.lower_is_better
-    assert "| 125 (100–150) | 350 (300–400) | 0.38 |" in report.markdown_table(table)
+    assert restart.cells == {"replay": [3.0, 2.5], "plain": [], "direct": [], "warm": []} and restart.lower_is_better
+    assert "| 125 (100–150) | 350 (300–400) | 200 (150–250) | 1,000 (900–1,100) | 0.38 | 0.63 |" in \
+        report.markdown_table(table)
 
 
 def test_scaling_compares_3_with_1_and_striped_5_with_3():
