@@ -107,6 +107,7 @@ def test_fence_blocks_adds_but_not_recovery_adds(open_storage):
 
 
 def test_F5_a_fence_already_durable_writes_no_journal_record(open_storage):
+    """docs/protocol.md F5: the fencing reads of a recovery find the fence on disk and journal nothing."""
     storage = open_storage()
     add_all(storage, [add_op(1, 0)])
     assert storage.fence(1, KEY).result(30) == pb.OK
