@@ -44,7 +44,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("tls", "tls.py", ("--quick",), ()),
     # Added by the striped-reads work (issue 14); runs as soon as the script is in the checkout.
     Benchmark("striped_reads", "striped_reads.py", ("--quick",), (), optional=True),
-    Benchmark("recovery", "recovery.py", ("--quick",), ()),
+    Benchmark("recovery", "recovery.py", ("--quick",), ("--entries", "100000", "--repeats", "3")),
     Benchmark("replay", "replay.py", ("--quick",), ()),
     Benchmark("scaling", "scaling.py", ("--quick",), ()),
     Benchmark("streaming_latency", "streaming_latency.py", ("--quick",), ()),

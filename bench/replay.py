@@ -8,7 +8,10 @@ journal keeps everything written since it started, and writes ``--mb`` MB throug
 with SIGKILL (no final checkpoint). Each repetition then:
 
 1. drops the journal files from the page cache (``posix_fadvise(DONTNEED)``) and reads them
-   sequentially in 1 MiB reads: the plain read, MB/s;
+   sequentially in 1 MiB reads: the plain read, MB/s (the replay starts from the same state: the ratio
+   uses this one); then reads them with ``O_DIRECT`` (past the guest's page cache: what the disk, or the
+   host's cache behind it, gives) and once more plainly right after (warm: from the page cache), so
+   that the table says where the plain read's bytes came from;
 2. drops them again and restarts the bookie: the replay time is what the bookie logs ("replayed N
    journal records from F files in S s"), and start-to-ready is the time from spawning the process to its
    ready line (Python start-up and imports included); it is killed again afterwards, so the next
@@ -20,6 +23,7 @@ plain read. ``--quick``: 32 MB, once.
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import platform
 import re
@@ -66,13 +70,38 @@ def drop_from_cache(paths: list[Path]) -> None:
             os.close(descriptor)
 
 
-def plain_read(paths: list[Path]) -> dict:
-    drop_from_cache(paths)
+def plain_read(paths: list[Path], drop: bool = True) -> dict:
+    if drop:
+        drop_from_cache(paths)
     total, started = 0, time.perf_counter()
     for path in paths:
         with open(path, "rb", buffering=0) as handle:
             while chunk := handle.read(MiB):
                 total += len(chunk)
+    seconds = time.perf_counter() - started
+    return {"bytes": total, "seconds": round(seconds, 3), "mb_per_s": round(total / seconds / 1e6, 1)}
+
+
+def direct_read(paths: list[Path]) -> dict:
+    """The files read with O_DIRECT into a page-aligned 1 MiB buffer; {"error": ...} where the file system
+    refuses O_DIRECT (tmpfs)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return {"error": "O_DIRECT is not available on this platform"}
+    buffer = mmap.mmap(-1, MiB)
+    total, started = 0, time.perf_counter()
+    try:
+        for path in paths:
+            descriptor = os.open(path, os.O_RDONLY | flag)
+            try:
+                while (count := os.readv(descriptor, [buffer])) > 0:
+                    total += count
+            finally:
+                os.close(descriptor)
+    except OSError as exc:
+        return {"error": f"O_DIRECT read failed: {exc}"}
+    finally:
+        buffer.close()
     seconds = time.perf_counter() - started
     return {"bytes": total, "seconds": round(seconds, 3), "mb_per_s": round(total / seconds / 1e6, 1)}
 
@@ -115,9 +144,17 @@ def run(megabytes: int, repeats: int) -> dict:
             for _ in range(repeats):
                 paths = journal_files(bookie.data_dir / "journal")  # each start adds a journal file
                 plain = plain_read(paths)
+                direct = direct_read(paths)
+                warm = plain_read(paths, drop=False)
                 replay = restart_and_replay(bookie, paths)
                 replay["plain_read_mb_per_s"] = plain["mb_per_s"]
+                replay["direct_read_mb_per_s"] = direct.get("mb_per_s")
+                if "error" in direct:
+                    replay["direct_read_error"] = direct["error"]
+                replay["warm_read_mb_per_s"] = warm["mb_per_s"]
                 replay["ratio_to_plain_read"] = round(replay["replay_mb_per_s"] / plain["mb_per_s"], 2)
+                if direct.get("mb_per_s"):
+                    replay["ratio_to_direct_read"] = round(replay["replay_mb_per_s"] / direct["mb_per_s"], 2)
                 result["runs"].append(replay)
     ratios = [run["ratio_to_plain_read"] for run in result["runs"]]
     result["ratio_to_plain_read_median"] = statistics.median(ratios)

@@ -45,9 +45,12 @@ _CRC = struct.Struct(">I")
 
 class LedgerRecord:
     """One ledger's state; ``written_at`` (not persisted) is the monotonic time this process last stored an
-    entry of it, 0.0 if it has not (garbage collection of over-replicated ledgers leaves recent ones alone)."""
+    entry of it, 0.0 if it has not (garbage collection of over-replicated ledgers leaves recent ones alone).
+    ``fence_durable`` (not persisted): the fence is on disk -- loaded fenced from the fsync'd state snapshot, or
+    its journal record fsync'd by this process -- so a further fence needs no journal record (docs/protocol.md
+    F5). A fence only replayed from the journal is not counted: the next fence writes and fsyncs it again."""
 
-    __slots__ = ("master_key", "fenced", "last_add_confirmed", "last_entry_id", "written_at")
+    __slots__ = ("master_key", "fenced", "last_add_confirmed", "last_entry_id", "written_at", "fence_durable")
 
     def __init__(self, master_key: bytes, fenced: bool = False, last_add_confirmed: int = -1,
                  last_entry_id: int = -1) -> None:
@@ -56,6 +59,7 @@ class LedgerRecord:
         self.last_add_confirmed = last_add_confirmed
         self.last_entry_id = last_entry_id
         self.written_at = 0.0
+        self.fence_durable = fenced  # a record built fenced was read from the snapshot
 
 
 class LedgerStates:

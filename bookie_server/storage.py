@@ -214,10 +214,14 @@ class BookieStorage:
             record = self._states.create(ledger_id, master_key)  # docs/protocol.md F4: created fenced
         elif not hmac.compare_digest(record.master_key, bytes(master_key)):
             return pb.UNAUTHORIZED
+        if record.fence_durable:  # already fenced on disk (F5): every fencing read of a recovery lands here
+            return pb.OK
         self._states.fence(record)
         chunk = encode_fence(ledger_id, bytes(master_key))
 
         def done(durable: bool) -> None:
+            if durable:
+                record.fence_durable = True
             future.set_result(pb.OK if durable else pb.IO_ERROR)
         return None if self._journal.submit([chunk], len(chunk), 1, done) else pb.IO_ERROR
 

@@ -13,6 +13,7 @@ from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.protocol.placement import PlacementPolicy
 from pyspark_ledger.protocol.zone_placement import MAX_ACK_ZONES, ZoneAwarePlacement
 from pyspark_ledger.protocol.quarantine import ChangeBackoff, QuarantineRule
+from pyspark_ledger.protocol.recovery_window import MAX_RECOVERY_READ_WINDOW
 from pyspark_ledger.security.tls import ClientTls
 
 MiB = 1024 * 1024
@@ -56,6 +57,10 @@ class ClientConfig:
     close_timeout_s: float = 30.0
     #: Upper bound on one recovery (fence, read forward, write back, close).
     recovery_timeout_s: float = 120.0
+    #: Entries recovery reads forward at once, past the lowest one it has not decided yet
+    #: (docs/protocol.md R9; sent as range reads of at most ``read_batch_entries``). 1 to 8,192;
+    #: 1 reads one entry at a time. Recovery holds up to this many entries' bodies.
+    recovery_read_window: int = 256
     #: Longest single long poll of a tailing reader (``wait_for_entry`` repeats it).
     long_poll_timeout_s: float = 5.0
     #: Attempts of the metadata update loop (ensemble change, close, recovery, re-replication, delete).
@@ -110,6 +115,11 @@ class ClientConfig:
         for name in ("max_inflight_adds", "max_batch_bytes", "max_entry_bytes", "read_batch_entries",
                      "read_batch_bytes", "read_ahead_batches", "metadata_retries", "io_threads"):
             _positive_int(name, getattr(self, name))
+        window = self.recovery_read_window
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_RECOVERY_READ_WINDOW:
+            raise InvalidConfigurationError(
+                f"recovery_read_window must be an integer from 1 to {MAX_RECOVERY_READ_WINDOW} (entries recovery "
+                f"reads forward at once), got {window!r}")
         if self.max_entry_bytes < 128:
             raise InvalidConfigurationError(
                 f"max_entry_bytes must be at least 128 (header and digest alone take up to 68), "

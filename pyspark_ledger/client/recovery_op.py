@@ -5,7 +5,11 @@ the ledger IN_RECOVERY by CAS (``metadata_ops.start_recovery``), executes the
 actions it returns -- fencing LAC reads, fencing entry reads, write-backs with
 the recovery flag, replacement choices, the closing CAS -- and feeds every
 answer back, one at a time, on the calling thread (answers are queued by the
-transport threads). An answer that never comes does not stall a decision the
+transport threads). The entry reads asked for at once (a window, R9) go out as
+range reads, one per bookie and run of entries (``protocol.recovery_reads``);
+an answer that stops short is followed by a read of the rest while recovery
+still waits for one of its entries, and copies nobody waits for any more are
+not verified. An answer that never comes does not stall a decision the
 state machine can make without it (R4); every request has a deadline, and
 the whole recovery is bounded by ``recovery_timeout_s``. When the close CAS
 (``metadata_ops.recovery_close``) finds the ledger CLOSED by another recoverer
@@ -24,6 +28,7 @@ from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.lac_reads import lac_answer
 from pyspark_ledger.client.metadata_ops import recovery_close, start_recovery
 from pyspark_ledger.client.metadata_update import retry_policy
+from pyspark_ledger.client.recovery_writeback import WriteBacks
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import CorruptEntryError, LedgerError, RecoveryError
@@ -33,6 +38,7 @@ from pyspark_ledger.metadata.update_loop import RetryPolicy
 from pyspark_ledger.protocol.answers import LacAnswer, ReadAnswer
 from pyspark_ledger.protocol.recovery import (ChooseReplacements, CloseLedger, FenceAndReadLac, LedgerRecovery,
                                               ReadEntry, RecoveryFailed, WriteBack)
+from pyspark_ledger.protocol.recovery_reads import RangeRead, coalesce, read_step
 from pyspark_ledger.protocol.schedule import Quorums
 
 log = logging.getLogger(__name__)
@@ -72,8 +78,10 @@ class RecoveryRun:
         self._key = key
         self._codec = codec
         self._deadline = deadline
-        self._recovery = LedgerRecovery(marked.value)
+        self._recovery = LedgerRecovery(marked.value, ctx.config.recovery_read_window)
+        self._step = read_step(marked.value.ensemble_size, marked.value.write_quorum)
         self._events: queue.Queue[Callable[[], tuple]] = queue.Queue()
+        self._write_backs = WriteBacks(ctx, self._ledger_id, key, self._recovery, self._events.put)
         self._closed: Versioned[LedgerMetadata] | None = None
         self._finished = False
 
@@ -92,19 +100,25 @@ class RecoveryRun:
         return self._closed
 
     def _handle(self, actions: tuple) -> None:
+        reads, write_backs = [], []
         for action in actions:
-            if isinstance(action, FenceAndReadLac):
-                self._fence(action)
-            elif isinstance(action, ReadEntry):
-                self._read(action)
+            if isinstance(action, ReadEntry):
+                reads.append(action)
             elif isinstance(action, WriteBack):
-                self._write_back(action)
+                write_backs.append(action)
+            elif isinstance(action, FenceAndReadLac):
+                self._fence(action)
             elif isinstance(action, ChooseReplacements):
                 self._handle(self._choose(action))
             elif isinstance(action, CloseLedger):
                 self._close(action.metadata)
             elif isinstance(action, RecoveryFailed):
                 raise action.error()
+        if write_backs:
+            self._write_backs.send(write_backs)
+        if reads:
+            for run in coalesce(reads, self._step, self._ctx.config.read_batch_entries):
+                self._read(run)
 
     def _when_done(self, future: Future, event: Callable[[Future], tuple]) -> None:
         future.add_done_callback(lambda done: self._events.put(lambda: event(done)))
@@ -118,45 +132,42 @@ class RecoveryRun:
                                               timeout=self._ctx.config.read_timeout_s)
             self._when_done(future, lambda done, b=bookie: self._recovery.on_lac_answer(b, _fence_answer(done)))
 
-    def _read(self, action: ReadEntry) -> None:
-        for bookie in action.targets:
-            future = self._ctx.transport.read(bookie, self._ledger_id, action.entry_id, action.entry_id,
-                                              fence=action.fence, master_key=self._key,
-                                              timeout=self._ctx.config.read_timeout_s)
-            self._when_done(future, lambda done, b=bookie, e=action.entry_id: self._recovery.on_read_answer(
-                e, b, self._entry_answer(e, done)))
+    def _read(self, run: RangeRead) -> None:
+        future = self._ctx.transport.read(run.bookie_id, self._ledger_id, run.first_entry_id, run.last_entry_id,
+                                          fence=run.fence, master_key=self._key,
+                                          max_bytes=self._ctx.config.read_batch_bytes,
+                                          timeout=self._ctx.config.read_timeout_s, entry_step=run.step)
+        self._when_done(future, lambda done: self._on_range_answer(run, done))
 
-    def _write_back(self, action: WriteBack) -> None:
-        for bookie in action.targets:
-            try:
-                future = self._ctx.transport.add(bookie, self._ledger_id, action.entry_id, self._key, action.body,
-                                                 recovery=True)
-            except LedgerError as exc:
-                log.warning("write-back of entry %d to %s failed: %s", action.entry_id, bookie, exc)
-                self._events.put(lambda b=bookie: self._recovery.on_write_back_failure(action.entry_id, b))
-                continue
-            self._when_done(future, lambda done, b=bookie, e=action.entry_id: self._on_write_back(e, b, done))
-            self._arm_timeout(future, action.entry_id, bookie)
-
-    def _arm_timeout(self, future: Future, entry_id: int, bookie: str) -> None:
-        """A write-back unanswered within ``add_timeout_s`` counts as failed (as a writer's add would)."""
-        def expire() -> None:
-            if not future.done():
-                self._events.put(lambda: self._write_back_timed_out(entry_id, bookie))
-        self._ctx.scheduler.call_later(self._ctx.config.add_timeout_s, expire)
-
-    def _write_back_timed_out(self, entry_id: int, bookie: str) -> tuple:
-        log.info("ledger %d: write-back of entry %d to %s got no answer within %s s", self._ledger_id, entry_id,
-                 bookie, self._ctx.config.add_timeout_s)
-        return self._recovery.on_write_back_failure(entry_id, bookie)
-
-    def _on_write_back(self, entry_id: int, bookie: str, done: Future) -> tuple:
+    def _on_range_answer(self, run: RangeRead, done: Future) -> tuple:
+        """Feed the answer back entry by entry (R9); read the rest of the run if recovery still waits for it."""
+        recovery, bookie = self._recovery, run.bookie_id
+        actions: list = []
         error = done.exception()
-        if error is None and done.result().ok:
-            return self._recovery.on_write_back_ack(entry_id, bookie)
-        log.info("ledger %d: write-back of entry %d to %s failed: %s", self._ledger_id, entry_id, bookie,
-                 error or done.result())
-        return self._recovery.on_write_back_failure(entry_id, bookie)
+        if error is not None:  # nothing is known about any entry of the run from this bookie
+            unknown = ReadAnswer.unknown(str(error))
+            for entry_id in run.entry_ids:
+                if recovery.awaiting(entry_id):
+                    actions.extend(recovery.on_read_answer(entry_id, bookie, unknown))
+            return tuple(actions)
+        result = done.result()
+        answered = 0
+        for (entry_id, body), expected in zip(result.entries, run.entry_ids):
+            if entry_id != expected:
+                break
+            answered += 1
+            if recovery.awaiting(entry_id):  # a copy nobody waits for is not even verified
+                actions.extend(recovery.on_read_answer(entry_id, bookie, self._entry_answer(entry_id, body)))
+        if not answered:  # the status speaks for the first entry only
+            if recovery.awaiting(run.first_entry_id):
+                actions.extend(recovery.on_read_answer(run.first_entry_id, bookie, _status_answer(result)))
+            answered = 1
+        rest = run.rest_after(answered)
+        while rest is not None and not recovery.awaiting(rest.first_entry_id):
+            rest = rest.rest_after(1)
+        if rest is not None:
+            self._read(rest)
+        return tuple(actions)
 
     def _choose(self, action: ChooseReplacements) -> tuple:
         try:
@@ -174,23 +185,21 @@ class RecoveryRun:
             log.info("ledger %d: metadata changed during recovery; recovering again", self._ledger_id)
 
     # --- answers ------------------------------------------------------------------------
-    def _entry_answer(self, entry_id: int, done: Future) -> ReadAnswer:
-        error = done.exception()
-        if error is not None:
-            return ReadAnswer.unknown(str(error))
-        result = done.result()
-        if result.status == BookieStatus.NO_SUCH_ENTRY:
-            return ReadAnswer.no_such_entry()
-        if result.status == BookieStatus.NO_SUCH_LEDGER:
-            return ReadAnswer.no_such_ledger()
-        if result.status != BookieStatus.OK or not result.entries or result.entries[0][0] != entry_id:
-            return ReadAnswer.unknown(f"{result.status.name}: {result.message or 'no entry in the answer'}")
-        body = result.entries[0][1]
+    def _entry_answer(self, entry_id: int, body: bytes) -> ReadAnswer:
         try:
             decoded = self._codec.decode(body, self._ledger_id, entry_id)
         except CorruptEntryError as exc:
             return ReadAnswer.unknown(f"corrupt replica: {exc}")
         return ReadAnswer.present(body, decoded.length)
+
+
+def _status_answer(result) -> ReadAnswer:
+    """What a range answer without entries says about its first entry."""
+    if result.status == BookieStatus.NO_SUCH_ENTRY:
+        return ReadAnswer.no_such_entry()
+    if result.status == BookieStatus.NO_SUCH_LEDGER:
+        return ReadAnswer.no_such_ledger()
+    return ReadAnswer.unknown(f"{result.status.name}: {result.message or 'no entry in the answer'}")
 
 
 def _fence_answer(done: Future) -> LacAnswer:

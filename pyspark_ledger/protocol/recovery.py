@@ -10,13 +10,16 @@ it returns and feeds every answer back. An empty tuple means "wait".
    ``start_entry = max(max LAC, current fragment first entry - 1) + 1`` (R8).
 2. ``ReadEntry`` of ``start_entry - 1`` (confirmed, so only its header's
    length is needed; an explicit "absent" there is data loss, not an end).
-3. Read forward from ``start_entry``, one entry at a time, from its whole
-   write set with the fence flag (F3: reads fence too, so a bookie that said
-   "no such entry" can never accept the old writer's add later). Per entry
-   (``coverage.EntryTally``): PRESENT -> ``WriteBack`` to the write set with the
-   recovery flag and read the next; ABSENT (Qw - Qa + 1 explicit negatives,
-   R4) -> the ledger ends at the entry before; UNKNOWN -> ``RecoveryFailed``,
-   never a close (R5). Empty ledger: ends at -1, length 0 (R1).
+3. Read forward from ``start_entry`` with ``window`` entries in flight at once
+   (``recovery_window.ForwardReads``, R9; asked for together with step 2), each
+   from its whole write set with the fence flag (F3: reads fence too, so a bookie
+   that said "no such entry" can never accept the old writer's add later). Per
+   entry (``coverage.EntryTally``), taken strictly in entry order: PRESENT ->
+   ``WriteBack`` to the write set with the recovery flag (without waiting for
+   earlier write-backs); ABSENT (Qw - Qa + 1 explicit negatives, R4) -> the ledger
+   ends at the entry before, and nothing decided about later entries is used;
+   UNKNOWN -> ``RecoveryFailed``, never a close (R5). Empty ledger: ends at -1,
+   length 0 (R1).
 4. Write-backs are confirmed like a writer's adds (``AddTracker``, Qa acks).
    A failed write-back asks for ``ChooseReplacements``; the entries are re-sent
    to the replacements (R7). No replacement -> ``RecoveryFailed`` (R6).
@@ -32,8 +35,9 @@ entry "absent" because it was moved to a bookie that never had it.
 from __future__ import annotations
 
 import enum
-from typing import Mapping
+from typing import Iterable, Mapping
 
+from pyspark_ledger.entry import MAX_ENTRY_ID
 from pyspark_ledger.errors import InvalidArgumentError, LedgerClosedError, RecoveryError
 from pyspark_ledger.metadata.model import CLOSED, OPEN, LedgerMetadata
 from pyspark_ledger.protocol.add_tracker import AddTracker, EnsembleChangeRequest
@@ -45,6 +49,7 @@ from pyspark_ledger.protocol.reads import LacRead
 from pyspark_ledger.protocol.recovery_actions import (
     Action, ChooseReplacements, CloseLedger, FenceAndReadLac, ReadEntry, RecoveryFailed, WriteBack,
 )
+from pyspark_ledger.protocol.recovery_window import ForwardReads, check_window
 from pyspark_ledger.protocol.schedule import Quorums
 
 __all__ = [
@@ -62,9 +67,9 @@ class RecoveryPhase(enum.Enum):
 
 
 class LedgerRecovery:
-    """Recovery of one ledger from its IN_RECOVERY metadata."""
+    """Recovery of one ledger from its IN_RECOVERY metadata, reading forward ``window`` entries at once."""
 
-    def __init__(self, metadata: LedgerMetadata) -> None:
+    def __init__(self, metadata: LedgerMetadata, window: int = 1) -> None:
         if metadata.state == OPEN:
             raise RecoveryError(f"ledger {metadata.ledger_id} is OPEN: mark it IN_RECOVERY first")
         if metadata.state == CLOSED:
@@ -72,13 +77,14 @@ class LedgerRecovery:
         self._md = metadata
         self._quorums = Quorums.of(metadata)
         self._fragment = metadata.current_fragment
+        self._window = check_window(window)
         self._lac_read = LacRead(self._fragment.bookies, metadata.write_quorum, metadata.ack_quorum)
         self._phase = RecoveryPhase.FENCING
         self.start_entry: int | None = None
         self.last_entry_id: int | None = None
-        self._reading = -1
-        self._tally: EntryTally | None = None
-        self._read_index: dict[str, int] = {}
+        self._anchor: EntryTally | None = None   # entry start_entry - 1, read for its length only
+        self._anchor_index: dict[str, int] = {}
+        self._reads: ForwardReads | None = None
         self._writeback: AddTracker | None = None
         self._base_length = 0
         self._bodies: dict[int, bytes] = {}
@@ -102,67 +108,93 @@ class LedgerRecovery:
             return self._fail(f"cannot fence ledger {self._md.ledger_id}: {result.reason}")
         self.start_entry = max(result.last_add_confirmed, self._fragment.first_entry_id - 1) + 1
         self._phase = RecoveryPhase.READING
+        self._reads = ForwardReads(self._fragment.bookies, self._quorums, self.start_entry, self._window)
         if self.start_entry == 0:
-            return self._begin_write_back(0)
-        return (self._read(self.start_entry - 1, fence=False),)
+            self._begin_write_back(0)
+            return self._reads.ask()
+        return (self._read_anchor(self.start_entry - 1),) + self._reads.ask()
 
     # --- steps 2 and 3: read forward ----------------------------------------------
-    def _read(self, entry_id: int, fence: bool) -> ReadEntry:
+    def _read_anchor(self, entry_id: int) -> ReadEntry:
         ensemble = self._md.ensemble_for(entry_id)
         write_set = self._quorums.write_set(entry_id)
-        self._reading = entry_id
-        self._tally = EntryTally(write_set, self._quorums.write_quorum, self._quorums.ack_quorum)
-        self._read_index = {ensemble[i]: i for i in write_set}
-        return ReadEntry(entry_id, tuple(ensemble[i] for i in write_set), fence)
+        self._anchor = EntryTally(write_set, self._quorums.write_quorum, self._quorums.ack_quorum)
+        self._anchor_index = {ensemble[i]: i for i in write_set}
+        return ReadEntry(entry_id, tuple(ensemble[i] for i in write_set), False)
+
+    def awaiting(self, entry_id: int) -> bool:
+        """Whether an answer about ``entry_id`` can still matter (the I/O layer skips reading and verifying
+        copies nobody waits for)."""
+        if self._phase is not RecoveryPhase.READING:
+            return False
+        if entry_id == self.start_entry - 1 and self._writeback is None:
+            return self._anchor.outcome is EntryOutcome.PENDING
+        return self._reads.awaiting(entry_id)
 
     def on_read_answer(self, entry_id: int, bookie_id: str, answer: ReadAnswer) -> tuple[Action, ...]:
-        if self._phase is not RecoveryPhase.READING or entry_id != self._reading:
+        if self._phase is not RecoveryPhase.READING:
             return ()
-        if bookie_id not in self._read_index:
+        if entry_id == self.start_entry - 1 and self._writeback is None:
+            return self._on_anchor_answer(bookie_id, answer)
+        if not self._reads.record(entry_id, bookie_id, answer) or self._writeback is None:
+            return ()
+        return self._take()
+
+    def _on_anchor_answer(self, bookie_id: str, answer: ReadAnswer) -> tuple[Action, ...]:
+        entry_id = self.start_entry - 1
+        if bookie_id not in self._anchor_index:
             raise InvalidArgumentError(f"bookie {bookie_id!r} does not store entry {entry_id}")
-        outcome = self._tally.record(self._read_index[bookie_id], answer.kind)
+        outcome = self._anchor.record(self._anchor_index[bookie_id], answer.kind)
         if outcome is EntryOutcome.PENDING:
             return ()
         if outcome is EntryOutcome.UNKNOWN:
-            return self._fail(f"entry {entry_id} of ledger {self._md.ledger_id}: only {self._tally.negatives}"
-                              f" explicit 'no such entry' answers of the {self._tally.threshold} needed,"
-                              " the others unknown; the ledger's end cannot be decided")
-        if entry_id < self.start_entry:
-            return self._on_anchor(outcome, answer)
+            return self._fail(_undecided(entry_id, self._md.ledger_id, self._anchor))
         if outcome is EntryOutcome.ABSENT:
-            self.last_entry_id = entry_id - 1
-            self._phase = RecoveryPhase.WRITING_BACK
-            return self._maybe_close()
-        return self._on_present(entry_id, answer)
-
-    def _on_anchor(self, outcome: EntryOutcome, answer: ReadAnswer) -> tuple[Action, ...]:
-        if outcome is EntryOutcome.ABSENT:
-            return self._fail(f"entry {self._reading} is confirmed but {self._tally.negatives} bookies say it"
+            return self._fail(f"entry {entry_id} is confirmed but {self._anchor.negatives} bookies say it"
                               " does not exist: data lost beyond what the quorums tolerate")
-        return self._begin_write_back(answer.length)
+        self._begin_write_back(answer.length)
+        return self._take()
 
-    def _begin_write_back(self, base_length: int) -> tuple[Action, ...]:
+    def _begin_write_back(self, base_length: int) -> None:
         self._base_length = base_length
         self._writeback = AddTracker(self._fragment.bookies, self._quorums.write_quorum,
                                      self._quorums.ack_quorum, last_add_confirmed=self.start_entry - 1,
                                      length=base_length)
-        return (self._read(self.start_entry, fence=True),)
 
-    def _on_present(self, entry_id: int, answer: ReadAnswer) -> tuple[Action, ...]:
-        try:
-            plan = self._writeback.add_recovered(entry_id, answer.length)
-        except InvalidArgumentError as exc:
-            return self._fail(f"entry {entry_id} has an inconsistent length: {exc}")
-        self._bodies[entry_id] = answer.body
-        actions: list[Action] = [WriteBack(entry_id, answer.body, plan.targets)] if plan.targets else []
-        actions.append(self._read(entry_id + 1, fence=True))
-        return tuple(actions)
+    def _take(self) -> tuple[Action, ...]:
+        """Act on the decided entries in entry order (R9): write back PRESENT ones, stop at the first other."""
+        actions: list[Action] = []
+        for entry_id, outcome, tally, answer in self._reads.take():
+            if outcome is EntryOutcome.UNKNOWN:
+                return self._fail(_undecided(entry_id, self._md.ledger_id, tally))
+            if outcome is EntryOutcome.ABSENT:
+                return tuple(actions) + self._end_at(entry_id - 1)
+            try:
+                plan = self._writeback.add_recovered(entry_id, answer.length)
+            except InvalidArgumentError as exc:
+                return self._fail(f"entry {entry_id} has an inconsistent length: {exc}")
+            self._bodies[entry_id] = answer.body
+            if plan.targets:
+                actions.append(WriteBack(entry_id, answer.body, plan.targets))
+        if self._reads.next_entry_id > MAX_ENTRY_ID:  # no entry can follow the largest id (writers stop before)
+            return tuple(actions) + self._end_at(MAX_ENTRY_ID)
+        return tuple(actions) + self._reads.ask()
+
+    def _end_at(self, last_entry_id: int) -> tuple[Action, ...]:
+        self.last_entry_id = last_entry_id
+        self._reads.stop()
+        self._phase = RecoveryPhase.WRITING_BACK
+        return self._maybe_close()
 
     # --- step 4: write back ---------------------------------------------------------
     def on_write_back_ack(self, entry_id: int, bookie_id: str) -> tuple[Action, ...]:
+        return self.on_write_back_acks((entry_id,), bookie_id)
+
+    def on_write_back_acks(self, entry_ids: Iterable[int], bookie_id: str) -> tuple[Action, ...]:
+        """``bookie_id`` acknowledged the write-backs of ``entry_ids`` (one answer batch)."""
         if self._writeback is None or self._phase in (RecoveryPhase.FAILED, RecoveryPhase.CLOSING):
             return ()
-        for confirmed in self._writeback.ack(entry_id, bookie_id):
+        for confirmed in self._writeback.ack_many(entry_ids, bookie_id):
             self._bodies.pop(confirmed.entry_id, None)
         return self._maybe_close()
 
@@ -223,4 +255,11 @@ class LedgerRecovery:
         self._phase = RecoveryPhase.FAILED
         if self._writeback is not None:
             self._writeback.stop(reason)
+        if self._reads is not None:
+            self._reads.stop()
         return (RecoveryFailed(f"{reason}; ledger {self._md.ledger_id} left unclosed"),)
+
+
+def _undecided(entry_id: int, ledger_id: int, tally: EntryTally) -> str:
+    return (f"entry {entry_id} of ledger {ledger_id}: only {tally.negatives} explicit 'no such entry' answers"
+            f" of the {tally.threshold} needed, the others unknown; the ledger's end cannot be decided")

@@ -24,11 +24,15 @@ def session() -> dict:
             "git": {"commit": "abcdef0123"}, "machine": {"cpus": 2},
             "benchmarks": {
                 "recovery": [record({"benchmark": "recovery", "entries": 100_000, "goal_seconds": 1.0,
-                                     "runs": [{"recovery_seconds": s, "entries_read_forward": n}
-                                              for s, n in ((0.8, 100), (1.2, 2_000), (0.9, 300))]})],
+                                     "default_window": 256,
+                                     "runs": [{"window": w, "recovery_seconds": s, "entries_read_forward": n}
+                                              for w, s, n in ((1, 8.0, 100), (256, 0.8, 100), (1, 12.0, 2_000),
+                                                              (256, 1.2, 2_000), (1, 4.5, 300), (256, 0.9, 300))]})],
                 "replay": [record({"benchmark": "replay", "written_mb": 256, "runs": [
-                    {"replay_mb_per_s": 100.0, "plain_read_mb_per_s": 400.0, "start_to_ready_seconds": 3.0},
-                    {"replay_mb_per_s": 150.0, "plain_read_mb_per_s": 300.0, "start_to_ready_seconds": 2.5}]})],
+                    {"replay_mb_per_s": 100.0, "plain_read_mb_per_s": 400.0, "direct_read_mb_per_s": 150.0,
+                     "warm_read_mb_per_s": 900.0, "start_to_ready_seconds": 3.0},
+                    {"replay_mb_per_s": 150.0, "plain_read_mb_per_s": 300.0, "direct_read_mb_per_s": 250.0,
+                     "warm_read_mb_per_s": 1_100.0, "start_to_ready_seconds": 2.5}]})],
                 "scaling": [record({"benchmark": "scaling", "shapes": {
                     "1_bookie": {"runs": [{"entries_per_s": 20_000, "p50_ms": 10.0, "p99_ms": 30.0}]},
                     "3_bookies": {"runs": [{"entries_per_s": 10_000, "p50_ms": 20.0, "p99_ms": 60.0}]},
@@ -40,10 +44,12 @@ def test_recovery_is_set_beside_its_goal():
     table = report.build_tables(session())["recovery"]
     row, forward = table.rows
     assert row.label.startswith("recovery of 100,000 confirmed entries") and row.lower_is_better
-    assert row.cells == {"ours": [0.8, 1.2, 0.9], "goal": [1.0]}
+    assert row.cells == {"ours": [0.8, 1.2, 0.9], "one": [8.0, 12.0, 4.5], "goal": [1.0]}
     assert report.ratio_text(row, "ours", "goal") == "0.90"
-    assert forward.cells == {"ours": [100, 2_000, 300], "goal": []} and report.cell_text(forward.cells["ours"]) == \
-        "300 (100–2,000)"
+    assert report.ratio_text(row, "ours", "one") == "0.10"  # paired: 0.1, 0.1, 0.2
+    assert forward.cells == {"ours": [100, 2_000, 300], "one": [100, 2_000, 300], "goal": []}
+    assert report.cell_text(forward.cells["ours"]) == "300 (100–2,000)"
+    assert "window 256" in table.columns["ours"]
 
 
 def test_replay_is_divided_by_the_plain_read_of_the_same_run():
@@ -51,8 +57,9 @@ def test_replay_is_divided_by_the_plain_read_of_the_same_run():
     speed, restart = table.rows
     assert speed.label == "journal of 256 MB written, replayed after kill -9" and speed.unit == "MB/s"
     assert report.ratio(speed.cells["replay"], speed.cells["plain"]) == pytest.approx((0.25 + 0.5) / 2)  # paired
-    assert restart.cells == {"replay": [3.0, 2.5], "plain": []} and restart.lower_is_better
-    assert "| 125 (100–150) | 350 (300–400) | 0.38 |" in report.markdown_table(table)
+    assert restart.cells == {"replay": [3.0, 2.5], "plain": [], "direct": [], "warm": []} and restart.lower_is_better
+    assert "| 125 (100–150) | 350 (300–400) | 200 (150–250) | 1,000 (900–1,100) | 0.38 | 0.63 |" in \
+        report.markdown_table(table)
 
 
 def test_scaling_compares_3_with_1_and_striped_5_with_3():

@@ -107,6 +107,21 @@ def test_fence_blocks_adds_but_not_recovery_adds(open_storage):
     assert storage.ledger(1) == LedgerView(1, True, 1, 2)
 
 
+def test_F5_a_fence_already_durable_writes_no_journal_record(open_storage):
+    """docs/protocol.md F5: the fencing reads of a recovery find the fence on disk and journal nothing."""
+    storage = open_storage()
+    add_all(storage, [add_op(1, 0)])
+    assert storage.fence(1, KEY).result(30) == pb.OK
+    submitted = storage._journal.submitted  # white-box: journal submissions so far
+    for _ in range(3):  # the fencing reads of a recovery: each answered at once, nothing journaled
+        future = storage.fence(1, KEY)
+        assert future.done() and future.result() == pb.OK
+    assert storage._journal.submitted == submitted
+    assert storage.fence(1, OTHER_KEY).result(30) == pb.UNAUTHORIZED  # the key is still checked first
+    assert storage.fence(2, KEY).result(30) == pb.OK and storage._journal.submitted == submitted + 1
+    assert add_all(storage, [add_op(1, 1)]) == [pb.FENCED]
+
+
 def test_fence_of_unknown_ledger_creates_it_fenced(open_storage):
     storage = open_storage()
     assert storage.fence(5, KEY).result(30) == pb.OK

@@ -26,6 +26,9 @@ def test_defaults_are_valid_and_frozen():
     ("max_entry_bytes", 64, "at least 128"),
     ("placement", object(), "placement must implement choose_ensemble"),
     ("placement_seed", "seven", "placement_seed"),
+    ("recovery_read_window", 0, "recovery_read_window must be an integer from 1 to 8192"),
+    ("recovery_read_window", 8193, "from 1 to 8192"),
+    ("recovery_read_window", 4.0, "recovery_read_window"),
 ])
 def test_bad_values_are_named(field, value, message):
     with pytest.raises(InvalidConfigurationError, match=message) as raised:

@@ -1,4 +1,4 @@
-"""Fencing and recovery over fake bookies: docs/protocol.md F1-F4 and R1-R8."""
+"""Fencing and recovery over fake bookies: docs/protocol.md F1-F4 and R1-R9."""
 from __future__ import annotations
 
 import threading
@@ -275,3 +275,57 @@ def test_R8_current_ensemble_reporting_minus_one_starts_at_its_fragment(client, 
     assert reader.last_add_confirmed == 4 and md.last_entry_id == 4
     assert [f.first_entry_id for f in md.fragments] == [0, 5], "recovery created an earlier fragment"
     check_invariants(recoverer, make_client(seed=3), store, writer.ledger_id, PASSWORD, confirmed)
+
+
+@pytest.mark.parametrize("ensemble, window", [(3, 1), (3, 8), (4, 32)])
+def test_R9_reading_forward_with_a_window_uses_range_reads(client, make_client, cluster, store, ensemble, window):
+    writer = client.create_ledger(ensemble, 3, 2, password=PASSWORD)
+    confirmed = Confirmed()
+    write(writer, confirmed, 10)
+    *others, last = writer.metadata.current_fragment.bookies
+    holds = [cluster.hold_request(last, op="add", recovery=False)]  # never stores the later entries
+    holds += [cluster.hold(b, op="add", recovery=False) for b in others]  # store them; answers held
+    for index in range(10, 40):  # nothing past 9 is confirmed: every entry carries LAC 9
+        confirmed.append(writer, b"entry-%d" % index)
+    cluster.settle()
+    client.close()  # the writer dies
+    before = len(cluster.requests)
+    reader = make_client(seed=2, recovery_read_window=window).open_ledger(writer.ledger_id, PASSWORD)
+    assert reader.last_add_confirmed == 39
+    md = writer.metadata
+    # closed once Qa copies of each were acknowledged; the third may still be on its way
+    wait_until(lambda: all(cluster.holders(writer.ledger_id, e) == set(write_set(writer, e)) for e in range(10, 40)),
+               what="every entry written back to its whole write set")
+    reads = [r for r in cluster.requests[before:] if r[0] == "fence" and r[3] >= 10]
+    if window == 1:
+        assert all(first == last_id for _, _, _, first, last_id, _ in reads)
+    else:  # range reads per bookie (and stripe), not one read per entry and bookie
+        assert len(reads) < (40 - 10) * md.write_quorum // 2
+        assert any(last_id - first >= (ensemble if ensemble > 3 else 1) for _, _, _, first, last_id, _ in reads)
+    check_invariants(make_client(seed=3), make_client(seed=4), store, writer.ledger_id, PASSWORD, confirmed)
+    for hold in holds:
+        hold.release()
+
+
+def test_R9_a_copy_past_the_end_is_not_written_back(client, make_client, cluster, store):
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    confirmed = Confirmed()
+    write(writer, confirmed, 10)
+    a, b, c = write_set(writer, 10)
+    holds = [cluster.hold_request(x, op="add", entry_id=10, recovery=False) for x in (b, c)]
+    holds += [cluster.hold_request(x, op="add", entry_id=11, recovery=False) for x in (a, c)]
+    confirmed.append(writer, b"entry-10")  # on `a` only: never confirmed
+    confirmed.append(writer, b"entry-11")  # on `b` only: the old writer's later add
+    cluster.settle()
+    client.close()
+    # b says "no 10" then gives 11 at once; c's "no 10" (the second negative: 10 absent) comes later,
+    # a's copy of 10 later still. So 11 is decided present before 10 is decided absent.
+    slow = [cluster.delay(c, op="fence", seconds=0.5), cluster.delay(a, op="fence", seconds=1.5)]
+    before = len(cluster.requests)
+    reader = make_client(seed=2, recovery_read_window=8).open_ledger(writer.ledger_id, PASSWORD)
+    assert reader.last_add_confirmed == 9
+    assert ("fence", b, writer.ledger_id, 11, 17, True) in cluster.requests[before:]  # b was asked for 11 on
+    assert cluster.holders(writer.ledger_id, 10) == {a} and cluster.holders(writer.ledger_id, 11) == {b}
+    check_invariants(make_client(seed=3), make_client(seed=4), store, writer.ledger_id, PASSWORD, confirmed)
+    for rule in slow + holds:
+        rule.release()

@@ -221,9 +221,10 @@ def store_entries(cluster: SimCluster, holders: list[set[str]], lacs: list[int],
             cluster[name].add(entry_id, body)
 
 
-def start_recovery(cluster: SimCluster, md: LedgerMetadata, meta: SimMetadata | None = None,
+def start_recovery(cluster: SimCluster, md: LedgerMetadata, meta: SimMetadata | None = None, window: int = 1,
                    **driver_options) -> RecoveryDriver:
-    """Mark the ledger IN_RECOVERY through CAS (as the I/O layer will) and build a driver."""
+    """Mark the ledger IN_RECOVERY through CAS (as the I/O layer will) and build a driver reading forward
+    ``window`` entries at once."""
     from pyspark_ledger.protocol.ledger_rules import mark_in_recovery
 
     meta = meta or SimMetadata(md)
@@ -231,4 +232,4 @@ def start_recovery(cluster: SimCluster, md: LedgerMetadata, meta: SimMetadata | 
     mark = mark_in_recovery(stored)
     if mark.decision is Decision.WRITE:
         version = meta.cas(mark.metadata, version)
-    return RecoveryDriver(LedgerRecovery(mark.metadata), cluster, meta, version, **driver_options)
+    return RecoveryDriver(LedgerRecovery(mark.metadata, window), cluster, meta, version, **driver_options)

@@ -254,7 +254,7 @@ def test_recovery_refuses_open_metadata_and_ignores_stale_answers():
     assert recovery.phase is RecoveryPhase.READING
 
 
-def run_random_recovery(rng, trial):
+def run_random_recovery(rng, trial, window=1):
     e = rng.randint(1, 5)
     qw = rng.randint(1, e)
     qa = rng.randint(1, qw)
@@ -276,16 +276,17 @@ def run_random_recovery(rng, trial):
         cluster[name].down = True
     driver = start_recovery(cluster, md, spares=("s0", "s1", "s2"),
                             pick=lambda queue: rng.randrange(len(queue)), seed=trial,
-                            flaky=0.15 if trial % 2 else 0.0)
+                            flaky=0.15 if trial % 2 else 0.0, window=window)
     driver.run()
     return driver, cluster, confirmed, down, qw - qa + 1
 
 
-def test_property_random_recoveries_are_safe_and_decide_absent_only_on_enough_negatives():
+@pytest.mark.parametrize("window", [1, 3])
+def test_property_random_recoveries_are_safe_and_decide_absent_only_on_enough_negatives(window):
     rng = random.Random(424242)
     closed = failed = undecided = moved = 0
     for trial in range(400):
-        driver, cluster, confirmed, down, threshold = run_random_recovery(rng, trial)
+        driver, cluster, confirmed, down, threshold = run_random_recovery(rng, trial, window)
         assert driver.outcome is not None, trial  # never stuck without hangs
         if isinstance(driver.outcome, RecoveryFailed):
             failed += 1
@@ -304,4 +305,5 @@ def test_property_random_recoveries_are_safe_and_decide_absent_only_on_enough_ne
         for entry_id in range(driver.recovery.start_entry, end):
             holders = cluster.holders(entry_id) & set(stored.ensemble_for(entry_id))
             assert len(holders) >= stored.ack_quorum, trial
+        assert all(a.entry_id < end for a in driver.actions if isinstance(a, WriteBack)), trial  # R9
     assert closed > 200 and failed > 10 and undecided > 5 and moved > 5  # every path was exercised
