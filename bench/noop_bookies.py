@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc  # noqa: E402
 
+from bookie_server.listening import grpc_server_options  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import child_env, free_port  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
@@ -39,9 +40,16 @@ class NoopBookie(pb_grpc.BookieServicer):
         return pb.BookieInfoResponse(status=pb.OK, bookie_id="noop")
 
 
+# The bookies' keepalive settings (bookie_server/listening.py): without them the client's 10 s keepalive pings
+# during a long idle stretch draw GOAWAY "too_many_pings", and the fan-out run waits on a dead stream.
+KEEPALIVE_OPTIONS = [(name, value) for name, value in grpc_server_options(1, 1)
+                     if "keepalive" in name or "ping" in name]
+
+
 def serve_noop(port: int) -> None:
     server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
-                         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+                         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+                                  *KEEPALIVE_OPTIONS])
     pb_grpc.add_BookieServicer_to_server(NoopBookie(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
