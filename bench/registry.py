@@ -40,7 +40,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("replication", "replication.py", ("--seconds", "1"), ("--seconds", "6"), FULL_REPEATS, "append"),
     Benchmark("nats_jetstream", "nats_peer.py", ("--seconds", "1"), ("--seconds", "6"), FULL_REPEATS, "append"),
     Benchmark("bookie", "bookie.py", ("--duration", "2"), ("--duration", "10"), FULL_REPEATS),
-    Benchmark("spark_io", "spark_io.py", ("--rows", "200000", "--read-repeats", "1"), ()),
+    Benchmark("spark_io", "spark_io.py", ("--rows", "200000", "--read-repeats", "3", "--write-repeats", "3"), ()),
     Benchmark("tls", "tls.py", ("--quick",), ()),
     # Added by the striped-reads work (issue 14); runs as soon as the script is in the checkout.
     Benchmark("striped_reads", "striped_reads.py", ("--quick",), (), optional=True),

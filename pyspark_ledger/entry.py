@@ -21,8 +21,6 @@ import os
 import struct
 from dataclasses import dataclass
 
-import crc32c
-
 from pyspark_ledger.errors import CorruptEntryError, InvalidConfigurationError, UnauthorizedError
 
 MAGIC = b"LE"
@@ -121,6 +119,15 @@ def verify_password(password: bytes, check: str) -> None:
         raise UnauthorizedError("wrong password for this ledger")
 
 
+def _crc32c_function():
+    """``crc32c.crc32c``, imported at the first codec that needs it: the package's import looks up its own
+    version in the installed distributions (a scan of sys.path), a cost every fresh Spark planner process
+    paid on importing the data source although only the processes that code entries need it."""
+    import crc32c
+
+    return crc32c.crc32c
+
+
 class EntryCodec:
     """Encodes and verifies entries of one ledger's digest type and password."""
 
@@ -129,10 +136,11 @@ class EntryCodec:
         self._code = _DIGEST_CODES[self.digest_type]
         self._digest_size = _DIGEST_SIZES[self.digest_type]
         self._mac_key = hashlib.sha256(b"pyspark-ledger/mac-key\0" + bytes(password)).digest()
+        self._crc32c = _crc32c_function() if self.digest_type == DIGEST_CRC32C else None
 
     def _digest(self, header: bytes, payload: bytes | memoryview) -> bytes:
-        if self.digest_type == DIGEST_CRC32C:
-            crc = crc32c.crc32c(payload, value=crc32c.crc32c(header))
+        if self._crc32c is not None:
+            crc = self._crc32c(payload, value=self._crc32c(header))
             return crc.to_bytes(4, "big")
         mac = hmac.new(self._mac_key, header, hashlib.sha256)
         mac.update(payload)

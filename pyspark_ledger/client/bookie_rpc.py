@@ -40,13 +40,20 @@ from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
+#: The least time a connection attempt to a bookie is given (see CHANNEL_OPTIONS).
+CONNECT_TIMEOUT_MS = 5_000
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    # gRPC takes this option as the *connect timeout* (the least time a connection attempt, TCP and the
+    # HTTP/2 handshake, is given), not as a back-off. At 100 ms a bookie that answers slowly because its
+    # host is busy (a Spark job beside it, load 20 on 2 cores) failed as "connection attempt timed out
+    # before receiving SETTINGS frame", and a fresh client then treated all three bookies as failed.
+    # A refused connection still fails at once; only a silent peer waits this long.
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ("grpc.max_reconnect_backoff_ms", 1_000),
     ("grpc.enable_retries", 0),
     # Each channel owns its connections: a new client never inherits the reconnect back-off another

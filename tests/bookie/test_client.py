@@ -56,6 +56,23 @@ def test_a_frozen_bookie_times_out_then_answers_when_resumed(make_bookie, client
     stream.close()
 
 
+def test_a_bookie_slow_to_answer_a_new_connection_is_waited_for_not_failed(make_bookie, client_for):
+    """A busy host may take longer than 100 ms to finish the HTTP/2 handshake of a new connection; the
+    first call of a new client waits for it instead of failing (gRPC's connect timeout, CHANNEL_OPTIONS)."""
+    bookie = make_bookie().start()
+    with client_for(bookie).add_stream() as stream:
+        assert stream.add(702, 0, KEY, entry(702, 0)).result(30).ok
+    os.kill(bookie.pid, signal.SIGSTOP)  # the kernel still accepts the connection; the handshake waits
+    resume = threading.Timer(0.6, os.kill, (bookie.pid, signal.SIGCONT))
+    resume.start()
+    try:
+        fresh = client_for(bookie)  # a new client: a new connection
+        assert fresh.read(702, 0, timeout=20, master_key=KEY).entries == ((0, entry(702, 0)),)
+    finally:
+        resume.cancel()
+        os.kill(bookie.pid, signal.SIGCONT)
+
+
 def test_close_joins_every_thread_and_later_adds_fail(make_bookie):
     bookie = make_bookie().start()
     before = set(stream_threads())
