@@ -36,31 +36,28 @@ polls and explicit LACs (``storage_lac``), journal replay (``storage_replay``).
 from __future__ import annotations
 
 import concurrent.futures
-import errno
 import hmac
 import logging
 import shutil
 import threading
-import time
 from typing import Callable, Sequence
 
 from bookie_server.checkpoint import Checkpointer, read_mark
 from bookie_server.entry_log import EntryLogger
-from bookie_server.files import lock_directory, make_dirs, make_private_dir, unlock_directory
+from bookie_server.files import make_dirs, make_private_dir, unlock_directory
 from bookie_server.gc_rules import ROTATE_MIN_BYTES
 from bookie_server.index import LedgerIndex
 from bookie_server.journal import Journal
 from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
-from bookie_server.journal_replay import replay_journal
 from bookie_server.ledger_state import LedgerStates
-from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, LOCK_FILE_NAME, MARK_FILE_NAME, StorageConfig
+from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, MARK_FILE_NAME, StorageConfig, lock_data_dir
 from bookie_server.storage_entries import EntryPlacer
 from bookie_server.storage_gc import GcOutcome, StorageGc
 from bookie_server.storage_lac import LacBoard
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
                                             drop_unindexed, refuse_failed_ledgers, running_future, valid_key,
                                             valid_ledger_id)
-from bookie_server.storage_replay import ReplayApplier, known_ledger
+from bookie_server.storage_replay import replay_at_open
 from pyspark_ledger.errors import (CorruptStorageError, InvalidArgumentError, NoSuchEntryError,
                                    NoSuchLedgerError, StorageError, UnauthorizedError)
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -105,7 +102,7 @@ class BookieStorage:
             make_private_dir(directory)
         for directory in (config.entry_log_dir, config.index_dir):
             make_dirs(directory)
-        self._lock_fd = _lock(config)
+        self._lock_fd = lock_data_dir(config)
         snapshot_path = config.data_dir / LEDGER_SNAPSHOT_NAME
         snapshot_missing = not snapshot_path.exists()
         self._states = LedgerStates.load(snapshot_path)
@@ -115,18 +112,10 @@ class BookieStorage:
         self._lacs = LacBoard(self._lock, self._states)
         self._entries = EntryPlacer(self._entry_log, self._index, self._states, self._lacs, self._index_full)
         start_mark = read_mark(config.data_dir / MARK_FILE_NAME)
-        replay_started = time.monotonic()
         with self._lock:
-            applier = ReplayApplier(self._states, self._entries.store, self._entries.index, self._entry_log.read,
-                                    config.skip_journal_corruption)
-            result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply)
-            applier.flush()
-            self._damage_at_start = result.skipped_regions + applier.lost_entries
-            orphans = self._index.remove_orphan_files(
-                lambda ledger_id: known_ledger(self._states, ledger_id, snapshot_path if snapshot_missing else None))
-        log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s, removed %d index files "
-                 "of deleted ledgers", config.data_dir, result.records, result.files,
-                 time.monotonic() - replay_started, orphans)
+            result, self._damage_at_start = replay_at_open(config, start_mark, self._states, self._entries,
+                                                           self._entry_log, self._index,
+                                                           snapshot_path if snapshot_missing else None)
         # bodies up to this size travel in the journal (all of them with journal_write_data)
         self._inline_max = float("inf") if config.journal_write_data else config.journal_inline_max_bytes
         self._journal = Journal(config, result.next_file_id, on_journal_sync,
@@ -405,14 +394,3 @@ class BookieStorage:
         if self._lock_fd is not None:
             unlock_directory(self._lock_fd)
             self._lock_fd = None
-
-
-def _lock(config: StorageConfig) -> int:
-    path = config.data_dir / LOCK_FILE_NAME
-    try:
-        return lock_directory(path)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise StorageError(f"data directory {config.data_dir} is in use by another bookie (lock {path} is "
-                               "held); stop it first or use another data_dir") from exc
-        raise

@@ -5,11 +5,13 @@ value raises ``InvalidConfigurationError`` naming the field and what to use.
 """
 from __future__ import annotations
 
+import errno
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from bookie_server.files import lock_directory
+from pyspark_ledger.errors import InvalidConfigurationError, StorageError
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -104,3 +106,16 @@ def _check_number(name: str, value: object, *, minimum: float) -> None:
     if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
             or value < minimum):
         raise InvalidConfigurationError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
+def lock_data_dir(config: StorageConfig) -> int:
+    """Lock ``config``'s data directory (``files.lock_directory``) for this process; a StorageError that says
+    which directory is in use, and what to do, if another process holds it."""
+    data_dir, lock_path = config.data_dir, config.data_dir / LOCK_FILE_NAME
+    try:
+        return lock_directory(lock_path)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise StorageError(f"data directory {data_dir} is in use by another bookie (lock {lock_path} is "
+                               "held); stop it first or use another data_dir") from exc
+        raise

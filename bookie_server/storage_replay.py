@@ -26,12 +26,13 @@ ledger state snapshot is missing (the ledgers' state is lost, not deleted).
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from bookie_server.entry_log import EntryLocation
 from bookie_server.journal_format import ADD, ADD_REF, FENCE, LEDGER_KEY, JournalRecord
-from bookie_server.journal_replay import HOW_TO_SKIP
+from bookie_server.journal_replay import HOW_TO_SKIP, ReplayResult, replay_journal
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_requests import StoredEntry
 from pyspark_ledger.entry import peek_header
@@ -149,3 +150,19 @@ def known_ledger(states: LedgerStates, ledger_id: int, missing_snapshot: Path | 
             "restore the snapshot or the data directory from a backup, or decommission this bookie and "
             "re-replicate its ledgers")
     return False
+
+
+def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log, index,
+                   missing_snapshot: Path | None) -> tuple[ReplayResult, int]:
+    """Replay the journal from ``start_mark`` into a storage being opened (its lock held by the caller), then
+    remove index files of ledgers that are gone; the replay's result and the damage it found (regions
+    skipped with ``skip_journal_corruption`` plus entries lost)."""
+    started = time.monotonic()
+    applier = ReplayApplier(states, entries.store, entries.index, entry_log.read, config.skip_journal_corruption)
+    result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply)
+    applier.flush()
+    orphans = index.remove_orphan_files(lambda ledger_id: known_ledger(states, ledger_id, missing_snapshot))
+    log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s, removed %d index files "
+             "of deleted ledgers", config.data_dir, result.records, result.files, time.monotonic() - started,
+             orphans)
+    return result, result.skipped_regions + applier.lost_entries
