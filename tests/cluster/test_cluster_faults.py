@@ -1,0 +1,147 @@
+"""Faults on the namespace cluster (issue 17 part 4; docs/jepsen.md, "On the namespace cluster").
+
+Quick (seconds, root only, skipped otherwise): blackhole-route partitions between two bare namespaces,
+symmetric and one-way, checked with a real TCP echo: an established connection stalls (never resets)
+while cut, and its held bytes arrive once healed.
+
+Slow (minutes; only with ``LEDGER_CLUSTER_TESTS=1``): the cluster's ZooKeeper ensemble and five bookies,
+writers on the driver host while a seeded schedule partitions two bookies from the driver, cuts a third
+one way, kills the ZooKeeper leader (kill -9, restarted), SIGSTOPs a bookie and pauses the writer process;
+then heal, recover, read back and check (I1-I5).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError
+from pyspark_ledger.testing.cluster import NetnsCluster, netns
+from pyspark_ledger.testing.cluster.network import Network
+from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
+from tests.cluster.conftest import skip_unless_netns
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+class _Echo:
+    """A TCP echo server inside a namespace that also keeps what it received."""
+
+    def __init__(self, namespace: str, address: str) -> None:
+        self.server = netns.listen_in(namespace, address)
+        self.port = self.server.getsockname()[1]
+        self.received = bytearray()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self.server.accept()
+        except OSError:
+            return
+        with connection:
+            while True:
+                try:
+                    data = connection.recv(4096)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.received += data
+                connection.sendall(data)
+
+    def close(self) -> None:
+        self.server.close()
+        self.thread.join(5)
+
+
+def _stalls(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(data)
+    sock.settimeout(1.0)
+    with pytest.raises(socket.timeout):
+        sock.recv(100)
+
+
+def _arrives(sock: socket.socket, data: bytes) -> None:
+    sock.settimeout(15.0)    # the retransmission timer backed off while cut
+    got = b""
+    while len(got) < len(data):
+        chunk = sock.recv(100)
+        assert chunk, "the connection was closed instead of resuming"
+        got += chunk
+    assert got == data
+
+
+def _blackholes(namespace: str) -> list[str]:
+    return [line for line in netns.ip_command("route", "show", netns=namespace).splitlines() if "blackhole" in line]
+
+
+def test_blackhole_partitions_stall_tcp_and_heal():
+    skip_unless_netns()
+    with Network(["a", "b"]) as bare:
+        a, b = bare.hosts["a"], bare.hosts["b"]
+        network = NetnsNetwork(bare.hosts)
+        echo = _Echo(b.netns, b.address)
+        try:
+            with netns.connect_in(a.netns, b.address, echo.port) as sock:
+                sock.sendall(b"0")
+                _arrives(sock, b"0")
+
+                cut = network.partition(["a"], ["b"])                       # symmetric
+                assert network.cuts() == {("a", "b"), ("b", "a")}
+                assert len(_blackholes(a.netns)) == len(_blackholes(b.netns)) == 1
+                _stalls(sock, b"1")
+                with pytest.raises(OSError) as refused:                    # new connections fail from the cut side
+                    netns.connect_in(a.netns, b.address, echo.port, timeout_s=2).close()
+                assert refused.value.errno in (errno.EINVAL, None)         # None: a timeout
+                network.restore(cut)
+                assert network.cuts() == set() and _blackholes(a.netns) == _blackholes(b.netns) == []
+                _arrives(sock, b"1")                                       # held, not reset
+
+                cut = network.partition(["a"], ["b"], "out")               # one way: a's bytes never arrive
+                assert network.cuts() == {("a", "b")} and _blackholes(b.netns) == []
+                before = len(echo.received)
+                _stalls(sock, b"2")
+                assert len(echo.received) == before
+                network.restore(cut)
+                _arrives(sock, b"2")
+
+                cut = network.partition(["a"], ["b"], "in")                # one way: b's answers never arrive
+                assert network.cuts() == {("b", "a")} and _blackholes(a.netns) == []
+                before = len(echo.received)
+                _stalls(sock, b"3")
+                assert len(echo.received) == before + 1                   # b got it; its echo is dropped
+                overlapping = network.partition(["b"], ["a"], "out")       # the same route, wanted twice
+                network.restore(cut)
+                assert network.cuts() == {("b", "a")}                      # still wanted by the second cut
+                network.heal()
+                assert network.cuts() == set() and _blackholes(a.netns) == []
+                network.restore(overlapping)                               # already healed: nothing to do
+                _arrives(sock, b"3")
+        finally:
+            echo.close()
+            network.close()
+    assert not [name for name in netns.list_namespaces() if name.startswith(bare.prefix)]
+
+
+def test_bad_partitions_are_refused():
+    class _H:
+        netns, address = "ns-x", "10.0.0.1"
+    network = NetnsNetwork({"x": _H(), "y": _H()})
+    with pytest.raises(InvalidArgumentError, match="unknown hosts"):
+        network.partition(["x"], ["nope"])
+    with pytest.raises(InvalidArgumentError, match="both sides"):
+        network.partition(["x"], ["x", "y"])
+    with pytest.raises(InvalidArgumentError, match="direction"):
+        network.partition(["x"], ["y"], "sideways")
+    with pytest.raises(InvalidStateError, match="netem"):
+        network.delay(type("Host", (), {"name": "x"})(), 0.1)
+    assert network.cuts() == set()
