@@ -24,9 +24,14 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError
-from pyspark_ledger.testing.cluster import NetnsCluster, netns
+from pyspark_ledger.testing.bookies import child_env
+from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns
+from pyspark_ledger.testing.cluster.fault_run import schedule
 from pyspark_ledger.testing.cluster.network import Network
 from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
+from pyspark_ledger.testing.faults import schedule as sched
+from pyspark_ledger.testing.jepsen import figures
+from pyspark_ledger.testing.zookeeper import ZooKeeperServer
 from tests.cluster.conftest import skip_unless_netns
 
 pytestmark = pytest.mark.timeout(1800)
@@ -145,3 +150,67 @@ def test_bad_partitions_are_refused():
     with pytest.raises(InvalidStateError, match="netem"):
         network.delay(type("Host", (), {"name": "x"})(), 0.1)
     assert network.cuts() == set()
+
+
+def test_the_namespace_schedule_is_seeded():
+    bookies = [f"bk{index}" for index in range(1, 6)]
+    first = schedule(3, bookies)
+    assert first == schedule(3, bookies) and first != schedule(4, bookies)
+    kinds = [step.kind for step in first]
+    assert sorted(kinds) == sorted([sched.PARTITION, sched.ONE_WAY, sched.ZK_KILL, sched.PAUSE])
+    bookie_steps = [step for step in first if step.kind != sched.ZK_KILL]
+    for before, after in zip(bookie_steps, bookie_steps[1:]):     # at most two bookies cut at a time
+        assert before.ends_s < after.at_s
+    targets = {step.target for step in bookie_steps} | set(bookie_steps[0].params["group"])
+    assert len(targets) == 4
+    with pytest.raises(InvalidArgumentError, match="4 bookies"):
+        schedule(1, bookies[:3])
+
+
+RUN_TIMEOUT_S = 600
+CLUSTER_TESTS = os.environ.get("LEDGER_CLUSTER_TESTS") == "1"
+
+
+def _seed() -> int:
+    return int(os.environ.get("LEDGER_JEPSEN_SEED", "1"))
+
+
+@pytest.mark.skipif(not CLUSTER_TESTS, reason="a fault run on the namespace cluster takes minutes: set "
+                                              "LEDGER_CLUSTER_TESTS=1 to run it")
+def test_a_fault_schedule_on_the_namespace_cluster(tmp_path):
+    """ZooKeeper ensemble and five bookies in namespaces; writers on the driver host while two bookies are
+    partitioned from the driver, a third cut one way, the ZooKeeper leader killed, a fourth paused and the
+    writer process paused; then heal, recover, read back, check I1-I5 (docs/jepsen.md)."""
+    skip_unless_netns()
+    if not ZooKeeperServer.is_available():
+        pytest.skip(f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
+    seed = _seed()
+    cluster = NetnsCluster(default_spec(spark=False, driver=True), tmp_path / "cluster")
+    started = time.monotonic()
+    with cluster:
+        up_s = time.monotonic() - started
+        run_dir = tmp_path / "run"
+        command = ["ip", "netns", "exec", cluster.hosts["driver"].netns, sys.executable, "-m",
+                   "pyspark_ledger.testing.cluster.fault_run", "--cluster", str(cluster.cluster_file),
+                   "--seed", str(seed), "--dir", str(run_dir)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=child_env(),
+                              stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
+        run_s = time.monotonic() - started - up_s
+        lines = done.stdout.strip().splitlines()
+        assert lines, f"the run printed nothing (exit {done.returncode}):\n{done.stderr[-4000:]}"
+        numbers = json.loads(lines[-1])
+        numbers["cluster_up_s"], numbers["run_s"] = round(up_s, 1), round(run_s, 1)
+        results = os.environ.get("LEDGER_JEPSEN_RESULTS")
+        if results:
+            figures.write(Path(results) / f"run-netns-{seed}.json", numbers)
+            figures.write(Path(results) / "summary-netns.json",
+                          figures.summarize(json.loads(path.read_text())
+                                            for path in sorted(Path(results).glob("run-netns-*.json"))))
+        print(json.dumps(numbers, sort_keys=True))
+        assert done.returncode == 0, f"seed {seed} failed:\n{done.stderr[-6000:]}\nfigures: {numbers}"
+    assert not [name for name in netns.list_namespaces() if name.startswith(cluster.prefix)]
+    assert numbers["lost"] == numbers["divergent"] == 0 and numbers["acknowledged"] > 0, numbers
+    assert {kind: numbers["faults"].get(kind) for kind in (sched.PARTITION, sched.ONE_WAY, sched.ZK_KILL, sched.PAUSE,
+                                                           sched.WRITER_PAUSE)} == {
+        sched.PARTITION: 1, sched.ONE_WAY: 1, sched.ZK_KILL: 1, sched.PAUSE: 1, sched.WRITER_PAUSE: 1}, numbers
+    assert len(numbers["zookeeper_leaders_lost"]) == 1 and not numbers["fault_errors"], numbers
