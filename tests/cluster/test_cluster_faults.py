@@ -6,7 +6,8 @@ while cut, and its held bytes arrive once healed.
 
 Slow (minutes; only with ``LEDGER_CLUSTER_TESTS=1``): the cluster's ZooKeeper ensemble and five bookies,
 writers on the driver host while a seeded schedule partitions two bookies from the driver, cuts a third
-one way, kills the ZooKeeper leader (kill -9, restarted), SIGSTOPs a bookie and pauses the writer process;
+one way, kills the ZooKeeper leader (kill -9, restarted), SIGSTOPs a bookie, pauses the writer process and
+expires the runner's ZooKeeper session;
 then heal, recover, read back and check (I1-I5).
 """
 from __future__ import annotations
@@ -157,8 +158,10 @@ def test_the_namespace_schedule_is_seeded():
     first = schedule(3, bookies)
     assert first == schedule(3, bookies) and first != schedule(4, bookies)
     kinds = [step.kind for step in first]
-    assert sorted(kinds) == sorted([sched.PARTITION, sched.ONE_WAY, sched.ZK_KILL, sched.PAUSE])
-    bookie_steps = [step for step in first if step.kind != sched.ZK_KILL]
+    assert sorted(kinds) == sorted([sched.PARTITION, sched.ONE_WAY, sched.ZK_KILL, sched.PAUSE, sched.ZK_EXPIRY])
+    kill, expiry = (next(step for step in first if step.kind == kind) for kind in (sched.ZK_KILL, sched.ZK_EXPIRY))
+    assert kill.ends_s < expiry.at_s
+    bookie_steps = [step for step in first if step.target != "zk-leader"]
     for before, after in zip(bookie_steps, bookie_steps[1:]):     # at most two bookies cut at a time
         assert before.ends_s < after.at_s
     targets = {step.target for step in bookie_steps} | set(bookie_steps[0].params["group"])
@@ -180,7 +183,7 @@ def _seed() -> int:
 def test_a_fault_schedule_on_the_namespace_cluster(tmp_path):
     """ZooKeeper ensemble and five bookies in namespaces; writers on the driver host while two bookies are
     partitioned from the driver, a third cut one way, the ZooKeeper leader killed, a fourth paused and the
-    writer process paused; then heal, recover, read back, check I1-I5 (docs/jepsen.md)."""
+    writer process paused, and a ZooKeeper session expired; then heal, recover, read back, check I1-I5 (docs/jepsen.md)."""
     skip_unless_netns()
     if not ZooKeeperServer.is_available():
         pytest.skip(f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
@@ -210,7 +213,6 @@ def test_a_fault_schedule_on_the_namespace_cluster(tmp_path):
         assert done.returncode == 0, f"seed {seed} failed:\n{done.stderr[-6000:]}\nfigures: {numbers}"
     assert not [name for name in netns.list_namespaces() if name.startswith(cluster.prefix)]
     assert numbers["lost"] == numbers["divergent"] == 0 and numbers["acknowledged"] > 0, numbers
-    assert {kind: numbers["faults"].get(kind) for kind in (sched.PARTITION, sched.ONE_WAY, sched.ZK_KILL, sched.PAUSE,
-                                                           sched.WRITER_PAUSE)} == {
-        sched.PARTITION: 1, sched.ONE_WAY: 1, sched.ZK_KILL: 1, sched.PAUSE: 1, sched.WRITER_PAUSE: 1}, numbers
+    assert numbers["faults"] == {sched.PARTITION: 1, sched.ONE_WAY: 1, sched.ZK_KILL: 1, sched.ZK_EXPIRY: 1,
+                                 sched.PAUSE: 1, sched.WRITER_PAUSE: 1}, numbers
     assert len(numbers["zookeeper_leaders_lost"]) == 1 and not numbers["fault_errors"], numbers

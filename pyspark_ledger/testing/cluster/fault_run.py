@@ -8,7 +8,8 @@
 Writers (three threads and a writer process, all on the driver host) append while the seeded schedule of
 ``schedule(seed, ...)`` plays: two bookies partitioned from the driver (both ways), a third bookie cut
 from the driver one way, the ZooKeeper leader killed (kill -9, restarted on heal), a fourth bookie
-paused (SIGSTOP), and the writer process paused while its ledger is recovered. Then everything heals,
+paused (SIGSTOP), the writer process paused while its ledger is recovered, and the runner's ZooKeeper
+session expired once the leader is back. Then everything heals,
 every ledger is recovered and read back by two readers, and the checker judges the history
 (``jepsen.runner.run_on``). The run's figures go to ``RUN_DIR/run-netns-<seed>.json`` (as the local
 runs' do) and, as one JSON line, to stdout; a failure's report (seed, schedule, minimal history) to
@@ -30,12 +31,13 @@ from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.runner import RunConfig, run_on
 
 DRIVER = "driver"
-MIN_DURATION_S = 14.0
+MIN_DURATION_S = 15.0
 
 
 def schedule(seed: int, bookies: list[str], duration_s: float = 18.0, driver: str = DRIVER) -> list[sched.Step]:
     """The seeded schedule of a namespace run (see the module docstring): the bookie faults one after the
-    other (at most two bookies cut from the driver at a time), the leader kill overlapping them."""
+    other (at most two bookies cut from the driver at a time), the leader kill overlapping them, the session
+    expiry after it."""
     if len(bookies) < 4:
         raise InvalidArgumentError(f"the namespace schedule needs at least 4 bookies, got {len(bookies)}")
     if not MIN_DURATION_S <= duration_s <= sched.MAX_DURATION_S:
@@ -57,6 +59,8 @@ def schedule(seed: int, bookies: list[str], duration_s: float = 18.0, driver: st
     steps.append(sched.Step(at, sched.PAUSE, paused, round(rng.uniform(2.0, 3.0), 2)))
     steps.append(sched.Step(round(rng.uniform(2.0, 7.0), 2), sched.ZK_KILL, LEADER_HOST,
                             round(rng.uniform(2.0, 4.0), 2)))
+    # after the leader is back (at most t+11 s): the runner's client session expired (the runner's zk_expiry)
+    steps.append(sched.Step(round(rng.uniform(12.0, 13.5), 2), sched.ZK_EXPIRY, LEADER_HOST, 1.0))
     return sorted(steps, key=lambda step: step.at_s)
 
 
