@@ -13,12 +13,14 @@ so signals reach them by pid:
   removed with the namespaces when the cluster stops.
 - ``ZooKeeperLeaderHost`` (``zk-leader``): whichever server of the ensemble leads when the fault starts,
   found by the ``srvr`` four-letter word (the cluster's zoo.cfg whitelists it) asked of every server;
-  the fault and its heal act on that server.
+  the fault and its heal act on that server. After a kill, ``elections_s`` gets the seconds until
+  another server answered as leader (measured by a thread, so the schedule goes on meanwhile).
 """
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from pyspark_ledger.testing.faults.hosts import Host
 
 KILL_WAIT_S = 20.0
 RESTART_TIMEOUT_S = 180.0
+ELECTION_TIMEOUT_S = 120.0
 LEADER = "Mode: leader"
 SERVING = ("Mode: leader", "Mode: follower")
 PORTS = {"bookie": services.BOOKIE_PORT, "zookeeper": services.ZK_CLIENT_PORT}
@@ -88,7 +91,8 @@ class ProcessHost(Host):
         deadline = time.monotonic() + KILL_WAIT_S
         while alive(self.pid):
             if time.monotonic() >= deadline:
-                raise ClusterError(f"{self.role} on {self.name} (pid {self.pid}) survived SIGKILL for {KILL_WAIT_S:.0f} s")
+                raise ClusterError(f"{self.role} on {self.name} (pid {self.pid}) survived SIGKILL for "
+                                   f"{KILL_WAIT_S:.0f} s")
             time.sleep(0.05)
 
     def restart(self) -> None:
@@ -118,11 +122,6 @@ class ProcessHost(Host):
                 raise ClusterError(f"ZooKeeper on {self.name} did not serve within {timeout_s:.0f} s of its restart")
             time.sleep(0.2)
 
-    def stop_restarted(self) -> None:
-        """Stop what this object restarted (the cluster's owner stops the originals)."""
-        if self.restarted is not None:
-            self.restarted.stop(grace_s=3.0)
-
 
 class ZooKeeperLeaderHost(Host):
     """The ensemble's current leader (see the module docstring)."""
@@ -136,6 +135,7 @@ class ZooKeeperLeaderHost(Host):
         self.servers = servers
         self.current: ProcessHost | None = None
         self.history: list[str] = []     # the servers that led when a fault began, in order
+        self.elections_s: list[float] = []   # after each kill: seconds until another server led
 
     @property
     def address(self) -> str:
@@ -169,7 +169,17 @@ class ZooKeeperLeaderHost(Host):
             self.current.resume()
 
     def kill(self) -> None:
+        """SIGKILL the leader; a thread measures how long until another server leads (``elections_s``)."""
+        killed = time.monotonic()
         self._take().kill()
+        threading.Thread(target=self._time_election, args=(killed,), daemon=True).start()
+
+    def _time_election(self, killed: float) -> None:
+        try:
+            self.leader(timeout_s=ELECTION_TIMEOUT_S)
+            self.elections_s.append(round(time.monotonic() - killed, 2))
+        except ClusterError:
+            self.elections_s.append(float("inf"))
 
     def restart(self) -> None:
         if self.current is not None:
