@@ -179,7 +179,8 @@ def _entry(name: str, address: str, role: str | None) -> dict:
 
 def test_a_cluster_file_becomes_fault_hosts():
     description = {"metadata_uri": "zk://10.9.9.11:2181/ledger", "hosts": [
-        _entry("zk1", "10.9.9.11", "zookeeper"), _entry("bk1", "10.9.9.12", "bookie"), _entry("driver", "10.9.9.13", None)]}
+        _entry("zk1", "10.9.9.11", "zookeeper"), _entry("bk1", "10.9.9.12", "bookie"),
+        _entry("driver", "10.9.9.13", None)]}
     cluster = NetnsFaultCluster(description)
     assert cluster.roles() == {"zk1": "zookeeper", "bk1": "bookie", "zk-leader": "zookeeper"}
     assert cluster.addresses == {"10.9.9.12:3181": "10.9.9.12:3181"}
