@@ -194,13 +194,24 @@ RUN_TIMEOUT_S = 600
 CLUSTER_TESTS = os.environ.get("LEDGER_CLUSTER_TESTS") == "1"
 
 
-def _seed() -> int:
-    return int(os.environ.get("LEDGER_JEPSEN_SEED", "1"))
+MAX_SCHEDULES = 10_000
+
+
+def _seeds() -> list[int]:
+    """``LEDGER_JEPSEN_SEED=S``: only S; ``LEDGER_JEPSEN_SCHEDULES=N``: seeds 1..N (default 1), each on a cluster
+    of its own."""
+    if os.environ.get("LEDGER_JEPSEN_SEED"):
+        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
+    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "1"))
+    if not 1 <= count <= MAX_SCHEDULES:
+        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
+    return list(range(1, count + 1))
 
 
 @pytest.mark.skipif(not CLUSTER_TESTS, reason="a fault run on the namespace cluster takes minutes: set "
                                               "LEDGER_CLUSTER_TESTS=1 to run it")
-def test_a_fault_schedule_on_the_namespace_cluster(tmp_path):
+@pytest.mark.parametrize("seed", _seeds() if CLUSTER_TESTS else [1])
+def test_a_fault_schedule_on_the_namespace_cluster(seed, tmp_path):
     """ZooKeeper ensemble and five bookies in namespaces; writers on the driver host while two bookies are
     partitioned from the driver, a third cut one way, the ZooKeeper leader killed, a fourth paused and the
     writer process paused, and a ZooKeeper session expired; then heal, recover, read back and check
@@ -208,7 +219,6 @@ def test_a_fault_schedule_on_the_namespace_cluster(tmp_path):
     skip_unless_netns()
     if not ZooKeeperServer.is_available():
         pytest.skip(f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
-    seed = _seed()
     cluster = NetnsCluster(default_spec(spark=False, driver=True), tmp_path / "cluster")
     started = time.monotonic()
     with cluster:
@@ -237,4 +247,6 @@ def test_a_fault_schedule_on_the_namespace_cluster(tmp_path):
     assert numbers["faults"] == {sched.PARTITION: 1, sched.ONE_WAY: 1, sched.ZK_KILL: 1, sched.ZK_EXPIRY: 1,
                                  sched.PAUSE: 1, sched.WRITER_PAUSE: 1}, numbers
     assert len(numbers["zookeeper_leaders_lost"]) == len(numbers["zookeeper_election_s"]) == 1, numbers
+    # the server killed was the leader: another one took over (before the killed one came back)
+    assert numbers["zookeeper_new_leaders"][0] not in ("", numbers["zookeeper_leaders_lost"][0]), numbers
     assert not numbers["fault_errors"], numbers

@@ -14,7 +14,7 @@ so signals reach them by pid:
 - ``ZooKeeperLeaderHost`` (``zk-leader``): whichever server of the ensemble leads when the fault starts,
   found by the ``srvr`` four-letter word (the cluster's zoo.cfg whitelists it) asked of every server;
   the fault and its heal act on that server. After a kill, ``elections_s`` gets the seconds until
-  another server answered as leader (measured by a thread, so the schedule goes on meanwhile).
+  a server answered as leader again and ``successors`` which one (measured by a thread, so the schedule goes on meanwhile).
 """
 from __future__ import annotations
 
@@ -135,7 +135,8 @@ class ZooKeeperLeaderHost(Host):
         self.servers = servers
         self.current: ProcessHost | None = None
         self.history: list[str] = []     # the servers that led when a fault began, in order
-        self.elections_s: list[float] = []   # after each kill: seconds until another server led
+        self.elections_s: list[float] = []   # after each kill: seconds until a server led again
+        self.successors: list[str] = []      # ... and which one ("" if none within ELECTION_TIMEOUT_S)
 
     @property
     def address(self) -> str:
@@ -176,9 +177,10 @@ class ZooKeeperLeaderHost(Host):
 
     def _time_election(self, killed: float) -> None:
         try:
-            self.leader(timeout_s=ELECTION_TIMEOUT_S)
+            self.successors.append(self.leader(timeout_s=ELECTION_TIMEOUT_S).name)
             self.elections_s.append(round(time.monotonic() - killed, 2))
         except ClusterError:
+            self.successors.append("")
             self.elections_s.append(float("inf"))
 
     def restart(self) -> None:

@@ -93,6 +93,7 @@ def main(argv=None) -> int:
     leader = cluster.hosts.get(LEADER_HOST)
     numbers["zookeeper_leaders_lost"] = list(getattr(leader, "history", []))
     numbers["zookeeper_election_s"] = list(getattr(leader, "elections_s", []))
+    numbers["zookeeper_new_leaders"] = list(getattr(leader, "successors", []))
     figures.write(run_dir / f"run-netns-{args.seed}.json", numbers)
     if not outcome.ok:
         replay = (f"LEDGER_CLUSTER_TESTS=1 LEDGER_JEPSEN_SEED={args.seed} python3 -m pytest -q -p no:cacheprovider "
