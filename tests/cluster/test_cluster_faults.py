@@ -4,11 +4,13 @@ Quick (seconds, root only, skipped otherwise): blackhole-route partitions betwee
 symmetric and one-way, checked with a real TCP echo: an established connection stalls (never resets)
 while cut, and its held bytes arrive once healed.
 
-Slow (minutes; only with ``LEDGER_CLUSTER_TESTS=1``): the cluster's ZooKeeper ensemble and five bookies,
-writers on the driver host while a seeded schedule partitions two bookies from the driver, cuts a third
-one way, kills the ZooKeeper leader (kill -9, restarted), SIGSTOPs a bookie, pauses the writer process and
-expires the runner's ZooKeeper session;
-then heal, recover, read back and check (docs/protocol.md I1-I5).
+Slow (a minute each; only with ``LEDGER_CLUSTER_TESTS=1``): on the cluster's ZooKeeper ensemble and
+bookies, (1) writers on the driver host while a seeded schedule partitions two bookies from the driver,
+cuts a third one way, kills the ZooKeeper leader (kill -9, restarted), SIGSTOPs a bookie, pauses the
+writer process and expires the runner's ZooKeeper session; then heal, recover, read back and check
+(docs/protocol.md I1-I5); ``LEDGER_JEPSEN_SEED`` / ``LEDGER_JEPSEN_SCHEDULES`` / ``LEDGER_JEPSEN_RESULTS``
+as for the local schedules. (2) A bookie cut from the whole ensemble for longer than its session leaves
+the registry and registers again once healed.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
 from tests.cluster.conftest import skip_unless_netns
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -250,3 +253,38 @@ def test_a_fault_schedule_on_the_namespace_cluster(seed, tmp_path):
     # the server killed was the leader: another one took over (before the killed one came back)
     assert numbers["zookeeper_new_leaders"][0] not in ("", numbers["zookeeper_leaders_lost"][0]), numbers
     assert not numbers["fault_errors"], numbers
+
+
+def _registered(cluster) -> dict[str, str]:
+    """Bookie id -> mode, as the metadata store lists them, asked from the driver host."""
+    done = cluster.run_on("driver", [sys.executable, "-m", "pyspark_ledger.cli.main", "bookies", "--metadata",
+                                     cluster.metadata_uri, "--json"], env=child_env(),
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {entry["bookie_id"]: entry["mode"] for entry in json.loads(done.stdout)}
+
+
+@pytest.mark.skipif(not CLUSTER_TESTS, reason="needs the namespace cluster (a minute): set LEDGER_CLUSTER_TESTS=1")
+def test_a_bookie_cut_from_zookeeper_leaves_the_registry_and_comes_back(tmp_path):
+    """A partition between one bookie and the whole ensemble (the driver still reaches it), longer than its
+    session (10 s): the bookie drops out of the registry but keeps running, and registers again, writable,
+    once healed."""
+    skip_unless_netns()
+    if not ZooKeeperServer.is_available():
+        pytest.skip(f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
+    cluster = NetnsCluster(default_spec(bookies=3, spark=False, driver=True), tmp_path / "cluster")
+    with cluster:
+        network = NetnsNetwork(cluster.hosts)
+        bookie = cluster.hosts["bk3"]
+        bookie_id = f"{bookie.address}:3181"
+        assert _registered(cluster).get(bookie_id) == "writable"
+        cut = network.partition(["bk3"], [host.name for host in cluster.with_role("zookeeper")])
+        try:
+            wait_until(lambda: bookie_id not in _registered(cluster), timeout=90, interval=1,
+                       what="the cut bookie's session to expire")
+            assert bookie.processes["bookie"].running() and cluster.reachable("driver", "bk3", 3181)
+        finally:
+            network.restore(cut)
+        wait_until(lambda: _registered(cluster).get(bookie_id) == "writable", timeout=90, interval=1,
+                   what="the bookie to register again")
+    assert not [name for name in netns.list_namespaces() if name.startswith(cluster.prefix)]
