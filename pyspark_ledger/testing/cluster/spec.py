@@ -68,8 +68,9 @@ class ClusterSpec:
 
 
 def default_spec(zookeepers: int = 3, bookies: int = 5, workers: int = 2, zones: tuple[str, ...] = ("zone-a", "zone-b"),
-                 spark: bool = True) -> ClusterSpec:
-    """Issue 17's layout (see the module docstring); ``spark=False`` leaves out the master, workers and driver."""
+                 spark: bool = True, driver: bool | None = None) -> ClusterSpec:
+    """Issue 17's layout (see the module docstring); ``spark=False`` leaves out the master, workers and (unless
+    ``driver=True``) the driver host: ZooKeeper and bookies, with a host to run clients on."""
     for name, count, low, high in (("zookeepers", zookeepers, 0, 9), ("bookies", bookies, 0, 50),
                                    ("workers", workers, 0, 9)):
         if not low <= count <= high:
@@ -85,5 +86,6 @@ def default_spec(zookeepers: int = 3, bookies: int = 5, workers: int = 2, zones:
     if spark:
         hosts.append(HostSpec("master", ("spark-master",), zones[0]))
         hosts += [HostSpec(f"worker{i + 1}", ("spark-worker",), zones[i % len(zones)]) for i in range(workers)]
+    if spark if driver is None else driver:
         hosts.append(HostSpec("driver", ("driver",), zones[0]))
     return ClusterSpec(tuple(hosts))

@@ -1,7 +1,9 @@
 """Fault actions: apply one schedule step to its host, and heal it.
 
 ``apply(step, hosts, network, hooks)`` injects the fault and returns a ``heal()`` function that undoes
-it (idempotent): a partition or slow network is healed, a paused process resumed (SIGCONT), a killed
+it (idempotent): a partition or slow network is healed (a partition whose params name ``peers``, and
+optionally more hosts of the target's side as ``group``, cuts only between those sides: the namespace
+cluster's ``Network.partition``), a paused process resumed (SIGCONT), a killed
 one restarted, a full disk freed. ``hooks`` supply what only the runner knows how to do: ``zk_expiry``
 (expire a client's ZooKeeper session) and ``writer_pause`` (pause a writer, recover its ledger from
 another client, and return what to do on resume). ``FaultLog`` records when each fault started and
@@ -39,6 +41,10 @@ def apply(step: s.Step, hosts: Mapping[str, Host], network: Network,
         raise InvalidArgumentError(f"step {step} names unknown host {step.target!r} (hosts: {sorted(hosts)})")
     hooks = hooks or {}
     kind, params = step.kind, dict(step.params)
+    if kind in (s.PARTITION, s.ONE_WAY) and "peers" in params:   # host(s) from chosen hosts only
+        direction = "both" if kind == s.PARTITION else str(params.get("direction", "in"))
+        cut = network.partition([host.name, *params.get("group", ())], params["peers"], direction)
+        return _once(lambda: network.restore(cut))
     if kind == s.PARTITION:
         network.isolate(host, "both")
         return _once(lambda: network.heal(host))

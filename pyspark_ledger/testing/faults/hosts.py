@@ -92,6 +92,15 @@ class Network(abc.ABC):
     @abc.abstractmethod
     def heal(self, host: Host | None = None) -> None: ...
 
+    def partition(self, side_a, side_b, direction: str = "both"):
+        """Cut the hosts named in ``side_a`` from those in ``side_b`` only; returns what ``restore`` takes.
+        Only networks that cut host from host offer it (the namespace cluster's ``NetnsNetwork``)."""
+        raise InvalidStateError(f"{type(self).__name__} cuts a host from every client at once; a partition "
+                                "between chosen hosts needs the namespace cluster")
+
+    def restore(self, cut) -> None:
+        raise InvalidStateError(f"{type(self).__name__} has no partitions between chosen hosts")
+
 
 class ProxyNetwork(Network):
     """The local network: one FaultProxy per server host, keyed by host name."""

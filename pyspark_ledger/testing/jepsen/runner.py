@@ -51,6 +51,7 @@ class RunConfig:
     process_writer: bool = False
     entries_per_ledger: int = 150
     add_timeout_s: float = 2.0
+    schedule: tuple[sched.Step, ...] | None = None   # these steps instead of ``generate(seed, ...)``
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(add_timeout_s=self.add_timeout_s, read_timeout_s=self.add_timeout_s,
@@ -78,8 +79,17 @@ def run(config: RunConfig, base_dir: str | Path) -> RunOutcome:
         return _Run(config, cluster, base_dir, started).go()
 
 
+def run_on(config: RunConfig, cluster, base_dir: str | Path) -> RunOutcome:
+    """One run on a cluster the caller started and stops: anything with ``hosts`` (name -> Host), ``network``,
+    ``addresses`` (bookie id -> address clients dial), ``metadata_uri``, ``open_store()`` and ``heal_all()``
+    (the namespace cluster's ``testing.cluster.fault_cluster.NetnsFaultCluster``)."""
+    base_dir = Path(base_dir)
+    base_dir.mkdir(parents=True, exist_ok=True)
+    return _Run(config, cluster, base_dir, time.monotonic()).go()
+
+
 class _Run:
-    def __init__(self, config: RunConfig, cluster: LocalFaultCluster, base_dir: Path, started: float) -> None:
+    def __init__(self, config: RunConfig, cluster, base_dir: Path, started: float) -> None:
         self.config, self.cluster, self.base_dir, self.started = config, cluster, base_dir, started
         self.history = History(prefix="main-")
         self.store = cluster.open_store()  # shared by writers and the recoverer: records every version
@@ -103,8 +113,8 @@ class _Run:
             if config.process_writer:
                 self._start_process_writer()
             roles = {name: host.role for name, host in self.hosts.items()}
-            steps = sched.generate(config.seed, roles, duration_s=config.duration_s, steps=config.steps,
-                                   kinds=config.kinds)
+            steps = list(config.schedule) if config.schedule is not None else sched.generate(
+                config.seed, roles, duration_s=config.duration_s, steps=config.steps, kinds=config.kinds)
             if config.process_writer and not any(step.kind == sched.WRITER_PAUSE for step in steps):
                 steps = sorted(steps + [sched.Step(round(config.duration_s * 0.3, 2), sched.WRITER_PAUSE,
                                                    PROCESS_WRITER, WRITER_PAUSE_S)], key=lambda step: step.at_s)
