@@ -3,9 +3,8 @@
 ``unavailability(history, injected)``: per fault kind, the longest stretch without any acknowledged add
 that overlaps a fault of that kind (from the last acknowledgement before the stretch to the first one
 after it). ``run_figures`` collects one run's figures; ``summarize`` adds up many runs: schedules, faults
-per kind, acknowledged, lost, divergent, and the longest unavailability per kind. ``main`` (run as
-``python -m pyspark_ledger.testing.jepsen.figures``) prints the totals of results directories and, with
-``--update-readme``, makes the README's table through ``readme_table``.
+per kind, acknowledged, lost, divergent, and the longest unavailability per kind (``python -m
+pyspark_ledger.testing.jepsen.figures DIR`` prints them; ``readme_table`` makes the README's table of them).
 """
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from pyspark_ledger.testing.jepsen.history import OK, History
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def unavailability(history: History, injected) -> dict[str, float]:
@@ -84,63 +81,16 @@ def load_runs(directory: str | os.PathLike) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted(Path(directory).glob("run-*.json"))]
 
 
-def _latest_date(directories) -> str:
-    from datetime import datetime, timezone
-
-    times = [path.stat().st_mtime for directory in directories for path in Path(directory).glob("run-*.json")]
-    return datetime.fromtimestamp(max(times), timezone.utc).strftime("%Y-%m-%d") if times else "unknown"
-
-
-def _head_commit() -> str:
-    import subprocess
-
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pyspark_ledger.testing.jepsen.figures DIR [DIR ...]``: the totals of the runs in DIR(s);
-    ``--update-readme``: (with DIRs) write the committed results file from them, then the README's table from it;
-    ``--check``: exit 1 unless the README's table is the one generated from the committed results file."""
-    import argparse
+    """``python -m pyspark_ledger.testing.jepsen.figures DIR [DIR ...]``: the totals of the runs in DIR(s)."""
     import sys
 
-    from pyspark_ledger.testing.jepsen import readme_table
-
-    parser = argparse.ArgumentParser(prog="python -m pyspark_ledger.testing.jepsen.figures",
-                                     description="Totals of Jepsen-style runs, and the README's table of them.")
-    parser.add_argument("directories", nargs="*", metavar="DIR", help="results directories (LEDGER_JEPSEN_RESULTS)")
-    parser.add_argument("--update-readme", action="store_true",
-                        help="with DIRs: write --results from their runs; then README.md's table from --results")
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table differs from --results")
-    parser.add_argument("--results", type=Path, default=ROOT / readme_table.RESULTS_PATH,
-                        help=f"the committed results file (default {readme_table.RESULTS_PATH})")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the README (default README.md)")
-    parser.add_argument("--commit", help="the commit the runs were made on (default: git HEAD of the checkout)")
-    parser.add_argument("--date", help="the date of the runs (default: of the newest run file)")
-    parser.add_argument("--load", help="the load average during the runs, as text (default: from the runs)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if not (args.directories or args.update_readme or args.check):
-        parser.print_usage(sys.stderr)
+    directories = sys.argv[1:] if argv is None else argv
+    if not directories:
+        print("usage: python -m pyspark_ledger.testing.jepsen.figures RESULTS_DIR [RESULTS_DIR ...]", file=sys.stderr)
         return 2
-    runs = [run for directory in args.directories for run in load_runs(directory)]
-    if not (args.update_readme or args.check):
-        print(json.dumps(summarize(runs), indent=1, sort_keys=True))
-        return 0
-    if args.directories and args.update_readme:
-        write(args.results, readme_table.results_document(runs, args.commit or _head_commit(),
-                                                          args.date or _latest_date(args.directories), args.load))
-    if not args.results.exists():
-        parser.error(f"no results file at {args.results}: give results directories with --update-readme")
-    text = args.readme.read_text()
-    fresh = readme_table.regenerate(text, json.loads(args.results.read_text()))
-    if args.check:
-        if fresh != text:
-            print(f"{args.readme}'s fault-suite table differs from {args.results}: run "
-                  "python -m pyspark_ledger.testing.jepsen.figures --update-readme", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(fresh)
+    runs = [run for directory in directories for run in load_runs(directory)]
+    print(json.dumps(summarize(runs), indent=1, sort_keys=True))
     return 0
 
 

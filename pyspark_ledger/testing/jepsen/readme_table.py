@@ -6,17 +6,28 @@ run (no schedules, no histories: a seed replays both), with the commit, date and
 ``render`` makes the Markdown of that document; ``regenerate`` puts it between ``<!-- jepsen-table -->`` and
 ``<!-- /jepsen-table -->`` in README.md and leaves everything else alone. A failed schedule is never hidden:
 it is counted, named with its replay command, and its numbers stay in the totals.
+
+``python -m pyspark_ledger.testing.jepsen.readme_table DIR [DIR ...]`` writes the results file from the runs
+in DIRs and the README's table from it; without DIRs it only remakes the table; ``--check`` changes nothing
+and exits 1 when the table differs from the file.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import statistics
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Iterable, Mapping
 
 from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.testing.faults.schedule import KINDS
-from pyspark_ledger.testing.jepsen.figures import summarize
+from pyspark_ledger.testing.jepsen.figures import load_runs, summarize, write
 
+ROOT = Path(__file__).resolve().parents[3]
 RESULTS_PATH = "docs/jepsen-results.json"
 BLOCK = re.compile(r"(<!-- jepsen-table -->\n)(?P<body>.*?)(<!-- /jepsen-table -->)", re.S)
 STORE_NAMES = {"sqlite": "SQLite", "zookeeper": "ZooKeeper"}
@@ -132,3 +143,52 @@ def regenerate(text: str, document: Mapping) -> str:
         raise InvalidArgumentError("README.md must hold exactly one <!-- jepsen-table --> ... "
                                    "<!-- /jepsen-table --> block")
     return BLOCK.sub(lambda match: f"{match.group(1)}{render(document)}\n{match.group(3)}", text)
+
+
+def _latest_date(directories) -> str:
+    times = [path.stat().st_mtime for directory in directories for path in Path(directory).glob("run-*.json")]
+    return datetime.fromtimestamp(max(times), timezone.utc).strftime("%Y-%m-%d") if times else "unknown"
+
+
+def _head_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pyspark_ledger.testing.jepsen.readme_table [DIR ...]``: with results directories, write the
+    committed results file from their runs; then README.md's table from that file. ``--check``: change nothing,
+    exit 1 unless the README's table is the one generated from the committed results file."""
+    parser = argparse.ArgumentParser(prog="python -m pyspark_ledger.testing.jepsen.readme_table",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("directories", nargs="*", metavar="DIR", help="results directories (LEDGER_JEPSEN_RESULTS)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table differs from --results")
+    parser.add_argument("--results", type=Path, default=ROOT / RESULTS_PATH,
+                        help=f"the committed results file (default {RESULTS_PATH})")
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="the README (default README.md)")
+    parser.add_argument("--commit", help="the commit the runs were made on (default: git HEAD of the checkout)")
+    parser.add_argument("--date", help="the date of the runs (default: of the newest run file)")
+    parser.add_argument("--load", help="the load average during the runs, as text (default: from the runs)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.directories and args.check:
+        parser.error("--check compares README.md with the committed results file: give no directories")
+    if args.directories:
+        runs = [run for directory in args.directories for run in load_runs(directory)]
+        write(args.results, results_document(runs, args.commit or _head_commit(),
+                                             args.date or _latest_date(args.directories), args.load))
+    if not args.results.exists():
+        parser.error(f"no results file at {args.results}: give results directories (LEDGER_JEPSEN_RESULTS)")
+    text = args.readme.read_text()
+    fresh = regenerate(text, json.loads(args.results.read_text()))
+    if args.check:
+        if fresh != text:
+            print(f"{args.readme}'s fault-suite table differs from {args.results}: run "
+                  "python -m pyspark_ledger.testing.jepsen.readme_table", file=sys.stderr)
+            return 1
+        return 0
+    args.readme.write_text(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
