@@ -44,6 +44,8 @@ def replay_command(seed: int, metadata: str) -> str:
 
 def _run_summary(run: Mapping) -> dict:
     summary = {key: run[key] for key in RUN_KEYS if key in run}
+    # a run with notes failed its test even if every check passed (runs recorded before the runner said so)
+    summary["ok"] = bool(run["ok"]) and not run.get("notes")
     if "paused_writer" in run:  # how the paused writer stopped, without the message's details
         summary["paused_writer"] = ": ".join(str(run["paused_writer"]).split(": ")[:2])
     return summary
@@ -74,8 +76,8 @@ def results_document(runs: Iterable[Mapping], commit: str, date: str, load: str 
         seeds = [run["seed"] for run in found]
         if len(set(seeds)) != len(seeds):
             raise InvalidArgumentError(f"{metadata}: a seed appears twice among the runs ({seeds})")
-        document["stores"][metadata] = {"seeds": seeds, "totals": summarize(found),
-                                        "runs": [_run_summary(run) for run in found]}
+        summaries = [_run_summary(run) for run in found]
+        document["stores"][metadata] = {"seeds": seeds, "totals": summarize(summaries), "runs": summaries}
     return document
 
 
@@ -132,8 +134,9 @@ def render(document: Mapping) -> str:
     if failed:
         lines += ["", f"**{len(failed)} schedule(s) failed** (their numbers are in the totals above):"]
         lines += [f"- {STORE_NAMES[name]} seed {run['seed']}: {run.get('failures', 0)} failed check(s), lost "
-                  f"{run['lost']}, divergent {run['divergent']}; replay: `{replay_command(run['seed'], name)}`"
-                  for name, run in failed]
+                  f"{run['lost']}, divergent {run['divergent']}"
+                  + "".join(f"; {note}" for note in run.get("notes", ()))
+                  + f"; replay: `{replay_command(run['seed'], name)}`" for name, run in failed]
     return "\n".join(lines)
 
 
