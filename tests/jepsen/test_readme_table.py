@@ -60,8 +60,8 @@ def test_the_table_names_its_runs_and_shows_failed_schedules():
     assert "**2 schedule(s) failed**" in table
     assert "SQLite seed 4: 0 failed check(s), lost 0, divergent 0; not every bookie was writable again within 60 s " \
         "after healing; replay: `LEDGER_JEPSEN_SEED=4 LEDGER_JEPSEN_METADATA=sqlite python3" in table  # its test failed
-    assert f"SQLite seed 3: 1 failed check(s), lost 0, divergent 2; replay: `{readme_table.replay_command(3, 'sqlite')}`" \
-        in table
+    replay = readme_table.replay_command(3, "sqlite")
+    assert f"SQLite seed 3: 1 failed check(s), lost 0, divergent 2; replay: `{replay}`" in table
     assert "(SQLite)" in readme_table.render(readme_table.results_document(runs[:2], "c", "d", load="1–2"))
 
 
