@@ -3,7 +3,8 @@
 ``unavailability(history, injected)``: per fault kind, the longest stretch without any acknowledged add
 that overlaps a fault of that kind (from the last acknowledgement before the stretch to the first one
 after it). ``run_figures`` collects one run's figures; ``summarize`` adds up many runs: schedules, faults
-per kind, acknowledged, lost, divergent, and the longest unavailability per kind.
+per kind, acknowledged, lost, divergent, and the longest unavailability per kind (``python -m
+pyspark_ledger.testing.jepsen.figures DIR`` prints them; ``readme_table`` makes the README's table of them).
 """
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ def run_figures(seed: int, metadata: str, result, injected, history: History, se
             per_kind[record.step.kind] = per_kind.get(record.step.kind, 0) + 1
     return {"seed": seed, "metadata": metadata, "ok": result.ok, "seconds": round(seconds, 2),
             "faults": per_kind, **result.figures(), "unavailability_s": unavailability(history, injected),
-            "schedule": [str(step) for step in steps], "fault_errors": [f"{r.step}: {r.error}" for r in injected
-                                                                        if r.error]}
+            "load_average": round(os.getloadavg()[0], 2), "schedule": [str(step) for step in steps],
+            "fault_errors": [f"{r.step}: {r.error}" for r in injected if r.error]}
 
 
 def summarize(runs: Iterable[Mapping]) -> dict:

@@ -143,6 +143,8 @@ class _Run:
             numbers = figures.run_figures(config.seed, config.metadata, result, self.log.injected, history, seconds,
                                           steps)
             numbers["notes"] = list(self.notes)
+            numbers["ok"] = result.ok and not self.notes  # the test's verdict: a note (e.g. a bookie never writable
+            # again after healing) fails the run even when every check passed
             numbers["paused_writer"] = self.writer_stop[:300]
             return RunOutcome(config, result, steps, self.log.injected, numbers, self.notes)
         finally:
