@@ -12,6 +12,12 @@ Session loss: kazoo reconnects with a new session; a reconnect hook then
 re-creates the node. If another live session holds the id by then, the
 registration is marked ``lost`` and an error logged (the bookie should
 re-register or stop).
+
+A switch whose outcome is unknown (it timed out while ZooKeeper was away, and
+may still be applied when the session comes back) leaves the registration
+*unsettled*: the next switch, whatever mode it asks for, and the reconnect hook
+look at both nodes and make the store hold exactly the node of the mode wanted
+(``_settle``), so a bookie is never listed under both directories.
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ class ZooKeeperRegistration(Registration):
         self._lock = threading.Lock()
         self._lost = False
         self._closed = False
+        self._unsettled = False  # a switch failed: the store may hold the other mode's node, or both
 
     @property
     def read_only(self) -> bool:
@@ -76,19 +83,42 @@ class ZooKeeperRegistration(Registration):
             if self._closed or self._lost:
                 raise MetadataError(f"registration of bookie {self.bookie_id!r} is "
                                     f"{'closed' if self._closed else 'lost'}")
-            if read_only == self._read_only:
+            if read_only == self._read_only and not self._unsettled:
                 return
-            client = self._session.client
-            transaction = client.transaction()
-            transaction.create(layout.bookie_path(self.bookie_id, read_only), self._info,
-                               ephemeral=True)
-            transaction.delete(layout.bookie_path(self.bookie_id, self._read_only))
             what = f"switch bookie {self.bookie_id!r} to {'read-only' if read_only else 'writable'}"
-            results = self._session.call(what, transaction.commit_async)
-            self._session.check_transaction(what, results, missing=MetadataError(
-                f"{what}: its node is not in {self._session.uri} right now (the session was lost "
-                "and is being restored); retry"))
+            self._unsettled = True  # until the store is seen holding exactly the node wanted
+            self._settle(read_only, what)
             self._read_only = read_only
+            self._unsettled = False
+
+    def _settle(self, read_only: bool, what: str) -> bool:
+        """Make the store hold this session's node for ``read_only`` and nothing for the other mode, in one
+        transaction; True if anything had to change. Another session's node for this id: ``lost``."""
+        client = self._session.client
+        want = layout.bookie_path(self.bookie_id, read_only)
+        other = layout.bookie_path(self.bookie_id, not read_only)
+        owners = {}
+        for path in (want, other):
+            stat = self._session.call(f"look up bookie {self.bookie_id!r}", client.exists_async, path)
+            owners[path] = None if stat is None else stat.ephemeralOwner
+        if any(owner not in (None, self._session.session_id) for owner in owners.values()):
+            self._lost = True
+            log.error("registration of bookie %r in %s was lost: another live process holds this bookie id now; "
+                      "stop this bookie or register again", self.bookie_id, self._session.uri)
+            raise MetadataError(f"{what}: another live process holds bookie id {self.bookie_id!r} in "
+                                f"{self._session.uri}")
+        if owners[want] is not None and owners[other] is None:
+            return False
+        transaction = client.transaction()
+        if owners[want] is None:
+            transaction.create(want, self._info, ephemeral=True)
+        if owners[other] is not None:
+            transaction.delete(other)
+        results = self._session.call(what, transaction.commit_async)
+        self._session.check_transaction(what, results, missing=MetadataError(
+            f"{what}: its node is not in {self._session.uri} right now (the session was lost "
+            "and is being restored); retry"))
+        return True
 
     def update_info(self, info: Mapping[str, Any]) -> None:
         data = encode_bookie_info(self.bookie_id, info)
@@ -141,23 +171,23 @@ class ZooKeeperRegistration(Registration):
         return owner
 
     def _restore(self) -> None:
-        """Reconnect hook: re-create the node if the session that held it is gone."""
+        """Reconnect hook: the store must hold this session's node for the mode last confirmed, and only it
+        (the session that held it may be gone, and a switch that failed may have been applied after all)."""
         with self._lock:
             if self._closed or self._lost:
                 return
-            path = layout.bookie_path(self.bookie_id, self._read_only)
-            stat = self._session.call(f"look up bookie {self.bookie_id!r}",
-                                      self._session.client.exists_async, path)
-            if stat is not None and stat.ephemeralOwner == self._session.session_id:
+            try:
+                changed = self._settle(self._read_only, f"restore the registration of bookie {self.bookie_id!r}")
+            except MetadataError as exc:
+                if not self._lost:  # ZooKeeper went away again: the next switch or reconnect settles it
+                    self._unsettled = True
+                    log.warning("could not restore the registration of bookie %s in %s yet: %s",
+                                self.bookie_id, self._session.uri, exc)
                 return
-            if stat is None and self._try_create():
+            self._unsettled = False
+            if changed:
                 log.warning("re-registered bookie %s in %s after a ZooKeeper session loss",
                             self.bookie_id, self._session.uri)
-                return
-            self._lost = True
-            log.error("registration of bookie %r in %s was lost: another live process holds "
-                      "this bookie id now; stop this bookie or register again",
-                      self.bookie_id, self._session.uri)
 
     def _exists_error(self, holder: str) -> MetadataExistsError:
         return MetadataExistsError(

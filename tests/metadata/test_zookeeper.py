@@ -159,3 +159,56 @@ def test_opening_a_missing_chroot_without_create_names_it_and_creates_nothing(zo
         client.close()
     open_metadata_store(uri, create=True).close()
     open_metadata_store(uri).close()  # once created, a plain open finds it
+
+
+def _registration(store: ZooKeeperMetadataStore, bookie_id: str):
+    return store.register_bookie(bookie_id, {"n": 1})
+
+
+def _applied_but_reported_failed(registration, monkeypatch) -> None:
+    """A switch to read-only that reaches ZooKeeper while its caller sees a failure (it timed out while
+    ZooKeeper was away, and the queued request was applied when the session came back)."""
+    session = registration._session
+
+    def fail_after_commit(what, results, **outcomes):
+        raise MetadataError(f"{what}: timed out (the request may still be applied)")
+
+    monkeypatch.setattr(session, "check_transaction", fail_after_commit)
+    with pytest.raises(MetadataError, match="timed out"):
+        registration.set_read_only(True)
+    monkeypatch.undo()
+
+
+def _listed(raw, bookie_id: str) -> list[str]:
+    return [directory for directory in ("available", "readonly") if raw.exists(f"/bookies/{directory}/{bookie_id}")]
+
+
+def test_a_switch_applied_though_it_failed_is_settled_by_the_next_switch(zk_store, raw, monkeypatch):
+    """Found by the fault suite (ZooKeeper seeds 9 and 20): the disk fills while ZooKeeper is away, the
+    switch to read-only times out but is applied, the disk is freed; the bookie must end writable and
+    listed once, not stuck under readonly."""
+    registration = _registration(zk_store, "b9")
+    _applied_but_reported_failed(registration, monkeypatch)
+    assert _listed(raw, "b9") == ["readonly"]          # the store took the switch the bookie thinks failed
+    registration.set_read_only(False)                   # the disk was freed: the bookie is writable
+    assert _listed(raw, "b9") == ["available"]
+    assert zk_store.bookies()["b9"].read_only is False
+
+
+def test_a_reconnect_after_a_switch_of_unknown_outcome_leaves_one_node(zk_store, raw, monkeypatch):
+    registration = _registration(zk_store, "b20")
+    _applied_but_reported_failed(registration, monkeypatch)
+    registration._restore()                             # the reconnect hook, as after a session loss
+    assert _listed(raw, "b20") == ["available"]         # the mode last confirmed, listed once
+    registration.set_read_only(True)                    # the disk monitor reports its verdict again
+    assert _listed(raw, "b20") == ["readonly"]
+    assert zk_store.bookies()["b20"].read_only is True
+
+
+def test_a_switch_when_another_process_took_the_id_marks_the_registration_lost(zk_store, raw):
+    registration = _registration(zk_store, "b21")
+    raw.delete("/bookies/available/b21")
+    raw.create("/bookies/readonly/b21", b"{}", ephemeral=True)      # another session holds the id now
+    with pytest.raises(MetadataError, match="another live process"):
+        registration.set_read_only(True)
+    assert registration.lost
