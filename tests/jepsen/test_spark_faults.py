@@ -55,6 +55,7 @@ def test_a_streaming_write_under_faults_is_exactly_once(seed, tmp_path, spark):
                         + f"\nnotes: {outcome.notes}\nfigures: {outcome.figures}")
     assert outcome.figures["acknowledged"] > 0, "no batch was committed: the run checked nothing"
     assert sum(outcome.figures["faults"].values()) > 0, outcome.figures
+    assert any(batch is not None for batch in outcome.figures["replayed_batches"]), "no batch was replayed"
 
 
 @pytest.mark.parametrize("kwargs, words", [({"rows_per_batch": 0}, "rows_per_batch"),

@@ -35,6 +35,7 @@ KINDS = (sched.KILL, sched.PARTITION, sched.PAUSE, sched.RESET)
 DRIVER_CRASH = "driver-crash"
 DRIVER = "spark-driver"
 MAX_DRIVER_CRASHES = 20
+CRASH_WAIT_S = 10.0
 MAX_RESTARTS = 20
 MAX_ROWS_PER_BATCH = 100_000
 SETTLE_TIMEOUT_S = 60.0
@@ -198,16 +199,22 @@ class _SparkRun:
         self._phase("warm-up")
 
     def _crash_driver(self, step: sched.Step) -> None:
-        """The driver dies right after the sink committed a batch and before Spark recorded it: the query is stopped
-        and its newest commit-log entry removed, so the restarted query replays that batch with the same rows
-        (the sink must make the replay a no-op: docs/protocol.md S1)."""
+        """The driver dies right after the sink committed batch N and before Spark recorded it in its commit log:
+        the query is stopped (between two batches if one comes within ``CRASH_WAIT_S``), then its commit-log entry
+        N is removed, and any batch planned after N (whose rows the source gives again, the same ids) with it. The
+        restarted query replays batch N with the same rows, which the sink must make a no-op: docs/protocol.md S1."""
         record = self.log.started(step)
+        offsets, commits = Path(self.checkpoint) / "offsets", Path(self.checkpoint) / "commits"
+        deadline = time.monotonic() + CRASH_WAIT_S
+        while _last(offsets) != _last(commits) and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.query.stop()
-        commits = Path(self.checkpoint) / "commits"
         newest = _last(commits)
         if newest is not None:
-            for name in (str(newest), f".{newest}.crc"):
-                (commits / name).unlink(missing_ok=True)
+            for directory, first in ((commits, newest), (offsets, newest + 1)):
+                for batch in range(first, (_last(directory) or first) + 1):
+                    for name in (str(batch), f".{batch}.crc"):
+                        (directory / name).unlink(missing_ok=True)
         self.replayed.append(newest)
         self.query = self._start()
         self.log.healed(record)
