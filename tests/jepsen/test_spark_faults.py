@@ -1,6 +1,6 @@
-"""A Spark Structured Streaming job under faults, checked exactly once (issue 17 part 5; docs/jepsen.md S1).
+"""A Spark Structured Streaming job under faults, checked exactly once (issue 17 part 5; docs/jepsen.md; docs/protocol.md S1).
 
-A local-mode streaming query writes the demo's deterministic events (unique ids) into a ``ledger`` stream
+A local-mode streaming query writes a deterministic source of unique ids (jepsen/id_source.py) into a ``ledger`` stream
 through five bookies behind fault proxies, while a seeded schedule kills (-9, then restarts), partitions,
 pauses and resets bookies; a query that dies is restarted from its checkpoint. After healing, a batch read
 of the whole stream must hold every id of the committed batches exactly once and nothing else.

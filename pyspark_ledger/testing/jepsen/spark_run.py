@@ -1,9 +1,9 @@
-"""A Spark Structured Streaming job under faults, checked exactly once (issue 17 part 5, docs/jepsen.md S1).
+"""A Spark Structured Streaming job under faults, checked exactly once (issue 17 part 5, docs/jepsen.md; docs/protocol.md S1).
 
 ``run(SparkRunConfig(seed=...), base_dir, spark)`` starts a ``LocalFaultCluster`` whose bookies register
 their proxies' addresses (``advertise_proxies``: Spark's Python workers open the metadata store from the
 ``metadataServiceUri`` option themselves, so the addressing has to be in the metadata), and a streaming
-query in the given local-mode session: the demo's deterministic event source (ids ``0, 1, 2, ...``,
+query in the given local-mode session: a deterministic source (``id_source``: ids ``0, 1, 2, ...``,
 ``rowsPerBatch`` per micro-batch, the same rows when a batch is replayed) written into a ``ledger`` stream
 with a checkpoint. Meanwhile a seeded schedule (``faults.schedule.generate``) kills, partitions, pauses and
 resets bookies. A query that fails is restarted from its checkpoint, as a user would (at most
@@ -170,12 +170,12 @@ class _SparkRun:
 
     # --- the query ------------------------------------------------------------------------
     def _start(self):
-        from pyspark_ledger.demo.event_source import NAME, DemoEventSource
+        from pyspark_ledger.testing.jepsen.id_source import NAME, IdSource
 
-        self.spark.dataSource.register(DemoEventSource)
+        self.spark.dataSource.register(IdSource)
         events = (self.spark.readStream.format(NAME).option("rowsPerBatch", self.config.rows_per_batch)
                   .option("partitions", self.config.partitions).option("stopFile", self.stop_file).load())
-        return (events.select("event_id", "payload").writeStream.format("ledger").queryName("jepsen_spark_write")
+        return (events.writeStream.format("ledger").queryName("jepsen_spark_write")
                 .option("metadataServiceUri", self.cluster.metadata_uri).option("stream", STREAM)
                 .option("writerId", WRITER_ID).option("checkpointLocation", self.checkpoint)
                 .option("partitions", self.config.partitions)
@@ -255,8 +255,8 @@ class _SparkRun:
 
     def _read_back(self) -> list[str]:
         frame = (self.spark.read.format("ledger").option("metadataServiceUri", self.cluster.metadata_uri)
-                 .option("stream", STREAM).load().select("event_id"))
-        return [str(value) for value in frame.toArrow().column("event_id").to_pylist()]
+                 .option("stream", STREAM).load().select("id"))
+        return [str(value) for value in frame.toArrow().column("id").to_pylist()]
 
     # --- faults -----------------------------------------------------------------------------
     def _play(self, steps) -> None:
@@ -305,6 +305,6 @@ def _last(directory: Path) -> int | None:
 
 
 def _emitted(checkpoint: str, batch: int | None) -> int:
-    from pyspark_ledger.demo.spark_runs import emitted_rows
+    from pyspark_ledger.testing.jepsen.id_source import emitted
 
-    return emitted_rows(checkpoint, batch)
+    return emitted(checkpoint, batch)
