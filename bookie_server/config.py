@@ -42,6 +42,7 @@ class ServerConfig:
     journal_dir: Path | None = None
     host: str = DEFAULT_HOST
     advertised_address: str = ""             # what clients dial (registered); "" = host
+    advertised_port: int | None = None       # the port clients dial (registered); None = port
     bookie_id: str = ""                      # "" = advertised address:port
     metrics_port: int = DEFAULT_METRICS_PORT  # 0 = a free port, -1 = no metrics endpoint
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
@@ -105,8 +106,14 @@ class ServerConfig:
         return self.advertised_address or self.host
 
     @property
+    def dial_port(self) -> int:
+        """The port clients dial, registered in the metadata store: ``--advertised-port``, else ``--port``
+        (they differ when something in between forwards, e.g. a proxy or a container's port mapping)."""
+        return self.advertised_port or self.port
+
+    @property
     def effective_bookie_id(self) -> str:
-        return self.bookie_id or f"{self.advertised_host}:{self.port}"
+        return self.bookie_id or f"{self.advertised_host}:{self.dial_port}"
 
     def storage_config(self):
         """The storage engine's configuration for these flags."""
@@ -198,7 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--advertised-address", default="", metavar="ADDR",
         help="the address clients on other hosts dial, registered in the metadata store and part of the default "
              "bookie id; needed when --host is a wildcard (0.0.0.0, ::) (default: HOST)")
-    add("--bookie-id", type=_bookie_id, default=None, help="bookie id (default: ADVERTISED_ADDRESS:PORT)")
+    add("--advertised-port", type=_port, default=None, metavar="PORT",
+        help="the port clients dial, registered in the metadata store and part of the default bookie id, when "
+             "something in between forwards another port to --port (a proxy, a container port mapping) "
+             "(default: PORT)")
+    add("--bookie-id", type=_bookie_id, default=None, help="bookie id (default: ADVERTISED_ADDRESS:ADVERTISED_PORT)")
     add("--metrics-port", type=_metrics_port, default=DEFAULT_METRICS_PORT,
         help="Prometheus /metrics HTTP port on HOST; 0 = any free port (printed at start), -1 = off")
     add("--max-entry-size", type=_positive_int, default=DEFAULT_MAX_ENTRY_SIZE,

@@ -240,7 +240,7 @@ class BookieServer:
         storage_config = self.config.storage_config()
         self._space_report = SpaceReport(lambda: measure_space(storage_config.journal_dir,
                                                                storage_config.entry_log_dir))
-        info = self._space_report.info(bookie_info(self.config.advertised_host, self.config.port, self.metrics_port,
+        info = self._space_report.info(bookie_info(self.config.advertised_host, self.config.dial_port, self.metrics_port,
                                                    self.metrics_url, str(self.config.data_dir), tls=self.config.tls,
                                                    location=Location(self.config.zone, self.config.rack)))
         with self._state_lock:

@@ -48,3 +48,19 @@ def test_a_wildcard_bookie_registers_its_advertised_address(tmp_path):
         assert list(registered) == [f"127.0.0.1:{bookie.port}"]
         info = registered[f"127.0.0.1:{bookie.port}"].info
         assert (info["host"], info["port"]) == ("127.0.0.1", bookie.port)
+
+
+def test_the_advertised_port_is_registered_and_part_of_the_default_id():
+    """``--advertised-port``: a bookie behind something that forwards another port (a proxy, a container's port
+    mapping) registers the port clients dial; it listens on ``--port`` still."""
+    config = parse_args(REQUIRED + ["--advertised-port", "5000"])
+    assert (config.port, config.dial_port, config.effective_bookie_id) == (4000, 5000, "127.0.0.1:5000")
+    assert parse_args(REQUIRED).dial_port == 4000
+
+
+@pytest.mark.parametrize("value", ["0", "65536", "x"])
+def test_a_bad_advertised_port_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(REQUIRED + ["--advertised-port", value])
+    assert exit_info.value.code == 2
+    assert "--advertised-port" in capsys.readouterr().err

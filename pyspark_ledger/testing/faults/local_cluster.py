@@ -6,7 +6,9 @@ or a real ZooKeeper server with ``metadata="zookeeper"``), then per bookie a pro
 file (the disk monitor's override), so every fault of ``faults.actions`` applies. ``hosts`` maps host
 names (``bookie-0`` ..., ``zookeeper``) to ``Host`` objects, ``network`` is their ``ProxyNetwork``,
 ``addresses`` maps bookie ids to the addresses clients dial, and ``open_store()`` opens the metadata
-store for a client (``AdvertisedStore``: clients reach the bookies through their proxies). ``close()``
+store for a client (``AdvertisedStore``: clients reach the bookies through their proxies). With
+``advertise_proxies=True`` each bookie registers its proxy's port itself (``--advertised-port``), so even
+a client that opens the store from the bare ``metadata_uri`` -- Spark's Python workers -- dials the proxies. ``close()``
 heals and resumes everything, then stops every bookie, proxy and server it started, also after a
 failure; a context manager.
 """
@@ -33,7 +35,7 @@ class LocalFaultCluster:
     """See the module docstring."""
 
     def __init__(self, base_dir: str | os.PathLike, bookies: int = 5, metadata: str = "sqlite", *,
-                 seed: int | None = None, **bookie_flags) -> None:
+                 seed: int | None = None, advertise_proxies: bool = False, **bookie_flags) -> None:
         if isinstance(bookies, bool) or not isinstance(bookies, int) or not 1 <= bookies <= MAX_BOOKIES:
             raise InvalidArgumentError(f"bookies must be a whole number in 1..{MAX_BOOKIES}, got {bookies!r}")
         if metadata not in ("sqlite", "zookeeper"):
@@ -42,6 +44,7 @@ class LocalFaultCluster:
         self.n_bookies = bookies
         self.metadata = metadata
         self.seed = seed
+        self.advertise_proxies = advertise_proxies
         self.bookie_flags = {"disk_check_interval": 0.2, "checkpoint_interval": 0, **bookie_flags}
         self.network = ProxyNetwork()
         self.hosts: dict[str, Host] = {}
@@ -76,8 +79,9 @@ class LocalFaultCluster:
             self.network.add(name, proxy)
             usage = self.base_dir / f"{name}-disk-usage"
             usage.write_text(DISK_OK)
+            advertised = {"advertised_port": proxy.port} if self.advertise_proxies else {}
             bookie = BookieProcess(self.base_dir / name, self.metadata_uri, port, env={OVERRIDE_ENV: str(usage)},
-                                   bookie_id=proxy.address, **self.bookie_flags)
+                                   bookie_id=proxy.address, **advertised, **self.bookie_flags)
             host = LocalBookieHost(name, bookie, proxy, usage)
             self.hosts[name] = host
             self.addresses[bookie.bookie_id] = proxy.address

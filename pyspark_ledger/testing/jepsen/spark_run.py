@@ -1,0 +1,310 @@
+"""A Spark Structured Streaming job under faults, checked exactly once (issue 17 part 5, docs/jepsen.md; docs/protocol.md S1).
+
+``run(SparkRunConfig(seed=...), base_dir, spark)`` starts a ``LocalFaultCluster`` whose bookies register
+their proxies' addresses (``advertise_proxies``: Spark's Python workers open the metadata store from the
+``metadataServiceUri`` option themselves, so the addressing has to be in the metadata), and a streaming
+query in the given local-mode session: a deterministic source (``id_source``: ids ``0, 1, 2, ...``,
+``rowsPerBatch`` per micro-batch, the same rows when a batch is replayed) written into a ``ledger`` stream
+with a checkpoint. Meanwhile a seeded schedule (``faults.schedule.generate``) kills, partitions, pauses and
+resets bookies. A query that fails is restarted from its checkpoint, as a user would (at most
+``max_restarts`` times). After healing, the source is told to stop, the query finishes its batch, and the
+whole stream is read back with a batch read: every id the committed batches emitted must be there exactly
+once, nothing else (``checker.check_exactly_once``). Returns a ``SparkRunOutcome`` with the failures and
+the figures, in the JSON shape of the other runs (``figures.run_figures``) plus ``duplicated`` and
+``restarts``.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark_ledger.errors import InvalidArgumentError, LedgerError
+from pyspark_ledger.testing.faults import actions, schedule as sched
+from pyspark_ledger.testing.faults.local_cluster import LocalFaultCluster
+from pyspark_ledger.testing.jepsen import figures
+from pyspark_ledger.testing.jepsen.checker import Failure, check_exactly_once
+from pyspark_ledger.testing.jepsen.history import History
+
+STREAM = "jepsen-spark"
+WRITER_ID = "jepsen-spark-writer"
+KINDS = (sched.KILL, sched.PARTITION, sched.PAUSE, sched.RESET)
+DRIVER_CRASH = "driver-crash"
+DRIVER = "spark-driver"
+MAX_DRIVER_CRASHES = 20
+CRASH_WAIT_S = 10.0
+MAX_RESTARTS = 20
+MAX_ROWS_PER_BATCH = 100_000
+SETTLE_TIMEOUT_S = 60.0
+FINISH_TIMEOUT_S = 90.0
+WARMUP_TIMEOUT_S = 90.0
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class SparkRunConfig:
+    seed: int
+    duration_s: float = 12.0
+    steps: int = 5
+    kinds: tuple[str, ...] = KINDS
+    rows_per_batch: int = 50
+    partitions: int = 2
+    trigger_s: float = 0.5
+    max_restarts: int = 6
+    driver_crashes: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.rows_per_batch <= MAX_ROWS_PER_BATCH:
+            raise InvalidArgumentError(f"rows_per_batch must be in 1..{MAX_ROWS_PER_BATCH}, got {self.rows_per_batch}")
+        if not 0 <= self.max_restarts <= MAX_RESTARTS:
+            raise InvalidArgumentError(f"max_restarts must be in 0..{MAX_RESTARTS}, got {self.max_restarts}")
+        if not 0 <= self.driver_crashes <= MAX_DRIVER_CRASHES:
+            raise InvalidArgumentError(f"driver_crashes must be in 0..{MAX_DRIVER_CRASHES}, got {self.driver_crashes}")
+
+
+@dataclass
+class SparkRunOutcome:
+    config: SparkRunConfig
+    failures: list[Failure]
+    steps: list
+    figures: dict
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.notes
+
+
+@dataclass(frozen=True)
+class _Exactly:
+    """What ``figures.run_figures`` takes from a checker result."""
+
+    failures: list
+    acknowledged: int
+    lost: int
+    duplicated: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def figures(self) -> dict:
+        return {"acknowledged": self.acknowledged, "lost": self.lost, "divergent": 0, "duplicated": self.duplicated,
+                "ledgers": 0, "failures": len(self.failures)}
+
+
+def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
+    base_dir = Path(base_dir)
+    started = time.monotonic()
+    with LocalFaultCluster(base_dir / "cluster", 5, "sqlite", seed=config.seed, advertise_proxies=True) as cluster:
+        try:
+            return _SparkRun(config, cluster, base_dir, spark, started).go()
+        finally:
+            from pyspark_ledger.spark import executor
+
+            executor.close_all(cluster.metadata_uri)
+
+
+class _SparkRun:
+    def __init__(self, config: SparkRunConfig, cluster, base_dir: Path, spark, started: float) -> None:
+        self.config, self.cluster, self.base_dir, self.spark, self.started = config, cluster, base_dir, spark, started
+        self.checkpoint = str(base_dir / "checkpoint")
+        self.stop_file = str(base_dir / "stop")
+        self.log = actions.FaultLog()
+        self.history = History(prefix="spark-")   # one "batch" event per micro-batch the query committed
+        self.notes: list[str] = []
+        self.restarts: list[str] = []
+        self.query = None
+        self._seen_batches: set[int] = set()
+        self.phases: dict[str, float] = {}
+        self.replayed: list[int | None] = []
+        self._phase_began = time.monotonic()
+
+    def go(self) -> SparkRunOutcome:
+        config = self.config
+        roles = self.cluster.roles()
+        steps = sched.generate(config.seed, roles, duration_s=config.duration_s, steps=config.steps, kinds=config.kinds)
+        rng = random.Random(config.seed * 7919 + 1)
+        crashes = sorted(sched.Step(round(rng.uniform(0.1, 0.9) * config.duration_s, 2), DRIVER_CRASH, DRIVER, 0.0)
+                         for _ in range(config.driver_crashes))
+        steps = sorted(steps + crashes, key=lambda step: step.at_s)
+        try:
+            self.query = self._start()
+            self._warm_up()
+            player = threading.Thread(target=self._play, args=([step for step in steps if step.kind != DRIVER_CRASH],),
+                                      name="spark-faults", daemon=True)
+            begin = time.monotonic()
+            player.start()
+            while player.is_alive():
+                self._restart_if_failed()
+                if crashes and time.monotonic() - begin >= crashes[0].at_s:
+                    self._crash_driver(crashes.pop(0))
+                player.join(POLL_S)
+            self._phase("faults")
+            self.cluster.heal_all()
+            self._wait_for_bookies()
+            self._phase("healing")
+            last_batch = self._finish()
+            self._phase("finishing")
+            expected = [str(i) for i in range(_emitted(self.checkpoint, last_batch))]
+            output = self._read_back()
+            self._phase("reading")
+        finally:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+            self.cluster.heal_all()
+        failures = check_exactly_once(expected, output)
+        counts = Counter(output)
+        wanted = set(expected)
+        result = _Exactly(failures, len(expected), sum(1 for key in wanted if counts[key] == 0),
+                          sum(count - 1 for count in counts.values() if count > 1) + sum(
+                              count for key, count in counts.items() if key not in wanted))
+        numbers = figures.run_figures(config.seed, "sqlite", result, self.log.injected, self.history,
+                                      time.monotonic() - self.started, steps)
+        numbers.update(notes=list(self.notes), restarts=len(self.restarts), batches=last_batch + 1 if
+                       last_batch is not None else 0, restart_reasons=self.restarts[:10], replayed_batches=self.replayed, phases_s=self.phases)
+        return SparkRunOutcome(config, failures, steps, numbers, self.notes)
+
+    # --- the query ------------------------------------------------------------------------
+    def _start(self):
+        from pyspark_ledger.testing.jepsen.id_source import NAME, IdSource
+
+        self.spark.dataSource.register(IdSource)
+        events = (self.spark.readStream.format(NAME).option("rowsPerBatch", self.config.rows_per_batch)
+                  .option("partitions", self.config.partitions).option("stopFile", self.stop_file).load())
+        return (events.writeStream.format("ledger").queryName("jepsen_spark_write")
+                .option("metadataServiceUri", self.cluster.metadata_uri).option("stream", STREAM)
+                .option("writerId", WRITER_ID).option("checkpointLocation", self.checkpoint)
+                .option("partitions", self.config.partitions)
+                .option("ensembleSize", 3).option("writeQuorum", 3).option("ackQuorum", 2)
+                .trigger(processingTime=f"{self.config.trigger_s} seconds").start())
+
+    def _phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(now - self._phase_began, 2)
+        self._phase_began = now
+
+    def _warm_up(self) -> None:
+        """Wait until the query committed its first batch (Spark and its Python workers are up), so the faults
+        hit a running query rather than its start."""
+        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        while _last(Path(self.checkpoint) / "commits") is None:
+            if time.monotonic() > deadline:
+                raise LedgerError(f"the streaming query committed no batch within {WARMUP_TIMEOUT_S:.0f} s")
+            self._restart_if_failed()
+            time.sleep(POLL_S)
+        self._phase("warm-up")
+
+    def _crash_driver(self, step: sched.Step) -> None:
+        """The driver dies right after the sink committed batch N and before Spark recorded it in its commit log:
+        the query is stopped (between two batches if one comes within ``CRASH_WAIT_S``), then its commit-log entry
+        N is removed, and any batch planned after N (whose rows the source gives again, the same ids) with it. The
+        restarted query replays batch N with the same rows, which the sink must make a no-op: docs/protocol.md S1."""
+        record = self.log.started(step)
+        offsets, commits = Path(self.checkpoint) / "offsets", Path(self.checkpoint) / "commits"
+        deadline = time.monotonic() + CRASH_WAIT_S
+        while _last(offsets) != _last(commits) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.query.stop()
+        newest = _last(commits)
+        if newest is not None:
+            for directory, first in ((commits, newest), (offsets, newest + 1)):
+                for batch in range(first, (_last(directory) or first) + 1):
+                    for name in (str(batch), f".{batch}.crc"):
+                        (directory / name).unlink(missing_ok=True)
+        self.replayed.append(newest)
+        self.query = self._start()
+        self.log.healed(record)
+
+    def _restart_if_failed(self) -> None:
+        """Record the batches the query finished; restart it from its checkpoint if it died (bounded)."""
+        for progress in self.query.recentProgress or ():
+            batch = progress.get("batchId")
+            if batch is not None and batch not in self._seen_batches:
+                self._seen_batches.add(batch)
+                op = self.history.invoke("query", "add", None)
+                self.history.ok(op, entry_id=batch)
+        error = self.query.exception()
+        if error is None and self.query.isActive:
+            return
+        reason = str(error).splitlines()[0][:300] if error is not None else "stopped"
+        if len(self.restarts) >= self.config.max_restarts:
+            raise LedgerError(f"the streaming query failed {len(self.restarts) + 1} times; last: {reason}")
+        self.restarts.append(reason)
+        time.sleep(1.0)
+        self.query = self._start()
+
+    def _finish(self) -> int | None:
+        """Stop the source, let the query finish (restarting it if a late failure killed it), stop it; returns
+        the last batch its commit log holds."""
+        Path(self.stop_file).touch()
+        deadline = time.monotonic() + FINISH_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self._restart_if_failed()
+            status = self.query.status
+            if not status["isDataAvailable"] and status["message"].startswith("Waiting for"):
+                if _last(Path(self.checkpoint) / "offsets") == _last(Path(self.checkpoint) / "commits"):
+                    self.query.stop()
+                    return _last(Path(self.checkpoint) / "commits")
+            time.sleep(POLL_S)
+        self.query.stop()
+        raise LedgerError(f"the streaming query did not finish within {FINISH_TIMEOUT_S:.0f} s after healing")
+
+    def _read_back(self) -> list[str]:
+        frame = (self.spark.read.format("ledger").option("metadataServiceUri", self.cluster.metadata_uri)
+                 .option("stream", STREAM).load().select("id"))
+        return [str(value) for value in frame.toArrow().column("id").to_pylist()]
+
+    # --- faults -----------------------------------------------------------------------------
+    def _play(self, steps) -> None:
+        begin = time.monotonic()
+        events = [(step.at_s, 0, index, step) for index, step in enumerate(steps)]
+        while events:
+            events.sort(key=lambda item: item[:3])
+            at, phase, index, payload = events.pop(0)
+            delay = begin + at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if phase == 0:
+                try:
+                    heal = actions.apply(payload, self.cluster.hosts, self.cluster.network)
+                except (LedgerError, OSError) as exc:
+                    self.log.started(payload, error=f"{type(exc).__name__}: {exc}")
+                    continue
+                events.append((payload.ends_s, 1, index, (self.log.started(payload), heal)))
+            else:
+                record, heal = payload
+                try:
+                    heal()
+                except (LedgerError, OSError) as exc:
+                    record.error = f"heal failed: {type(exc).__name__}: {exc}"
+                self.log.healed(record)
+        remaining = begin + self.config.duration_s - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+
+    def _wait_for_bookies(self) -> None:
+        store = self.cluster.open_store()
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                if set(self.cluster.addresses) <= set(store.bookies(include_read_only=False)):
+                    return
+            except LedgerError:
+                pass
+            time.sleep(0.1)
+        self.notes.append(f"not every bookie was writable again within {SETTLE_TIMEOUT_S:.0f} s after healing")
+
+
+def _last(directory: Path) -> int | None:
+    ids = [int(path.name) for path in directory.glob("*") if path.name.isdigit()] if directory.is_dir() else []
+    return max(ids) if ids else None
+
+
+def _emitted(checkpoint: str, batch: int | None) -> int:
+    from pyspark_ledger.testing.jepsen.id_source import emitted
+
+    return emitted(checkpoint, batch)

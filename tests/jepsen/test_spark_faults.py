@@ -1,0 +1,65 @@
+"""A Spark Structured Streaming job under faults, checked exactly once (issue 17 part 5; docs/jepsen.md; docs/protocol.md S1).
+
+A local-mode streaming query writes a deterministic source of unique ids (jepsen/id_source.py) into a ``ledger`` stream
+through five bookies behind fault proxies, while a seeded schedule kills (-9, then restarts), partitions,
+pauses and resets bookies; a query that dies is restarted from its checkpoint. After healing, a batch read
+of the whole stream must hold every id of the committed batches exactly once and nothing else.
+
+CI runs seed 1. ``LEDGER_JEPSEN_SCHEDULES=N`` runs seeds 1..N, ``LEDGER_JEPSEN_SEED=S`` replays one, and
+``LEDGER_JEPSEN_RESULTS=DIR`` keeps each run's figures as ``DIR/run-spark-<seed>.json``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pyspark_ledger.errors import InvalidArgumentError
+from pyspark_ledger.testing.jepsen import figures
+from pyspark_ledger.testing.jepsen.spark_run import SparkRunConfig, run
+from pyspark_ledger.testing.spark import local_spark_session, spark_unavailable_reason, stop_spark_session
+
+MAX_SCHEDULES = 10_000
+
+
+def _seeds() -> list[int]:
+    if os.environ.get("LEDGER_JEPSEN_SEED"):
+        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
+    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "1"))
+    if not 1 <= count <= MAX_SCHEDULES:
+        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
+    return list(range(1, count + 1))
+
+
+@pytest.fixture(scope="module")
+def spark():
+    reason = spark_unavailable_reason()
+    if reason:
+        pytest.skip(f"the Spark fault run needs pyspark and Java: {reason}")
+    session = local_spark_session("jepsen-spark", conf={"spark.master": "local[2,4]"})
+    try:
+        yield session
+    finally:
+        stop_spark_session(session)
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_a_streaming_write_under_faults_is_exactly_once(seed, tmp_path, spark):
+    outcome = run(SparkRunConfig(seed=seed), tmp_path, spark)
+    if os.environ.get("LEDGER_JEPSEN_RESULTS"):
+        figures.write(Path(os.environ["LEDGER_JEPSEN_RESULTS"]) / f"run-spark-{seed}.json", outcome.figures)
+    replay = (f"LEDGER_JEPSEN_SEED={seed} python3 -m pytest -q -p no:cacheprovider "
+              "tests/jepsen/test_spark_faults.py")
+    assert outcome.ok, (f"seed {seed}; replay: {replay}\n" + "\n".join(map(str, outcome.failures))
+                        + f"\nnotes: {outcome.notes}\nfigures: {outcome.figures}")
+    assert outcome.figures["acknowledged"] > 0, "no batch was committed: the run checked nothing"
+    assert sum(outcome.figures["faults"].values()) > 0, outcome.figures
+    assert any(batch is not None for batch in outcome.figures["replayed_batches"]), "no batch was replayed"
+
+
+@pytest.mark.parametrize("kwargs, words", [({"rows_per_batch": 0}, "rows_per_batch"),
+                                           ({"max_restarts": 99}, "max_restarts")])
+def test_bad_run_settings_are_refused(kwargs, words):
+    with pytest.raises(InvalidArgumentError, match=words):
+        SparkRunConfig(seed=1, **kwargs)
