@@ -178,12 +178,13 @@ def _forget_if_forked() -> None:
 
 
 def _no_store_here(uri: str, exc: NoSuchMetadataStoreError) -> LedgerError:
-    """A missing SQLite file, said so that a Spark executor on another host than the file explains itself."""
+    """A missing SQLite file, said so that a Spark executor on another host than the file explains itself (the
+    same class: there is no store at that URI here)."""
     if not uri.startswith("sqlite:"):
         return exc
     import socket
-    return InvalidConfigurationError(
-        f"metadataServiceUri {uri!r}: {exc} (on host {socket.gethostname()}, where this runs). A sqlite:/// metadata "
+    return NoSuchMetadataStoreError(
+        f"{exc} (metadataServiceUri {uri!r}, on host {socket.gethostname()}, where this runs). A sqlite:/// metadata "
         "store is a file on one host: Spark executors on other hosts (a cluster master: spark://, yarn, k8s) cannot "
         "open it. On a cluster use ZooKeeper metadata (zk://host:port[,host:port...]/chroot), reachable from the "
         "driver and every executor; see docs/cluster.md")

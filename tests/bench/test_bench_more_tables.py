@@ -95,8 +95,8 @@ def test_the_runner_knows_them_and_the_readme_has_their_tables():
 
 
 def test_the_replay_line_the_benchmark_reads_is_the_one_the_bookie_logs():
-    from bookie_server import storage
-    source = Path(storage.__file__).read_text()
+    from bookie_server import storage_replay
+    source = Path(storage_replay.__file__).read_text()
     assert "replayed %d journal records from %d files in %.3f s" in source
     line = "bookie storage /d: replayed 1954 journal records from 1 files in 0.169 s, removed 0 index files"
     assert REPLAYED.search(line).groups() == ("1954", "1", "0.169")

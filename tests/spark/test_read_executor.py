@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerClosedError, NoSuchMetadataStoreError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.spark import executor
 
@@ -135,7 +135,7 @@ def test_a_sqlite_file_missing_where_the_task_runs_says_to_use_zookeeper(tmp_pat
     and says what a cluster needs instead."""
     uri = f"sqlite:///{tmp_path}/on-the-driver-host.db"
     before = executor.cached_clients()
-    with pytest.raises(InvalidConfigurationError) as error:
+    with pytest.raises(NoSuchMetadataStoreError) as error:
         executor.ledger_client(uri)
     text = str(error.value)
     assert uri in text and "on-the-driver-host.db" in text and "on host " in text
