@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 from pyspark_ledger.errors import InvalidArgumentError, NotEnoughBookiesError
 from pyspark_ledger.metadata.bookie_location import DEFAULT_LOCATION, Location
 from pyspark_ledger.metadata.model import check_quorums
-from pyspark_ledger.protocol.placement import _candidates, _not_enough, choose_ensemble, replace_bookie
+from pyspark_ledger.protocol.placement import RandomPlacement, _candidates, _not_enough, choose_ensemble, replace_bookie
 from pyspark_ledger.protocol.schedule import check_bookie_index
 from pyspark_ledger.protocol.zone_spread import (Spread, describe_shortfall, ideal_key, spread_of,
                                                  spread_of_windows, window_positions)
@@ -213,20 +213,12 @@ def _search(fixed: list[Location | None], capacity: Counter, write_quorum: int, 
     return best[1]
 
 
-class ZoneAwarePlacement:
+class ZoneAwarePlacement(RandomPlacement):
     """The default policy: zone- and rack-aware where bookies declare zones, uniform random otherwise (P4).
 
     ``choose_ensemble`` / ``replace_bookie`` (the ``PlacementPolicy`` seam, no locations known) are the
     uniform random choice; the client calls ``place_ensemble`` / ``place_replacements`` with the
     locations of the registered bookies and the ledger's quorums."""
-
-    def choose_ensemble(self, available: Iterable[str], size: int, exclude: Iterable[str],
-                        rng: random.Random) -> tuple[str, ...]:
-        return choose_ensemble(available, size, exclude, rng)
-
-    def replace_bookie(self, ensemble: Sequence[str], index: int, available: Iterable[str],
-                       exclude: Iterable[str], rng: random.Random) -> str:
-        return replace_bookie(ensemble, index, available, exclude, rng)
 
     def place_ensemble(self, available: Iterable[str], size: int, exclude: Iterable[str], rng: random.Random,
                        **zone_args) -> Placement:

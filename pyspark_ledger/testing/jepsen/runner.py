@@ -11,7 +11,6 @@ the schedule, the faults injected and the figures (JSON-ready).
 """
 from __future__ import annotations
 
-import heapq
 import json
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pyspark_ledger.client import ClientConfig, LedgerClient
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.testing.bookies import child_env
 from pyspark_ledger.testing.faults import actions, schedule as sched
+from pyspark_ledger.testing.faults.play import play
 from pyspark_ledger.testing.faults.hosts import Host, LocalProcessHost
 from pyspark_ledger.testing.faults.local_cluster import LocalFaultCluster
 from pyspark_ledger.testing.jepsen import figures
@@ -161,34 +161,8 @@ class _Run:
 
     # --- the schedule ---------------------------------------------------------------
     def _play(self, steps) -> None:
-        begin = time.monotonic()
-        queue: list = []
-        for index, step in enumerate(steps):
-            heapq.heappush(queue, (step.at_s, 0, index, step, None))
         hooks = {"zk_expiry": self._expire_session, "writer_pause": self._pause_writer}
-        while queue:
-            at, _, index, step, record = heapq.heappop(queue)
-            delay = begin + at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            if record is None:
-                try:
-                    heal = actions.apply(step, self.hosts, self.cluster.network, hooks)
-                except (LedgerError, OSError) as exc:
-                    self.log.started(step, error=f"{type(exc).__name__}: {exc}")
-                    continue
-                record = self.log.started(step)
-                heapq.heappush(queue, (step.ends_s, 1, index, step, (record, heal)))
-            else:
-                record, heal = record
-                try:
-                    heal()
-                except (LedgerError, OSError) as exc:
-                    record.error = f"heal failed: {type(exc).__name__}: {exc}"
-                self.log.healed(record)
-        remaining = begin + self.config.duration_s - time.monotonic()
-        if remaining > 0:
-            time.sleep(remaining)
+        play(steps, lambda step: actions.apply(step, self.hosts, self.cluster.network, hooks), self.log, self.config.duration_s)
 
     def _wait_for_bookies(self) -> None:
         deadline = time.monotonic() + SETTLE_TIMEOUT_S

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pyspark_ledger.errors import InvalidArgumentError, LedgerError
 from pyspark_ledger.testing.faults import actions, schedule as sched
+from pyspark_ledger.testing.faults.play import play
 from pyspark_ledger.testing.faults.local_cluster import LocalFaultCluster
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.checker import Failure, check_exactly_once
@@ -260,31 +261,7 @@ class _SparkRun:
 
     # --- faults -----------------------------------------------------------------------------
     def _play(self, steps) -> None:
-        begin = time.monotonic()
-        events = [(step.at_s, 0, index, step) for index, step in enumerate(steps)]
-        while events:
-            events.sort(key=lambda item: item[:3])
-            at, phase, index, payload = events.pop(0)
-            delay = begin + at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            if phase == 0:
-                try:
-                    heal = actions.apply(payload, self.cluster.hosts, self.cluster.network)
-                except (LedgerError, OSError) as exc:
-                    self.log.started(payload, error=f"{type(exc).__name__}: {exc}")
-                    continue
-                events.append((payload.ends_s, 1, index, (self.log.started(payload), heal)))
-            else:
-                record, heal = payload
-                try:
-                    heal()
-                except (LedgerError, OSError) as exc:
-                    record.error = f"heal failed: {type(exc).__name__}: {exc}"
-                self.log.healed(record)
-        remaining = begin + self.config.duration_s - time.monotonic()
-        if remaining > 0:
-            time.sleep(remaining)
+        play(steps, lambda step: actions.apply(step, self.cluster.hosts, self.cluster.network), self.log, self.config.duration_s)
 
     def _wait_for_bookies(self) -> None:
         store = self.cluster.open_store()
