@@ -2,10 +2,26 @@
 metadata URIs on it or on SQLite."""
 from __future__ import annotations
 
+import os
 import re
 import uuid
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run unless LEDGER_HYPOTHESIS_EXPLORE=N asks for N fresh
+# random examples per test: CI fails on a change, never on a draw; exploring is run on purpose and a
+# failure it finds prints the example to pin with ``@example``.
+settings.register_profile("repeatable", derandomize=True, database=None)
+_EXPLORE = os.environ.get("LEDGER_HYPOTHESIS_EXPLORE", "")
+if _EXPLORE:
+    if not _EXPLORE.isdigit() or not 1 <= int(_EXPLORE) <= 100_000:
+        raise pytest.UsageError(f"LEDGER_HYPOTHESIS_EXPLORE must be a number of examples from 1 to 100000, "
+                                f"not {_EXPLORE!r}")
+    settings.register_profile("explore", max_examples=int(_EXPLORE), derandomize=False)
+    settings.load_profile("explore")
+else:
+    settings.load_profile("repeatable")
 
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
 
