@@ -1,6 +1,6 @@
 """What each entry point of ``format("ledger")`` imports, and how long it takes, in a fresh Python process.
 
-Usage: ``python bench/coldstart_imports.py [--runs 5] [--out FILE]``.
+Usage: ``python bench/coldstart_imports.py [--runs 5] [--tree DIR ...] [--out FILE]``.
 
 Spark runs a Python data source's methods in processes it starts afresh after a minute idle
 (docs/measurements.md, "The first Spark job after a minute idle"): the lookup, ``schema()``, the
@@ -11,8 +11,10 @@ written through the connector's own code: every probe is a new interpreter that 
 ``pyspark_ledger.spark.source`` (phase ``import``) and then runs one entry point (phase ``call``),
 recording the wall seconds and the modules loaded by each phase, and which heavy packages (gRPC,
 protobuf, asyncio, kazoo, cryptography, pyarrow) were loaded by the end. No Spark JVM is started.
-Reports the median of ``--runs`` fresh processes per entry point, every run beside it, and the
-load averages before and after.
+Reports the median of ``--runs`` fresh processes per entry point (wall and CPU seconds: the CPU of a
+probe swings less than its wall time on a loaded machine), every run beside it, and the load
+averages before and after. ``--tree`` (repeatable) compares checkouts in the same run: every round
+runs each entry point once per tree, in turn, on the same sandbox and stream.
 """
 from __future__ import annotations
 
@@ -42,16 +44,18 @@ import sys, time, json, base64
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource
 before = set(sys.modules)
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 import pyspark_ledger.spark.source
-t1 = time.perf_counter()
+c1, t1 = time.process_time(), time.perf_counter()
 after_import = set(sys.modules)
 blobs = [base64.b64decode(blob) for blob in sys.argv[2:]]
 STEP
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 after_call = set(sys.modules)
 heavy = {name: name in sys.modules for name in HEAVY}
-print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "import_modules": len(after_import - before),
+print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "import_cpu_s": c1 - c0, "call_cpu_s": c2 - c1,
+                  "source_file": pyspark_ledger.spark.source.__file__,
+                  "import_modules": len(after_import - before),
                   "call_modules": len(after_call - after_import), "loaded": heavy}))
 import os
 os._exit(0)
@@ -109,14 +113,11 @@ def _b64(data: bytes) -> str:
 
 def probe(step: str, blobs: list[str], env: dict) -> dict:
     code = PROBE.replace("STEP", STEPS[step]).replace("HEAVY", repr(HEAVY))
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
-        handle.write(code)
-        script = handle.name
-    try:
-        result = subprocess.run([sys.executable, script, "-", *blobs], capture_output=True, text=True,
+    with tempfile.TemporaryDirectory(prefix="coldstart-probe-") as directory:  # not /tmp on sys.path
+        script = Path(directory) / "probe.py"
+        script.write_text(code)
+        result = subprocess.run([sys.executable, str(script), "-", *blobs], capture_output=True, text=True,
                                 timeout=300, env=env)
-    finally:
-        os.unlink(script)
     if result.returncode != 0:
         raise RuntimeError(f"probe {step} failed:\n{result.stderr[-3000:]}")
     import json
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--tree", action="append", type=Path,
+                        help="a checkout whose pyspark_ledger the probes import (repeatable: the trees take turns "
+                             "in every round); default: this one")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     from tests.spark.read_helpers import SCHEMA, append_rows, start_sandbox
@@ -142,28 +146,36 @@ def main(argv: list[str] | None = None) -> int:
         for partition in (0, 1):
             append_rows(streams, stream, partition, 0, 4, 50)
         fixed, commit_pair = blobs_for(sandbox.metadata_uri, stream)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        trees = [tree.resolve() for tree in (args.tree or [ROOT])]
         steps = [step for step in args.steps.split(",") if step]
-        runs: dict[str, list[dict]] = {step: [] for step in steps}
+        runs: dict[tuple[str, str], list[dict]] = {(str(tree), step): [] for tree in trees for step in steps}
         for _ in range(args.runs):
-            for step in steps:  # interleaved: every entry point once per round
-                blobs = fixed + (commit_pair() if step == "commit" else [])
-                runs[step].append(probe(step, blobs, env))
+            for step in steps:  # interleaved: every entry point once per round, each tree in turn
+                for tree in trees:
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+                    blobs = fixed + (commit_pair() if step == "commit" else [])
+                    found = probe(step, blobs, env)
+                    if not found["source_file"].startswith(str(tree)):
+                        raise RuntimeError(f"the probe imported {found['source_file']}, not the tree {tree}")
+                    runs[(str(tree), step)].append(found)
     finally:
         executor.close_all()
         sandbox.stop()
-    result = {"benchmark": "coldstart_imports", "tree": str(ROOT), "runs_per_step": args.runs,
+    result = {"benchmark": "coldstart_imports", "trees": [str(tree) for tree in trees], "runs_per_step": args.runs,
               "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
               "steps": {}}
-    for step, items in runs.items():
-        result["steps"][step] = {
+    for (tree, step), items in runs.items():
+        result["steps"].setdefault(tree, {})[step] = {
             "import_s_median": round(statistics.median(r["import_s"] for r in items), 3),
             "call_s_median": round(statistics.median(r["call_s"] for r in items), 3),
             "total_s_median": round(statistics.median(r["import_s"] + r["call_s"] for r in items), 3),
+            "import_cpu_s_median": round(statistics.median(r["import_cpu_s"] for r in items), 3),
+            "call_cpu_s_median": round(statistics.median(r["call_cpu_s"] for r in items), 3),
             "import_modules": items[0]["import_modules"],
             "call_modules": items[0]["call_modules"],
             "loaded": [name for name, seen in items[0]["loaded"].items() if seen],
             "call_s_runs": [round(r["call_s"], 3) for r in items],
+            "call_cpu_s_runs": [round(r["call_cpu_s"], 3) for r in items],
         }
     return emit(result, args.out)
 
