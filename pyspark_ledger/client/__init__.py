@@ -10,18 +10,41 @@
 """
 from __future__ import annotations
 
-from pyspark_ledger.client.add_stream import AddResult, AddStream
-from pyspark_ledger.client.autorecovery import AutoRecovery
-from pyspark_ledger.client.bookie_rpc import BookieClient, BookieInfo, LacResult, ReadResult, parse_address
-from pyspark_ledger.client.config import ClientConfig
-from pyspark_ledger.client.entry_reads import LedgerEntry
-from pyspark_ledger.client.ledger_client import LedgerClient
-from pyspark_ledger.client.reader import LedgerReader
-from pyspark_ledger.client.rereplicate import RereplicationReport
-from pyspark_ledger.client.rpc_errors import BookieStatus, translate_rpc_error
-from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
-from pyspark_ledger.client.writer import LedgerWriter
+# Names are loaded on first use (PEP 562): ``import pyspark_ledger.client.config`` (a Spark planner
+# process, the metadata-only paths) must not import gRPC, protobuf and asyncio through this package.
+_LAZY = {
+    "AddResult": "pyspark_ledger.client.add_stream",
+    "AddStream": "pyspark_ledger.client.add_stream",
+    "AutoRecovery": "pyspark_ledger.client.autorecovery",
+    "BookieClient": "pyspark_ledger.client.bookie_rpc",
+    "BookieInfo": "pyspark_ledger.client.bookie_rpc",
+    "LacResult": "pyspark_ledger.client.bookie_rpc",
+    "ReadResult": "pyspark_ledger.client.bookie_rpc",
+    "parse_address": "pyspark_ledger.client.bookie_rpc",
+    "ClientConfig": "pyspark_ledger.client.config",
+    "LedgerEntry": "pyspark_ledger.client.entry_reads",
+    "LedgerClient": "pyspark_ledger.client.ledger_client",
+    "LedgerReader": "pyspark_ledger.client.reader",
+    "RereplicationReport": "pyspark_ledger.client.rereplicate",
+    "BookieStatus": "pyspark_ledger.client.rpc_errors",
+    "translate_rpc_error": "pyspark_ledger.client.rpc_errors",
+    "BookieTransport": "pyspark_ledger.client.transport",
+    "GrpcTransport": "pyspark_ledger.client.transport",
+    "LedgerWriter": "pyspark_ledger.client.writer",
+}
 
-__all__ = ["AddResult", "AddStream", "AutoRecovery", "BookieClient", "BookieInfo", "BookieStatus", "BookieTransport",
-           "ClientConfig", "GrpcTransport", "LacResult", "LedgerClient", "LedgerEntry", "LedgerReader",
-           "LedgerWriter", "ReadResult", "RereplicationReport", "parse_address", "translate_rpc_error"]
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pyspark_ledger.client' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -20,17 +20,19 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.quarantine import BookieQuarantine
 from pyspark_ledger.client.scheduler import Scheduler
-from pyspark_ledger.client.transport import BookieTransport
 from pyspark_ledger.errors import InternalError, LedgerClosedError, NotEnoughBookiesError
 from pyspark_ledger.metadata.bookie_location import Location
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.quarantine import exclusion_rounds
 from pyspark_ledger.protocol.schedule import Quorums
+
+if TYPE_CHECKING:  # an annotation only: the transport module imports gRPC
+    from pyspark_ledger.client.transport import BookieTransport
 
 log = logging.getLogger(__name__)
 

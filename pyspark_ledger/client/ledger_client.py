@@ -13,23 +13,26 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.ledger_secrets import LedgerSecrets
 from pyspark_ledger.client.metadata_ops import create_ledger, delete_ledger_metadata
 from pyspark_ledger.client.metadata_update import retry_policy
-from pyspark_ledger.client.reader import LedgerReader, open_reader
-from pyspark_ledger.client.rereplicate import RereplicationReport, rereplicate_ledger
-from pyspark_ledger.client.transport import BookieTransport, GrpcTransport
-from pyspark_ledger.client.writer import LedgerWriter
+from pyspark_ledger.client.lazy_transport import LazyGrpcTransport
 from pyspark_ledger.entry import check_digest_type, verify_password
 from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, LedgerClosedError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.model import LedgerMetadata, check_quorums
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.schedule import Quorums
+
+if TYPE_CHECKING:  # the modules that talk to bookies are imported when first needed (lazy_transport)
+    from pyspark_ledger.client.reader import LedgerReader
+    from pyspark_ledger.client.rereplicate import RereplicationReport
+    from pyspark_ledger.client.transport import BookieTransport
+    from pyspark_ledger.client.writer import LedgerWriter
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +62,14 @@ class LedgerClient:
                 store.close()
             raise
         if transport is None:
+            settings = dict(io_threads=config.io_threads, timeout=config.read_timeout_s,
+                            max_batch_bytes=config.max_batch_bytes, tls=config.tls)
             try:
-                transport = GrpcTransport(store, io_threads=config.io_threads, timeout=config.read_timeout_s,
-                                          max_batch_bytes=config.max_batch_bytes, tls=config.tls)
+                if config.tls is not None and config.tls.enabled:
+                    from pyspark_ledger.client.transport import GrpcTransport
+                    transport = GrpcTransport(store, **settings)
+                else:  # made on first use: metadata-only work (Spark planning, commits) never imports gRPC
+                    transport = LazyGrpcTransport(store, **settings)
             except BaseException:  # e.g. a TLS file that cannot be used
                 if self._owns_store:
                     store.close()
@@ -96,6 +104,7 @@ class LedgerClient:
                                              quorums=Quorums(ensemble_size, write_quorum, ack_quorum))
         created = create_ledger(self._ctx.store, ensemble, write_quorum, ack_quorum, digest, password, custom,
                                 retry_policy(self.config), seal=self._secrets.seal)
+        from pyspark_ledger.client.writer import LedgerWriter
         writer = LedgerWriter(self._ctx, created, password, on_close=self._forget)
         with self._lock:
             self._writers.add(writer)
@@ -113,6 +122,7 @@ class LedgerClient:
         password = _password(password)
         stored = self._ctx.store.read_ledger(_ledger_id(ledger_id))
         verify_password(password, stored.value.password_check)
+        from pyspark_ledger.client.reader import open_reader
         return open_reader(self._ctx, stored, password, recovery)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
@@ -137,6 +147,7 @@ class LedgerClient:
         self._check_open()
         ledger_id = _ledger_id(ledger_id)
         secret = self.repair_password(ledger_id, password, passwords)
+        from pyspark_ledger.client.rereplicate import rereplicate_ledger
         return rereplicate_ledger(self._ctx, ledger_id, secret, lost_bookies, on_progress)
 
     def recover_ledger(self, ledger_id: int, password: bytes | None = None, *,
@@ -147,6 +158,7 @@ class LedgerClient:
         ledger_id = _ledger_id(ledger_id)
         secret = self.repair_password(ledger_id, password, passwords)
         stored = self._ctx.store.read_ledger(ledger_id)
+        from pyspark_ledger.client.reader import open_reader
         open_reader(self._ctx, stored, secret, True).close()
         return self._ctx.store.read_ledger(ledger_id).value
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import hmac
 import threading
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pyspark_ledger.entry import check_salt, password_check, verify_password
 from pyspark_ledger.errors import RepairKeyError, UnauthorizedError
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import MetadataStore
-from pyspark_ledger.security.repair_key import RepairKey, RepairPublicKey, load_private_key, sealed_key_id
-from pyspark_ledger.security.repair_store import read_repair_public_key
+
+if TYPE_CHECKING:  # repair_key imports cryptography: loaded only when a key is read or a secret opened
+    from pyspark_ledger.security.repair_key import RepairKey, RepairPublicKey
 
 _UNREAD = object()
 
@@ -32,7 +33,10 @@ class LedgerSecrets:
 
     def __init__(self, store: MetadataStore, repair_key_file: str | None) -> None:
         self._store = store
-        self.repair_key: RepairKey | None = None if repair_key_file is None else load_private_key(repair_key_file)
+        self.repair_key: RepairKey | None = None
+        if repair_key_file is not None:
+            from pyspark_ledger.security.repair_key import load_private_key
+            self.repair_key = load_private_key(repair_key_file)
         self._public = _UNREAD
         self._lock = threading.Lock()
 
@@ -40,6 +44,7 @@ class LedgerSecrets:
         """The cluster's repair public key (read once per client), or None if the cluster has none."""
         with self._lock:
             if self._public is _UNREAD:
+                from pyspark_ledger.security.repair_store import read_repair_public_key
                 self._public = read_repair_public_key(self._store)
             return self._public
 
@@ -81,6 +86,7 @@ class LedgerSecrets:
         if not metadata.repair_secret:
             return None, "it has no sealed secret (created before the cluster had a repair key): its password is needed"
         if self.repair_key is None:
+            from pyspark_ledger.security.repair_key import sealed_key_id
             try:
                 needed = sealed_key_id(metadata.repair_secret)
             except RepairKeyError:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from pyspark_ledger.client.ledger_client import LedgerClient
 from pyspark_ledger.metadata.store import MetadataStore
+
+if TYPE_CHECKING:  # an annotation only: the metadata-only paths (planning, commits) need no gRPC client
+    from pyspark_ledger.client.ledger_client import LedgerClient
 
 DEFAULT_PASSWORD_NAME = "StreamClient's parameter password"
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from pyspark_ledger.client.ledger_client import LedgerClient
-from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import LedgerError, NoSuchLedgerError, UnauthorizedError
 from pyspark_ledger.log.log_metadata import Replication
 from pyspark_ledger.metadata.model import LedgerMetadata
+
+if TYPE_CHECKING:  # annotations only: reading metadata must not import the gRPC client
+    from pyspark_ledger.client.ledger_client import LedgerClient
+    from pyspark_ledger.client.writer import LedgerWriter
 
 log = logging.getLogger(__name__)
 STREAM_TAG = "stream"

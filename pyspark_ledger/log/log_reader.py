@@ -26,9 +26,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from pyspark_ledger.client.reader import LedgerReader
 from pyspark_ledger.errors import (DataLossError, InvalidArgumentError, InvalidConfigurationError, NoSuchEntryError,
                                    NoSuchLedgerError)
 from pyspark_ledger.log.context import LogContext
@@ -39,6 +38,9 @@ from pyspark_ledger.log.log_views import is_lost, partition_log
 from pyspark_ledger.log.positions import EARLIEST, LogPosition, parse_position
 from pyspark_ledger.log.stream_password import verify_password
 from pyspark_ledger.log.stream_store import read_stream
+
+if TYPE_CHECKING:  # annotations only: reading metadata must not import the gRPC client
+    from pyspark_ledger.client.reader import LedgerReader
 
 log = logging.getLogger(__name__)
 DEFAULT_POLL_INTERVAL_S = 0.1

@@ -32,10 +32,9 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pyspark_ledger.client.closing import close_leaving_block
-from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import (InvalidConfigurationError, LedgerClosedError, LedgerError, LedgerFencedError,
                                    MetadataError, MetadataVersionConflictError)
 from pyspark_ledger.log.context import LogContext
@@ -48,6 +47,9 @@ from pyspark_ledger.log.stream_password import check_record, verify_password
 from pyspark_ledger.log.stream_store import read_stream, update_stream
 from pyspark_ledger.log.writable_bookies import check_bookies_for_write, check_stream_replication
 from pyspark_ledger.metadata.update_loop import RetryPolicy
+
+if TYPE_CHECKING:  # annotations only: reading metadata must not import the gRPC client
+    from pyspark_ledger.client.writer import LedgerWriter
 
 log = logging.getLogger(__name__)
 #: opening starts again when another writer added a ledger first (docs/protocol.md G1)

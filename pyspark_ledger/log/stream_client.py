@@ -22,11 +22,9 @@ decision is made here: each method delegates to the module that owns it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from pyspark_ledger.client.config import ClientConfig
-from pyspark_ledger.client.ledger_client import LedgerClient
-from pyspark_ledger.client.writer import LedgerWriter
 from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError
 from pyspark_ledger.log import commits, log_views, orphans, retention, stream_password, stream_repair, streams
 from pyspark_ledger.log.context import DEFAULT_PASSWORD_NAME, LogContext
@@ -39,6 +37,10 @@ from pyspark_ledger.log.log_writer import LogWriter, RollPolicy, open_log_writer
 from pyspark_ledger.log.positions import EARLIEST
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.metadata.store import MetadataStore
+
+if TYPE_CHECKING:  # the client is imported when one is made: a given one may never need gRPC
+    from pyspark_ledger.client.ledger_client import LedgerClient
+    from pyspark_ledger.client.writer import LedgerWriter
 
 
 class StreamClient:
@@ -62,6 +64,7 @@ class StreamClient:
                                             f"'zk://host:port/chroot') or a MetadataStore, got {metadata!r}")
         self._owns_client = client is None
         if client is None:
+            from pyspark_ledger.client.ledger_client import LedgerClient
             client = LedgerClient(store, config, transport=transport)
         clock = {} if now_ms is None else {"now_ms": now_ms}
         self._ctx = LogContext(store, client, bytes(password), password_name=password_name, **clock)
