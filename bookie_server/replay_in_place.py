@@ -29,6 +29,7 @@ stops looking.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -38,9 +39,8 @@ import crc32c
 from bookie_server.entry_log import HEADER_SIZE, LOG_SUFFIX, MAGIC, EntryLocation
 from bookie_server.files import numbered_files
 
-LOOKAHEAD = 64
-GIVE_UP_AFTER = 256
-WINDOW_BYTES = 8 * 1024 * 1024
+LOOKAHEAD = 1024
+GIVE_UP_AFTER = 64
 _HEADER = struct.Struct(">4sIQqI")  # magic, crc32c, ledger id, entry id, body length
 _FIXED_AT = 8
 
@@ -54,10 +54,7 @@ class InPlaceMatcher:
                                                  numbered_files(directory, LOG_SUFFIX) if log_id >= start[0]]
         self._index = 0  # the cursor: a position in self._logs[self._index]
         self._offset = start[1] if self._logs and self._logs[0][0] == start[0] else 0
-        self._files: dict[int, tuple[int, int]] = {}  # index in self._logs -> (fd, size); fd -1: unreadable
-        self._buffer = bytearray(WINDOW_BYTES)
-        self._view = memoryview(self._buffer)
-        self._window_at = (-1, 0, 0)  # the window holds bytes [base, base + filled) of the log at this index
+        self._maps: dict[int, tuple[mmap.mmap | None, memoryview | None, int]] = {}  # index -> (map, view, size)
         self._misses = 0
         self._active = bool(self._logs)
         self.adopted: set[int] = set()
@@ -67,91 +64,57 @@ class InPlaceMatcher:
         """The location of an intact entry-log record holding exactly ``body`` for this entry, or None."""
         if not self._active:
             return None
-        length = len(body)
-        saved = (self._index, self._offset)
+        length, index, offset = len(body), self._index, self._offset
+        _, view, size = self._map(index)
+        unpack, crc, last = _HEADER.unpack_from, crc32c.crc32c, len(self._logs) - 1
         for _ in range(LOOKAHEAD):
-            header = self._header()
-            if header is None:
-                break
-            magic, stored, found_ledger, found_entry, found_length = header
+            if offset + HEADER_SIZE > size:
+                if offset < size or index >= last:
+                    break  # a cut header, or the end of the newest log
+                index, offset = index + 1, 0
+                _, view, size = self._map(index)
+                continue
+            magic, stored, found_ledger, found_entry, found_length = unpack(view, offset)
+            end = offset + HEADER_SIZE + found_length
             if magic != MAGIC:
                 break
             if found_ledger == ledger_id and found_entry == entry_id and found_length == length:
-                location = self._verify(stored, body, length)
-                if location is not None:
-                    self._misses = 0
-                    self.matched += 1
-                    return location
+                if end <= size:
+                    fixed = crc(view[offset + _FIXED_AT:offset + HEADER_SIZE])
+                    if crc(body, fixed) == stored and crc(view[offset + HEADER_SIZE:end], fixed) == stored:
+                        log_id = self._logs[index][0]
+                        self._index, self._offset, self._misses = index, end, 0
+                        self.matched += 1
+                        self.adopted.add(log_id)
+                        return EntryLocation(log_id, offset, length)
                 break
-            self._offset += HEADER_SIZE + found_length
-        self._index, self._offset = saved
-        self._misses += 1
+            offset = end
+        self._misses += 1  # the cursor stays: the next record may be right there
         if self._misses >= GIVE_UP_AFTER:
             self._active = False
         return None
 
     def close(self) -> None:
-        for fd, _ in self._files.values():
-            if fd >= 0:
-                os.close(fd)
-        self._files = {}
         self._active = False
-        self._view.release()
+        for mapped, view, _ in self._maps.values():
+            if view is not None:
+                view.release()
+            if mapped is not None:
+                mapped.close()
+        self._maps = {}
 
-    def _verify(self, stored: int, body, length: int) -> EntryLocation | None:
-        offset = self._offset
-        record = self._window(offset, HEADER_SIZE + length)
-        if record is None:
-            return None
-        fixed = crc32c.crc32c(record[_FIXED_AT:HEADER_SIZE])
-        if crc32c.crc32c(body, fixed) != stored or crc32c.crc32c(record[HEADER_SIZE:], fixed) != stored:
-            return None
-        log_id = self._logs[self._index][0]
-        self._offset = offset + HEADER_SIZE + length
-        self.adopted.add(log_id)
-        return EntryLocation(log_id, offset, length)
-
-    def _header(self) -> tuple | None:
-        """The record header under the cursor (moving to the next log at a log's end), None past the last log."""
-        while self._offset + HEADER_SIZE > self._file()[1]:
-            if self._offset < self._file()[1] or self._index + 1 >= len(self._logs):
-                return None  # a cut header, or the end of the newest log
-            self._index += 1
-            self._offset = 0
-        window = self._window(self._offset, HEADER_SIZE)
-        return None if window is None else _HEADER.unpack_from(window)
-
-    def _window(self, offset: int, length: int) -> memoryview | None:
-        """``length`` bytes of the cursor's log at ``offset`` (read into the window when they are not in it)."""
-        fd, size = self._file()
-        if offset + length > size:
-            return None
-        index, base, filled = self._window_at
-        if index != self._index or offset < base or offset + length > base + filled:
-            if length > len(self._buffer):
-                self._view.release()
-                self._buffer = bytearray(length)
-                self._view = memoryview(self._buffer)
-            want, filled = min(len(self._buffer), size - offset), 0
-            while filled < want:
-                count = os.preadv(fd, [self._view[filled:want]], offset + filled)
-                if count <= 0:
-                    break
-                filled += count
-            self._window_at = (self._index, offset, filled)
-            base = offset
-            if length > filled:
-                return None
-        return self._view[offset - base:offset - base + length]
-
-    def _file(self) -> tuple[int, int]:
-        """(fd, size) of the cursor's log, opened on first use; (-1, 0) if it cannot be read."""
-        found = self._files.get(self._index)
+    def _map(self, index: int) -> tuple[mmap.mmap | None, memoryview | None, int]:
+        """The log at ``index`` mapped (read only), with a view and its size; (None, None, 0) if it cannot be."""
+        found = self._maps.get(index)
         if found is None:
+            found = (None, None, 0)
             try:
-                fd = os.open(self._logs[self._index][1], os.O_RDONLY)
-                found = (fd, os.fstat(fd).st_size)
-            except OSError:
-                found = (-1, 0)
-            self._files[self._index] = found
+                with open(self._logs[index][1], "rb") as file:
+                    size = os.fstat(file.fileno()).st_size
+                    if size:
+                        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
+                        found = (mapped, memoryview(mapped), size)
+            except (OSError, ValueError):
+                pass
+            self._maps[index] = found
         return found

@@ -28,6 +28,7 @@ ledger state snapshot is missing (the ledgers' state is lost, not deleted).
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -40,6 +41,7 @@ from bookie_server.replay_hint import read_hint
 from bookie_server.replay_in_place import InPlaceMatcher
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_requests import StoredEntry
+from pyspark_ledger.entry import HEADER_SIZE as ENTRY_HEADER_SIZE
 from pyspark_ledger.entry import peek_header
 from pyspark_ledger.errors import (CorruptEntryError, CorruptStorageError, InternalError, JournalCorruptError,
                                    StorageError)
@@ -47,6 +49,9 @@ from pyspark_ledger.errors import (CorruptEntryError, CorruptStorageError, Inter
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 1024
+_PREFIX_LAC = struct.Struct(">4s16xq")  # an entry's magic, version and digest type; its LAC
+_FAST_MIN_BODY = ENTRY_HEADER_SIZE + 32  # the largest digest (HMAC-SHA256), as in storage_requests
+_GOOD_PREFIXES: set[bytes] = set()
 BATCH_BYTES = 16 * 1024 * 1024
 
 Store = Callable[[list[StoredEntry]], object]
@@ -161,11 +166,20 @@ class ReplayApplier:
             return False
 
 
-def _last_add_confirmed(body: bytes) -> int:
+def _last_add_confirmed(body) -> int:
+    """The LAC in an entry's header (``peek_header``'s, read at once from a long body whose first 4 bytes were
+    already accepted by it), -1 if the header is malformed (validated when added; readers verify the bytes)."""
+    if len(body) >= _FAST_MIN_BODY:
+        prefix, lac = _PREFIX_LAC.unpack_from(body)
+        if prefix in _GOOD_PREFIXES:
+            return lac
     try:
-        return peek_header(body).last_add_confirmed
-    except CorruptEntryError:  # validated when added; keep the bytes, readers verify them
+        lac = peek_header(body).last_add_confirmed
+    except CorruptEntryError:
         return -1
+    if len(body) >= _FAST_MIN_BODY:
+        _GOOD_PREFIXES.add(prefix)  # magic, version and digest type: peek_header accepts any such long body
+    return lac
 
 
 def known_ledger(states: LedgerStates, ledger_id: int, missing_snapshot: Path | None) -> bool:
