@@ -215,9 +215,9 @@ def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log,
         matcher.close()
     entry_log.adopt(matcher.adopted)  # fsync'd by the next checkpoint, before the mark passes their records
     orphans = index.remove_orphan_files(lambda ledger_id: known_ledger(states, ledger_id, missing_snapshot))
-    log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s (%d bodies found in the entry "
-             "logs), removed %d index files of deleted ledgers", config.data_dir, result.records, result.files,
-             time.monotonic() - started, matcher.matched, orphans)
+    log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s "
+             "(%d bodies found in the entry logs), removed %d index files of deleted ledgers",
+             config.data_dir, result.records, result.files, time.monotonic() - started, matcher.matched, orphans)
     return result, result.skipped_regions + applier.lost_entries
 
 
