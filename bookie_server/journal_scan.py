@@ -34,8 +34,8 @@ OnRecord = Callable[[JournalRecord], None]
 def scan_records(fd: int, start: int, size: int, on_add: OnAdd | None, on_record: OnRecord,
                  chunk_bytes: int = CHUNK_BYTES) -> tuple[int, int]:
     """Decode the records of ``fd`` from ``start`` up to ``size``: ADD records go to ``on_add(ledger id, entry id,
-    body)`` (to ``on_record`` as well if ``on_add`` is None), other data records (not framing) to ``on_record``. Returns (offset of the first record that does
-    not parse, or ``size``; data records applied)."""
+    body)`` (to ``on_record`` if ``on_add`` is None), other data records (not framing) to ``on_record``. Returns
+    (the offset of the first record that does not parse, or ``size``; how many data records were applied)."""
     buffer = bytearray(max(chunk_bytes, HEADER_SIZE))
     view = memoryview(buffer)
     base, filled, pos, applied = start, 0, 0, 0  # the buffer holds the file's bytes [base, base + filled)

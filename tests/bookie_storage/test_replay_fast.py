@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bookie_server.entry_log import HEADER_SIZE as LOG_HEADER, EntryLogger
-from bookie_server.journal import JournalMark, journal_path
+from bookie_server.journal import JournalMark
 from bookie_server.journal_format import (ADD, JournalRecord, encode_add, encode_commit, encode_file_header,
                                           encode_ledger_key, parse_record)
 from bookie_server.journal_scan import scan_records
