@@ -59,17 +59,18 @@ class InPlaceMatcher:
         self._active = bool(self._logs)
         self.adopted: set[int] = set()
         self.matched = 0
+        _, self._view, self._size = self._map(0) if self._logs else (None, None, 0)  # the cursor's log
 
     def match(self, ledger_id: int, entry_id: int, body) -> EntryLocation | None:
         """The location of an intact entry-log record holding exactly ``body`` for this entry, or None."""
         if not self._active:
             return None
         length, index, offset = len(body), self._index, self._offset
-        _, view, size = self._map(index)
-        unpack, crc, last = _HEADER.unpack_from, crc32c.crc32c, len(self._logs) - 1
+        view, size = self._view, self._size
+        unpack, crc = _HEADER.unpack_from, crc32c.crc32c
         for _ in range(LOOKAHEAD):
             if offset + HEADER_SIZE > size:
-                if offset < size or index >= last:
+                if offset < size or index + 1 >= len(self._logs):
                     break  # a cut header, or the end of the newest log
                 index, offset = index + 1, 0
                 _, view, size = self._map(index)
@@ -82,17 +83,22 @@ class InPlaceMatcher:
                 if end <= size:
                     fixed = crc(view[offset + _FIXED_AT:offset + HEADER_SIZE])
                     if crc(body, fixed) == stored and crc(view[offset + HEADER_SIZE:end], fixed) == stored:
-                        log_id = self._logs[index][0]
-                        self._index, self._offset, self._misses = index, end, 0
-                        self.matched += 1
-                        self.adopted.add(log_id)
-                        return EntryLocation(log_id, offset, length)
+                        return self._found(index, offset, end, view, size)
                 break
             offset = end
         self._misses += 1  # the cursor stays: the next record may be right there
         if self._misses >= GIVE_UP_AFTER:
             self._active = False
         return None
+
+    def _found(self, index: int, offset: int, end: int, view, size: int) -> EntryLocation:
+        log_id = self._logs[index][0]
+        if index != self._index:
+            self._index, self._view, self._size = index, view, size
+        self._offset, self._misses = end, 0
+        self.matched += 1
+        self.adopted.add(log_id)
+        return EntryLocation(log_id, offset, end - offset - HEADER_SIZE)
 
     def close(self) -> None:
         self._active = False
