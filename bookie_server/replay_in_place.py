@@ -106,8 +106,12 @@ class InPlaceMatcher:
             if view is not None:
                 view.release()
             if mapped is not None:
-                mapped.close()
+                try:
+                    mapped.close()
+                except BufferError:  # a view of it still lives (an exception's frame): unmapped when it goes
+                    pass
         self._maps = {}
+        self._view = None
 
     def _map(self, index: int) -> tuple[mmap.mmap | None, memoryview | None, int]:
         """The log at ``index`` mapped (read only), with a view and its size; (None, None, 0) if it cannot be."""
