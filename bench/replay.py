@@ -1,6 +1,6 @@
 """Benchmark journal replay on a bookie restart beside a plain sequential read of the same journal files.
 
-Usage: ``python bench/replay.py [--mb 256] [--repeats 3] [--quick] [--out FILE]``.
+Usage: ``python bench/replay.py [--mb 256] [--repeats 3] [--quick] [--cold-entry-logs] [--out FILE]``.
 
 Starts one real bookie process with background checkpoints off (``--checkpoint-interval 0``), so its
 journal keeps everything written since it started, and writes ``--mb`` MB through ``LedgerClient``
@@ -16,6 +16,11 @@ with SIGKILL (no final checkpoint). Each repetition then:
    journal records from F files in S s"), and start-to-ready is the time from spawning the process to its
    ready line (Python start-up and imports included); it is killed again afterwards, so the next
    repetition replays the same journal.
+
+Replay finds the journal's bodies already in the entry logs (``bookie_server/replay_in_place``; the count is
+logged and reported as ``bodies_found_in_place``) and reads them there to check them: from the page cache after
+a process crash, as here. ``--cold-entry-logs`` drops the entry logs from the page cache too before each restart
+(as after a reboot, where they come from the disk).
 
 Replay MB/s is the journal's bytes over the logged replay time. Goal of issue 16: replay >= 0.5 x the
 plain read. ``--quick``: 32 MB, once.
@@ -44,6 +49,7 @@ ENTRY = 16 * 1024
 MiB = 1024 * 1024
 GOAL_RATIO = 0.5
 REPLAYED = re.compile(r"replayed (\d+) journal records from (\d+) files in ([0-9.]+) s")
+IN_PLACE = re.compile(r"\((\d+) bodies found in the entry logs\)")
 
 
 def write_through(bookie: BookieProcess, megabytes: int) -> int:
@@ -106,35 +112,40 @@ def direct_read(paths: list[Path]) -> dict:
     return {"bytes": total, "seconds": round(seconds, 3), "mb_per_s": round(total / seconds / 1e6, 1)}
 
 
-def replayed_since(log: Path, offset: int) -> tuple[int, int, float]:
+def replayed_since(log: Path, offset: int) -> tuple[int, int, float, int | None]:
     with open(log, "rb") as handle:
         handle.seek(offset)
         text = handle.read().decode(errors="replace")
-    found = REPLAYED.findall(text)
-    if not found:
+    lines = [line for line in text.splitlines() if REPLAYED.search(line)]
+    if not lines:
         raise RuntimeError(f"the bookie logged no replay line in {log} (is --log-level above INFO?)")
-    records, files, seconds = found[-1]
-    return int(records), int(files), float(seconds)
+    records, files, seconds = REPLAYED.search(lines[-1]).groups()
+    in_place = IN_PLACE.search(lines[-1])
+    return int(records), int(files), float(seconds), int(in_place.group(1)) if in_place else None
 
 
-def restart_and_replay(bookie: BookieProcess, paths: list[Path]) -> dict:
+def restart_and_replay(bookie: BookieProcess, paths: list[Path], cold_entry_logs: bool) -> dict:
     journal_bytes = sum(path.stat().st_size for path in paths)
     drop_from_cache(paths)
+    if cold_entry_logs:
+        drop_from_cache(sorted((bookie.data_dir / "entry_logs").glob("*.log")))
     log = bookie.data_dir / STDERR_LOG
     offset = log.stat().st_size if log.exists() else 0
     started = time.perf_counter()
     bookie.start()
     ready = time.perf_counter() - started
     bookie.kill()  # the next repetition replays the same journal (no checkpoint)
-    records, files, seconds = replayed_since(log, offset)
+    records, files, seconds, in_place = replayed_since(log, offset)
     return {"journal_bytes": journal_bytes, "records": records, "files": files, "replay_seconds": seconds,
             "replay_mb_per_s": round(journal_bytes / seconds / 1e6, 1) if seconds else None,
-            "start_to_ready_seconds": round(ready, 3)}
+            "bodies_found_in_place": in_place, "start_to_ready_seconds": round(ready, 3),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-def run(megabytes: int, repeats: int) -> dict:
+def run(megabytes: int, repeats: int, cold_entry_logs: bool = False) -> dict:
     result = {"benchmark": "replay", "cpus": os.cpu_count(), "python": platform.python_version(),
               "written_mb": megabytes, "entry_bytes": ENTRY, "goal_ratio": GOAL_RATIO,
+              "cold_entry_logs": cold_entry_logs,
               "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "runs": []}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         uri = f"sqlite:///{tmp}/metadata.db?lease_seconds=5"
@@ -146,7 +157,7 @@ def run(megabytes: int, repeats: int) -> dict:
                 plain = plain_read(paths)
                 direct = direct_read(paths)
                 warm = plain_read(paths, drop=False)
-                replay = restart_and_replay(bookie, paths)
+                replay = restart_and_replay(bookie, paths, cold_entry_logs)
                 replay["plain_read_mb_per_s"] = plain["mb_per_s"]
                 replay["direct_read_mb_per_s"] = direct.get("mb_per_s")
                 if "error" in direct:
@@ -168,13 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=int, default=None, help="MB written through the bookie (default 256)")
     parser.add_argument("--repeats", type=int, default=None, help="restarts measured (default 3)")
     parser.add_argument("--quick", action="store_true", help="32 MB, once")
+    parser.add_argument("--cold-entry-logs", action="store_true",
+                        help="drop the entry logs from the page cache too before each restart")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     megabytes = args.mb or (32 if args.quick else 256)
     repeats = args.repeats or (1 if args.quick else 3)
     if megabytes < 1 or repeats < 1:
         parser.error(f"--mb and --repeats must be at least 1 (got {megabytes}, {repeats})")
-    return emit(run(megabytes, repeats), args.out)
+    return emit(run(megabytes, repeats, args.cold_entry_logs), args.out)
 
 
 if __name__ == "__main__":

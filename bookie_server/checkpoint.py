@@ -22,6 +22,9 @@ A checkpoint
   5. unlinks the index files of ledgers garbage collected before step 1
      (deleted at a journal sequence the mark covers: see ``storage_gc``);
   6. deletes journal files wholly before the mark.
+With the mark persisted, it writes the replay hint (``replay_hint``): the end
+of the entry-log bodies of the last add group known durable before the mark
+was taken, where replay starts looking for bodies already in the entry logs.
 Adds keep running meanwhile: whatever they change after step 1 is replayed
 from the journal after a crash, and replay is idempotent.
 
@@ -46,7 +49,7 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import crc32c
 
@@ -56,6 +59,7 @@ from bookie_server.index import PAGE_BYTES, LedgerIndex, PageKey
 from bookie_server.journal import Journal, JournalMark
 from bookie_server.journal_replay import NO_MARK
 from bookie_server.ledger_state import LedgerStates
+from bookie_server.replay_hint import write_hint
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
 log = logging.getLogger(__name__)
@@ -106,8 +110,11 @@ class Checkpointer:
 
     def __init__(self, *, mark_path: Path, snapshot_path: Path, journal: Journal, entry_logger: EntryLogger,
                  index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float,
-                 initial_mark: JournalMark | None = None, chunk_bytes: int | None = None) -> None:
+                 initial_mark: JournalMark | None = None, chunk_bytes: int | None = None,
+                 hint_position: Callable[[], tuple[int, int] | None] | None = None) -> None:
+        """``hint_position()``: the entry-log position for the replay hint, read before each mark is taken."""
         self._mark_path = mark_path
+        self._hint_position = hint_position
         self._snapshot_path = snapshot_path
         self._journal = journal
         self._entry_logger = entry_logger
@@ -169,6 +176,7 @@ class Checkpointer:
                 raise self._failure from exc
 
     def _checkpoint(self) -> None:
+        hint = self._hint_position() if self._hint_position is not None else None  # before the mark: at or before it
         mark, durable = self._journal.durable_position()
         crash_point("checkpoint_after_mark_taken")
         with self._lock:
@@ -198,6 +206,8 @@ class Checkpointer:
         persisted = min([mark, *self._pins.values()])
         crash_point("checkpoint_before_mark_persist")
         write_mark(self._mark_path, persisted)
+        if persisted == mark:
+            write_hint(self._mark_path.parent, mark, hint)
         self._last_mark, self._persisted = mark, persisted
         if removed and persisted == mark:  # (held back, replay could still need the ledger's file)
             crash_point("checkpoint_before_index_unlink")

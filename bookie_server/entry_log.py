@@ -185,6 +185,16 @@ class EntryLogger:
         fsync_dir(self._dir)
         return size
 
+    def adopt(self, log_ids: Iterable[int]) -> None:
+        """Count logs written before this process started (so never fsync'd by it) as written since the last sync:
+        journal replay indexed entries in them, which the next ``sync`` must make durable (``replay_in_place``).
+        Raises OSError if a log cannot be opened."""
+        for log_id in sorted(log_ids):
+            self._read_fd(log_id)  # opens it: ``sync`` fsyncs the logs it has a descriptor of
+            self._release_fd(log_id)
+            with self._lock:
+                self._unsynced.add(log_id)
+
     def sync(self) -> None:
         """fsync every log written since the last sync (and the directory if a log was created), then let
         the kernel drop the cached pages of what is durable, but for the last ``cache_window`` bytes."""

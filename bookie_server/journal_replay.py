@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Callable
 
 from bookie_server.journal import JournalMark, journal_files, journal_path
-from bookie_server.journal_format import (COMMIT, FRAMING_KINDS, VERSION, JournalRecord, file_version,
-                                          find_next_record, parse_record)
+from bookie_server.journal_format import (COMMIT, FILE_HEADER, FRAMING_KINDS, VERSION, JournalRecord, file_version,
+                                          HEADER_SIZE, find_next_record, parse_record)
+from bookie_server.journal_scan import OnAdd, scan_records
 from pyspark_ledger.errors import JournalCorruptError, StorageError
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,9 @@ class ReplayResult:
 
 
 def replay_journal(directory: Path, mark: JournalMark, skip_corruption: bool,
-                   apply: Callable[[JournalRecord], None]) -> ReplayResult:
-    """Feed every record from ``mark`` on to ``apply``; return counts and the id for a new file."""
+                   apply: Callable[[JournalRecord], None], apply_add: OnAdd | None = None) -> ReplayResult:
+    """Feed every record from ``mark`` on to ``apply`` (ADD records to ``apply_add(ledger id, entry id, body)`` if
+    given, the body a view valid only during the call); return counts and the id for a new file."""
     files = journal_files(directory)
     result = ReplayResult(next_file_id=max([mark.file_id] + [file_id for file_id, _ in files]) + 1)
     if mark != NO_MARK and mark.file_id not in {file_id for file_id, _ in files}:
@@ -65,7 +67,7 @@ def replay_journal(directory: Path, mark: JournalMark, skip_corruption: bool,
     todo = [(file_id, path) for file_id, path in files if file_id >= mark.file_id]
     for position, (file_id, path) in enumerate(todo):
         start = mark.offset if file_id == mark.file_id else 0
-        _replay_file(path, start, position == len(todo) - 1, skip_corruption, apply, result)
+        _replay_file(path, start, position == len(todo) - 1, skip_corruption, apply, apply_add, result)
         result.files += 1
     return result
 
@@ -81,44 +83,71 @@ def damage_verdict(version: int, newest: bool, valid_after: bool, commit_after: 
     return DAMAGE if valid_after else TORN
 
 
-def _replay_file(path: Path, start: int, newest: bool, skip_corruption: bool,
-                 apply: Callable[[JournalRecord], None], result: ReplayResult) -> None:
-    size = path.stat().st_size
-    if start > size:
-        _corrupt(result, skip_corruption, f"journal file {path} has {size} bytes but the checkpoint mark "
-                 f"says {start} were durable")
-        return
-    if start == size:
-        return
-    torn_at = None
-    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        version = file_version(buf, size)
-        if version > VERSION:
-            raise StorageError(f"journal file {path} has format version {version}; this bookie reads versions "
-                               f"up to {VERSION}: start it with the newer bookie version that wrote it")
-        offset = start
-        while offset < size:
-            record = parse_record(buf, offset, size)
-            if isinstance(record, JournalRecord):
-                if record.kind not in FRAMING_KINDS:
-                    apply(record)
-                    result.records += 1
-                offset = record.end
-                continue
-            resume = find_next_record(buf, offset + 1, size)
-            commit = find_next_record(buf, offset + 1, size, COMMIT) if version >= 2 and resume is not None \
-                else None
-            if damage_verdict(version, newest, resume is not None, commit is not None) == TORN:
-                torn_at = offset
-                break
-            _corrupt(result, skip_corruption, f"journal file {path} is corrupt at offset {offset} ({record}) and "
-                     f"{_why_acknowledged(buf, size, newest, resume, commit)}")
-            if resume is None:
-                break
-            offset = resume
+def _replay_file(path: Path, start: int, newest: bool, skip_corruption: bool, apply: Callable[[JournalRecord], None],
+                 apply_add: OnAdd | None, result: ReplayResult) -> None:
+    """The records of one file: read in large chunks up to the first record that does not parse (``scan_records``),
+    then, only if there is one, the file is mapped and judged from there the record-by-record way."""
+    with open(path, "rb", buffering=0) as file:
+        size = os.fstat(file.fileno()).st_size
+        if start > size:
+            _corrupt(result, skip_corruption, f"journal file {path} has {size} bytes but the checkpoint mark "
+                     f"says {start} were durable")
+            return
+        if start == size:
+            return
+        version = _quick_version(file.fileno(), size)
+        if version is not None:
+            _check_version(path, version)
+            bad, applied = scan_records(file.fileno(), start, size, apply_add, apply)
+            result.records += applied
+            if bad == size:
+                return
+            start = bad
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            torn_at = _replay_mapped(path, buf, start, size, newest, skip_corruption, apply, result)
     if torn_at is not None:
         _truncate(path, torn_at, size)
         result.truncated_bytes += size - torn_at
+
+
+def _quick_version(fd: int, size: int) -> int | None:
+    """The version a FILE_HEADER at the file's start names, or None if none is there (``file_version`` decides)."""
+    head = os.pread(fd, HEADER_SIZE + 2, 0)
+    record = parse_record(head, 0, len(head))
+    return record.entry_id if isinstance(record, JournalRecord) and record.kind == FILE_HEADER else None
+
+
+def _check_version(path: Path, version: int) -> None:
+    if version > VERSION:
+        raise StorageError(f"journal file {path} has format version {version}; this bookie reads versions "
+                           f"up to {VERSION}: start it with the newer bookie version that wrote it")
+
+
+def _replay_mapped(path: Path, buf, offset: int, size: int, newest: bool, skip_corruption: bool,
+                   apply: Callable[[JournalRecord], None], result: ReplayResult) -> int | None:
+    """Record by record from ``offset``, judging every bad record (see the module docstring); the offset of a
+    torn tail to truncate, or None."""
+    version = file_version(buf, size)
+    _check_version(path, version)
+    while offset < size:
+        record = parse_record(buf, offset, size)
+        if isinstance(record, JournalRecord):
+            if record.kind not in FRAMING_KINDS:
+                apply(record)
+                result.records += 1
+            offset = record.end
+            continue
+        resume = find_next_record(buf, offset + 1, size)
+        commit = find_next_record(buf, offset + 1, size, COMMIT) if version >= 2 and resume is not None \
+            else None
+        if damage_verdict(version, newest, resume is not None, commit is not None) == TORN:
+            return offset
+        _corrupt(result, skip_corruption, f"journal file {path} is corrupt at offset {offset} ({record}) and "
+                 f"{_why_acknowledged(buf, size, newest, resume, commit)}")
+        if resume is None:
+            return None
+        offset = resume
+    return None
 
 
 def _why_acknowledged(buf, size: int, newest: bool, resume: int | None, commit: int | None) -> str:

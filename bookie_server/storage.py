@@ -57,6 +57,7 @@ from bookie_server.storage_lac import LacBoard
 from bookie_server.storage_requests import (AddOp, AdmittedBatch, LedgerView, admit_batch, checked_lac, completion,
                                             drop_unindexed, refuse_failed_ledgers, running_future, valid_key,
                                             valid_ledger_id)
+from bookie_server.replay_hint import DurableLogEnd
 from bookie_server.storage_replay import replay_at_open
 from pyspark_ledger.errors import (CorruptStorageError, InvalidArgumentError, NoSuchEntryError,
                                    NoSuchLedgerError, StorageError, UnauthorizedError)
@@ -87,6 +88,7 @@ class BookieStorage:
         self._store_failure: StorageError | None = None
         self._read_only_reason: str | None = None
         self._damage_at_start = 0
+        self._durable_end = DurableLogEnd()  # for the replay hint of checkpoints
         self._lock_fd = self._entry_log = self._journal = self._checkpointer = None
         try:
             self._open(on_journal_sync)
@@ -123,7 +125,8 @@ class BookieStorage:
         self._checkpointer = Checkpointer(
             mark_path=config.data_dir / MARK_FILE_NAME, snapshot_path=config.data_dir / LEDGER_SNAPSHOT_NAME,
             journal=self._journal, entry_logger=self._entry_log, index=self._index, states=self._states,
-            lock=self._lock, interval_s=config.checkpoint_interval_s, initial_mark=start_mark)
+            lock=self._lock, interval_s=config.checkpoint_interval_s, initial_mark=start_mark,
+            hint_position=self._durable_end.get)
         for ledger_id in self._index.failed:  # replayed entries it could not index may have been acknowledged
             self._checkpointer.pin(ledger_id)
         self._checkpointer.start()
@@ -164,6 +167,7 @@ class BookieStorage:
     def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None], statuses: list[int]) -> bool:
         try:
             locations, failed = self._entries.store(batch.entries)
+            last = locations[-1]
         except (OSError, StorageError) as exc:  # the entry log's tail is now in doubt
             self._fail_store(exc)
             return False
@@ -176,8 +180,8 @@ class BookieStorage:
                 entries, locations = [entries[i] for i in referenced], [locations[i] for i in referenced]
             batch.chunks.append(encode_add_refs(entries, locations))
             batch.records += len(referenced)
-        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback,
-                                    sync_first=bool(referenced))
+        return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records,
+                                    self._durable_end.noting(callback, last), sync_first=bool(referenced))
 
     def _index_full(self) -> None:
         if self._checkpointer is not None:  # (none yet during the journal's replay)

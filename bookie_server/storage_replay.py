@@ -1,7 +1,9 @@
 """Applies replayed journal records to the ledger state, entry logs and index, in batches.
 
-An ADD record carries the entry's body: it is appended to the entry log
-again and indexed there. An ADD_REF record names where the body already is
+An ADD record carries the entry's body: if the entry logs already hold it,
+intact, it is indexed where it is (``replay_in_place``: the rule and why it
+is safe are there); else it is appended to the entry log again and indexed
+there. An ADD_REF record names where the body already is
 (its entry log was fsync'd before the record was written): the record there
 is read back and checked (ids, length, checksum), then indexed in place.
 A reference to missing or damaged entry-log data is corruption: replay stops
@@ -26,15 +28,20 @@ ledger state snapshot is missing (the ledgers' state is lost, not deleted).
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from bookie_server.checkpoint import crash_point
 from bookie_server.entry_log import EntryLocation
 from bookie_server.journal_format import ADD, ADD_REF, FENCE, LEDGER_KEY, JournalRecord
-from bookie_server.journal_replay import HOW_TO_SKIP, ReplayResult, replay_journal
+from bookie_server.journal_replay import HOW_TO_SKIP, NO_MARK, ReplayResult, replay_journal
+from bookie_server.replay_hint import read_hint
+from bookie_server.replay_in_place import InPlaceMatcher
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_requests import StoredEntry
+from pyspark_ledger.entry import HEADER_SIZE as ENTRY_HEADER_SIZE
 from pyspark_ledger.entry import peek_header
 from pyspark_ledger.errors import (CorruptEntryError, CorruptStorageError, InternalError, JournalCorruptError,
                                    StorageError)
@@ -42,6 +49,9 @@ from pyspark_ledger.errors import (CorruptEntryError, CorruptStorageError, Inter
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 1024
+_PREFIX_LAC = struct.Struct(">4s16xq")  # an entry's magic, version and digest type; its LAC
+_FAST_MIN_BODY = ENTRY_HEADER_SIZE + 32  # the largest digest (HMAC-SHA256), as in storage_requests
+_GOOD_PREFIXES: set[bytes] = set()
 BATCH_BYTES = 16 * 1024 * 1024
 
 Store = Callable[[list[StoredEntry]], object]
@@ -57,8 +67,9 @@ class ReplayApplier:
     missing or damaged."""
 
     def __init__(self, states: LedgerStates, store: Store, index: Index | None = None, check: Check | None = None,
-                 skip_corruption: bool = False) -> None:
+                 skip_corruption: bool = False, matcher: InPlaceMatcher | None = None) -> None:
         self._states = states
+        self._matcher = matcher
         self._store = store
         self._index = index
         self._check = check
@@ -71,7 +82,10 @@ class ReplayApplier:
         self.lost_entries = 0
 
     def apply(self, record: JournalRecord) -> None:
-        if record.kind in (ADD, ADD_REF):
+        if record.kind == ADD:
+            self.apply_add(record.ledger_id, record.entry_id, record.data)
+            return
+        if record.kind == ADD_REF:
             self._add(record)
             return
         ledger = self._states.get(record.ledger_id)
@@ -90,22 +104,45 @@ class ReplayApplier:
         else:
             self._index(self._batch, self._locations)
         self._batch, self._locations, self._batch_bytes = [], [], 0
+        crash_point("replay_after_a_batch")
+
+    def apply_add(self, ledger_id: int, entry_id: int, body) -> None:
+        """An ADD record's entry (``body`` may be a view of a buffer that is reused after the call)."""
+        ledger = self._states.get(ledger_id)
+        if ledger is None:
+            self._orphan(ledger_id, entry_id)
+            return
+        location = self._matcher.match(ledger_id, entry_id, body) if self._matcher is not None else None
+        kind = ADD if location is None else ADD_REF  # ADD_REF: indexed where it is, like a reference
+        if kind != self._batch_kind:
+            self.flush()
+            self._batch_kind = kind
+        lac = _last_add_confirmed(body)
+        if location is None:
+            self._batch.append(StoredEntry(ledger, ledger_id, entry_id, bytes(body), lac))
+            self._batch_bytes += len(body)
+        else:
+            self._batch.append(StoredEntry(ledger, ledger_id, entry_id, b"", lac))
+            self._locations.append(location)
+            self._batch_bytes += location.length
+        if len(self._batch) >= BATCH_RECORDS or self._batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def _orphan(self, ledger_id: int, entry_id: int) -> None:
+        self.orphan_adds += 1  # its key record was lost to skipped corruption: nobody could authenticate
+        log.warning("journal replay: skipping entry %d of ledger %d, whose ledger key record is missing",
+                    entry_id, ledger_id)
 
     def _add(self, record: JournalRecord) -> None:
+        """An ADD_REF record: its entry is indexed where the record says, once checked."""
         ledger = self._states.get(record.ledger_id)
-        if ledger is None:  # its key record was lost to skipped corruption: nobody could authenticate
-            self.orphan_adds += 1
-            log.warning("journal replay: skipping entry %d of ledger %d, whose ledger key record is missing",
-                        record.entry_id, record.ledger_id)
+        if ledger is None:
+            self._orphan(record.ledger_id, record.entry_id)
             return
         if record.kind != self._batch_kind:
             self.flush()
             self._batch_kind = record.kind
-        if record.kind == ADD:
-            self._batch.append(StoredEntry(ledger, record.ledger_id, record.entry_id, record.data,
-                                           _last_add_confirmed(record.data)))
-            self._batch_bytes += len(record.data)
-        elif self._referenced(record):
+        if self._referenced(record):
             ref = record.reference
             self._batch.append(StoredEntry(ledger, record.ledger_id, record.entry_id, b"", ref.last_add_confirmed))
             self._locations.append(EntryLocation(ref.log_id, ref.offset, ref.length))
@@ -129,11 +166,20 @@ class ReplayApplier:
             return False
 
 
-def _last_add_confirmed(body: bytes) -> int:
+def _last_add_confirmed(body) -> int:
+    """The LAC in an entry's header (``peek_header``'s, read at once from a long body whose first 4 bytes were
+    already accepted by it), -1 if the header is malformed (validated when added; readers verify the bytes)."""
+    if len(body) >= _FAST_MIN_BODY:
+        prefix, lac = _PREFIX_LAC.unpack_from(body)
+        if prefix in _GOOD_PREFIXES:
+            return lac
     try:
-        return peek_header(body).last_add_confirmed
-    except CorruptEntryError:  # validated when added; keep the bytes, readers verify them
+        lac = peek_header(body).last_add_confirmed
+    except CorruptEntryError:
         return -1
+    if len(body) >= _FAST_MIN_BODY:
+        _GOOD_PREFIXES.add(prefix)  # magic, version and digest type: peek_header accepts any such long body
+    return lac
 
 
 def known_ledger(states: LedgerStates, ledger_id: int, missing_snapshot: Path | None) -> bool:
@@ -158,11 +204,26 @@ def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log,
     remove index files of ledgers that are gone; the replay's result and the damage it found (regions
     skipped with ``skip_journal_corruption`` plus entries lost)."""
     started = time.monotonic()
-    applier = ReplayApplier(states, entries.store, entries.index, entry_log.read, config.skip_journal_corruption)
-    result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply)
-    applier.flush()
+    matcher = InPlaceMatcher(config.entry_log_dir, _matcher_start(config.data_dir, start_mark))
+    try:
+        applier = ReplayApplier(states, entries.store, entries.index, entry_log.read, config.skip_journal_corruption,
+                                matcher)
+        result = replay_journal(config.journal_dir, start_mark, config.skip_journal_corruption, applier.apply,
+                                applier.apply_add)
+        applier.flush()
+    finally:
+        matcher.close()
+    entry_log.adopt(matcher.adopted)  # fsync'd by the next checkpoint, before the mark passes their records
     orphans = index.remove_orphan_files(lambda ledger_id: known_ledger(states, ledger_id, missing_snapshot))
-    log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s, removed %d index files "
-             "of deleted ledgers", config.data_dir, result.records, result.files, time.monotonic() - started,
-             orphans)
+    log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s "
+             "(%d bodies found in the entry logs), removed %d index files of deleted ledgers",
+             config.data_dir, result.records, result.files, time.monotonic() - started, matcher.matched, orphans)
     return result, result.skipped_regions + applier.lost_entries
+
+
+def _matcher_start(data_dir: Path, start_mark) -> tuple[int, int] | None:
+    """Where the entry logs hold the first body replayed: the oldest log for a journal replayed from its start,
+    else where the checkpoint that persisted the mark saw the entry log (``replay_hint``), else unknown."""
+    if start_mark == NO_MARK:
+        return 0, 0
+    return read_hint(data_dir, start_mark)

@@ -9,7 +9,7 @@ import pytest
 
 from bench import readme, report
 from bench.registry import by_name
-from bench.replay import REPLAYED
+from bench.replay import IN_PLACE, REPLAYED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,3 +100,7 @@ def test_the_replay_line_the_benchmark_reads_is_the_one_the_bookie_logs():
     assert "replayed %d journal records from %d files in %.3f s" in source
     line = "bookie storage /d: replayed 1954 journal records from 1 files in 0.169 s, removed 0 index files"
     assert REPLAYED.search(line).groups() == ("1954", "1", "0.169")
+    assert "(%d bodies found in the entry logs)" in source
+    line = ("bookie storage /d: replayed 1954 journal records from 1 files in 0.169 s (1953 bodies found in the entry "
+            "logs), removed 0 index files")
+    assert REPLAYED.search(line).groups() == ("1954", "1", "0.169") and IN_PLACE.search(line).group(1) == "1953"
