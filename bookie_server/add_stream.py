@@ -1,8 +1,6 @@
 """One AddStream call: adds read on a dedicated thread, answered as they become durable.
 
-The gRPC handler thread runs ``AddStreamSession.serve`` (the servicer's
-AddStream is a non-blocking gRPC handler: answers are sent with gRPC's
-``send_response_callback``, from whichever thread has them): it starts a
+The gRPC handler thread runs ``AddStreamSession.responses``: it starts a
 reader thread that takes each AddBatch, checks it (adds per batch, then each
 add's ids, master key and size: ``limits``), admits up to
 ``max_inflight_adds`` adds whose bytes fit the bookie-wide in-flight byte
@@ -15,13 +13,10 @@ or more, the reader takes no next batch (gRPC flow control then holds the
 sender back). A batch with more than ``--max-batch-adds`` adds ends the
 stream with INVALID_ARGUMENT (answering each add would cost more than the
 batch). When a batch's future completes (on the
-journal thread) its statuses are queued; the handler thread merges whatever
-is queued into one AddResultBatch (and frees their in-flight slots) and
-sends it. When the reader itself committed the batch (the journal was idle:
-``journal.commit_here``) it also sends the answer itself unless the handler
-is sending one: a lone add then wakes no other thread of the bookie than
-gRPC's. Answers therefore come in durability order, not request order, and
-never block the journal thread.
+journal thread, or on the reader's when the journal was idle) its statuses are queued; the handler thread merges whatever
+is queued into one AddResultBatch (and frees their in-flight slots). Answers
+therefore come in durability order, not request order, and never block the
+journal thread.
 
 The stream ends when the client half-closes (after the last answer), when the
 client cancels, when it stayed idle (nothing sent, nothing in flight) for
@@ -79,9 +74,6 @@ class AddStreamSession:
         self._guard = ledger_guard  # bookie_server.ledger_guard.LedgerGuard or None
         self._admin = admin  # the caller is an --admin-identity (decided once per stream)
         self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._send: Callable[[pb.AddResultBatch | None], None] | None = None  # gRPC's send_response_callback
-        self._send_lock = threading.Lock()  # one answer at a time on the call; held while the status is sent
-        self._sending_closed = False  # the handler ended the call: answers are no longer sent (nor freed)
         self._reader_done = False
         self._rpc_done = False
         self._abort: str | None = None
@@ -90,11 +82,9 @@ class AddStreamSession:
         self.reader: threading.Thread | None = None
 
     # --- the handler thread --------------------------------------------------------
-    def serve(self, request_iterator: Iterator[pb.AddBatch], context: grpc.ServicerContext,
-              send: Callable[[pb.AddResultBatch | None], None]) -> None:
-        """Send result batches with ``send`` until the stream is over, then its status (``send(None)``, or an
-        abort); starts the reader thread."""
-        self._send = send
+    def responses(self, request_iterator: Iterator[pb.AddBatch], context: grpc.ServicerContext
+                  ) -> Iterator[pb.AddResultBatch]:
+        """Yield result batches until the stream is over; starts the reader thread."""
         if not context.add_callback(self._on_rpc_done):
             self._rpc_done = True  # the call already ended
         self.reader = threading.Thread(target=self._read_requests, args=(request_iterator,),
@@ -108,21 +98,19 @@ class AddStreamSession:
                               self._limits.idle_timeout_s)
                     self.ended_idle = True
                     break
-                with self._send_lock:
-                    response = self._build_response(items)
-                    if response.results:
-                        send(response)
-            with self._send_lock:  # waits for an answer the reader is sending; none is sent after this
-                self._sending_closed = True
-                if self._abort is not None and not self._rpc_done:
-                    _log.info("ending add stream from %s: %s", self._peer, self._abort)
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"BAD_REQUEST: {self._abort}")
+                response = self._build_response(items)
+                if response.results:
+                    yield response
+            if self._abort is not None and not self._rpc_done:
+                _log.info("ending add stream from %s: %s", self._peer, self._abort)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"BAD_REQUEST: {self._abort}")
         finally:
             self._free_held()
-        # A call gRPC already ended (cancelled, or aborted on an undecodable AddBatch) gets no second status:
-        # one would never complete and would hang server shutdown.
-        if context.is_active():
-            send(None)
+        if not context.is_active():
+            # gRPC already ended the call (e.g. it aborted it on an undecodable AddBatch). Returning now
+            # would make gRPC send a second status, which never completes and hangs server shutdown;
+            # one more (unsent) response makes its loop stop instead.
+            yield pb.AddResultBatch()
 
     def drain(self) -> None:
         """Stop admitting adds; the stream ends once the admitted ones are answered."""
@@ -369,10 +357,7 @@ class AddStreamSession:
                        len(ops), ops[0][0], ops[0][1], exc)
             self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}", cost)
             return
-        if future.done():  # committed on this thread (the journal was idle): answered from here too
-            self._on_stored(ops, started, future, cost, here=True)
-        else:
-            future.add_done_callback(lambda done: self._on_stored(ops, started, done, cost))
+        future.add_done_callback(lambda done: self._on_stored(ops, started, done, cost))
 
     def _log_refusals(self, ops: list[tuple], statuses: list[int]) -> None:
         refused = [(op, status) for op, status in zip(ops, statuses) if status != pb.OK]
@@ -381,7 +366,7 @@ class AddStreamSession:
             _log.info("storage refused %d add(s) from %s, first: ledger %d entry %d %s", len(refused), self._peer,
                       op[0], op[1], STATUS_NAMES.get(status, status))
 
-    def _on_stored(self, ops: list[tuple], started: float, future, cost: int, here: bool = False) -> None:
+    def _on_stored(self, ops: list[tuple], started: float, future, cost: int) -> None:
         try:
             statuses = future.result()
             error = ""
@@ -389,10 +374,9 @@ class AddStreamSession:
             _log.error("storing %d adds (ledger %d entry %d first) failed: %s",
                        len(ops), ops[0][0], ops[0][1], exc)
             statuses, error = [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}"
-        self._stored(ops, started, statuses, error, cost, here)
+        self._stored(ops, started, statuses, error, cost)
 
-    def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str, cost: int,
-                here: bool = False) -> None:
+    def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str, cost: int) -> None:
         if statuses.count(pb.OK) == len(statuses):
             stored_bytes = sum(map(len, map(_BODY, ops)))
         else:
@@ -402,19 +386,4 @@ class AddStreamSession:
                 self._metrics.unauthorized("add", unauthorized)
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
-        item = (_STORED, ops, statuses, error, cost)
-        if not (here and self._send_here(item)):
-            self._results.put(item)  # one put: one wake-up of the handler thread
-
-    def _send_here(self, item: tuple) -> bool:
-        """On the reader thread: send the answer of a batch it committed itself, unless the handler thread is
-        sending one (or ended the call): False, and the handler sends it."""
-        if not self._send_lock.acquire(blocking=False):
-            return False
-        try:
-            if self._sending_closed:
-                return False
-            self._send(self._build_response([item]))
-            return True
-        finally:
-            self._send_lock.release()
+        self._results.put((_STORED, ops, statuses, error, cost))  # one put: one wake-up of the handler thread

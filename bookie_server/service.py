@@ -83,23 +83,18 @@ class BookieServicer(pb_grpc.BookieServicer):
         self._leftovers: list[AddStreamSession] = []
 
     # --- adds --------------------------------------------------------------------
-    def AddStream(self, request_iterator, context, send_response):
-        """A non-blocking gRPC handler (``experimental_non_blocking``, below): answers go out through
-        ``send_response`` from the thread that has them (add_stream's docstring), and the call ends with
-        ``send_response(None)`` or an abort."""
+    def AddStream(self, request_iterator, context):
         streams = self._budgets.add_streams
         if not streams.try_take(1):
             self._metrics.call_refused("add_stream")
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           refusal_over_budget("open add streams", streams.limit, "--max-add-streams"))
         try:
-            self._add_stream(request_iterator, context, send_response)
+            yield from self._add_stream(request_iterator, context)
         finally:
             streams.give_back(1)
 
-    AddStream.experimental_non_blocking = True  # gRPC passes send_response (grpc/_server.py)
-
-    def _add_stream(self, request_iterator, context, send_response) -> None:
+    def _add_stream(self, request_iterator, context):
         session = AddStreamSession(self._storage, self._metrics, bookie_id=self._bookie_id, limits=self._limits,
                                    bookie_bytes=self._budgets.inflight_bytes, peer=context.peer(),
                                    on_bytes_freed=self._on_bytes_freed,
@@ -111,7 +106,7 @@ class BookieServicer(pb_grpc.BookieServicer):
                 session.drain()
         self._metrics.stream_opened()
         try:
-            session.serve(request_iterator, context, send_response)
+            yield from session.responses(request_iterator, context)
         finally:
             self._end_session(session)
             self._metrics.stream_closed()
