@@ -13,7 +13,7 @@ or more, the reader takes no next batch (gRPC flow control then holds the
 sender back). A batch with more than ``--max-batch-adds`` adds ends the
 stream with INVALID_ARGUMENT (answering each add would cost more than the
 batch). When a batch's future completes (on the
-journal thread, or on the reader's when the journal was idle) its statuses are queued; the handler thread merges whatever
+journal thread) its statuses are queued; the handler thread merges whatever
 is queued into one AddResultBatch (and frees their in-flight slots). Answers
 therefore come in durability order, not request order, and never block the
 journal thread.

@@ -8,16 +8,6 @@ length; see ``journal_format``), fsyncs once, then calls each callback with
 ``True``. Each file starts with a FILE_HEADER record (format version 2),
 fsync'd at creation.
 
-Committing on the caller's thread (``commit_here``): a caller that submitted
-with ``wake=False`` then calls ``commit_here`` outside its own locks. If the
-journal is idle -- no group commit running, ``journal_max_wait_ms`` 0, and
-nothing committed for at least as long as the last fsync took (so no group
-is forming) -- the caller writes and fsyncs what is queued itself and its
-callbacks run on its thread: the journal thread is not woken (a sleeping
-thread's wake-up is a large part of a lone add's cost). Otherwise the
-journal thread commits it as usual. One group commit runs at a time,
-whichever thread runs it, and groups are written in submission order.
-
 Failure policy: if a write or fsync fails, every submission of that batch and
 every queued one completes with ``False``, the journal stops for good
 (``failure`` is set, later ``submit`` calls return ``False``) and the bytes
@@ -102,9 +92,6 @@ class Journal:
         self._synced = JournalMark(first_file_id, self._offset)
         self._submitted = 0  # submissions accepted so far; they are written in this order
         self._durable = 0  # of those, how many are fsync'd (all before ``_synced``)
-        self._busy = False  # a group commit is running (on the journal thread or a caller's)
-        self._idle_since = 0.0  # when the last group commit ended
-        self._last_fsync_s = 0.0  # how long its fsync took
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
         self._thread.start()
 
@@ -113,40 +100,19 @@ class Journal:
         return self._failure
 
     def submit(self, chunks: Sequence[Buffer], nbytes: int, nrecords: int,
-               callback: Callable[[bool], None], sync_first: bool = True, new_file_at: int = 0,
-               wake: bool = True) -> bool:
-        """Queue records; ``callback(durable)`` runs on the committing thread once they are fsync'd
+               callback: Callable[[bool], None], sync_first: bool = True, new_file_at: int = 0) -> bool:
+        """Queue records; ``callback(durable)`` runs on the journal thread once they are fsync'd
         (True) or failed (False). Returns False, without queueing, if the journal is stopped.
         ``sync_first=False``: the records need no ``before_write`` (a group commit made only of such
-        submissions skips it). ``new_file_at``: see ``flush``. ``wake=False``: the caller must call
-        ``commit_here`` next (it commits, or wakes the journal thread)."""
+        submissions skips it). ``new_file_at``: see ``flush``."""
         with self._cond:
             if self._closing or self._failure is not None:
                 return False
             self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback, sync_first,
                                            new_file_at))
             self._submitted += 1
-            if wake:
-                self._cond.notify()
+            self._cond.notify()
         return True
-
-    def commit_here(self) -> None:
-        """After ``submit(..., wake=False)``, outside the caller's locks: commit what is queued on this thread if
-        the journal is idle (see the module docstring), else leave it to the journal thread."""
-        with self._cond:
-            if self._busy or not self._queue:  # a running group commit is followed by the journal thread's next
-                return
-            idle = (self._max_wait_s <= 0 and not self._closing
-                    and time.monotonic() - self._idle_since >= self._last_fsync_s)
-            if not idle:
-                self._cond.notify()
-                return
-            batch = self._take_queued()
-            self._busy = True
-        try:
-            self._commit(batch)
-        finally:
-            self._end_commit()
 
     @property
     def submitted(self) -> int:
@@ -198,9 +164,6 @@ class Journal:
             self._closing = True
             self._cond.notify()
         self._thread.join()
-        with self._cond:
-            while self._busy:  # a caller's group commit still running
-                self._cond.wait()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -212,46 +175,30 @@ class Journal:
             batch = self._take_batch()
             if not batch:
                 return
-            try:
-                self._commit(batch)
-            finally:
-                self._end_commit()
-
-    def _end_commit(self) -> None:
-        with self._cond:
-            self._busy = False
-            self._idle_since = time.monotonic()
-            if self._queue or self._closing:  # for the journal thread (never woken for nothing) and ``close``
-                self._cond.notify_all()
+            self._commit(batch)
 
     def _take_batch(self) -> list[_Submission]:
         with self._cond:
-            while self._busy or (not self._queue and not self._closing):
+            while not self._queue and not self._closing:
                 self._cond.wait()
             if not self._queue:
                 return []
-            self._busy = True
-            return self._take_queued(wait=True)
-
-    def _take_queued(self, wait: bool = False) -> list[_Submission]:
-        """The next group from the queue (lock held, queue not empty): up to the batch limits, and with
-        ``wait`` up to ``journal_max_wait_ms`` after its first submission was queued."""
-        batch = [self._queue.popleft()]
-        records, nbytes = batch[0].nrecords, batch[0].nbytes
-        deadline = batch[0].queued_at + self._max_wait_s
-        while records < self._max_records and nbytes < self._max_bytes:
-            if not self._queue:
-                remaining = deadline - time.monotonic() if wait else 0.0
-                if self._closing or remaining <= 0 or not self._cond.wait(remaining):
+            batch = [self._queue.popleft()]
+            records, nbytes = batch[0].nrecords, batch[0].nbytes
+            deadline = batch[0].queued_at + self._max_wait_s
+            while records < self._max_records and nbytes < self._max_bytes:
+                if not self._queue:
+                    remaining = deadline - time.monotonic()
+                    if self._closing or remaining <= 0 or not self._cond.wait(remaining):
+                        break
+                    continue
+                nxt = self._queue[0]
+                if records + nxt.nrecords > self._max_records or nbytes + nxt.nbytes > self._max_bytes:
                     break
-                continue
-            nxt = self._queue[0]
-            if records + nxt.nrecords > self._max_records or nbytes + nxt.nbytes > self._max_bytes:
-                break
-            batch.append(self._queue.popleft())
-            records += nxt.nrecords
-            nbytes += nxt.nbytes
-        return batch
+                batch.append(self._queue.popleft())
+                records += nxt.nrecords
+                nbytes += nxt.nbytes
+            return batch
 
     def _commit(self, batch: list[_Submission]) -> None:
         nbytes = sum(item.nbytes for item in batch)
@@ -268,7 +215,7 @@ class Journal:
             if _FAULT_FSYNC_AFTER is not None and self._commits_before_fault() <= 0:
                 raise OSError(errno.EIO, f"fdatasync failed (fault injected by {FAULT_FSYNC_ENV})")
             os.fdatasync(self._fd)
-            fsync_seconds = self._last_fsync_s = time.monotonic() - started
+            fsync_seconds = time.monotonic() - started
         except Exception as exc:  # OSError, or a bug: either way nothing in the batch is known durable
             self._fail(batch, exc)
             return

@@ -3,9 +3,8 @@
 Write path (``add_entries``): validate the batch without the lock; under one
 lock check keys and fencing, append the batch's bodies to the entry log with
 one write, update the index and ledger state, and submit the batch's journal
-records as one submission; the future resolves once the journal has fsync'd
-them (on the journal thread, or on the caller's before ``add_entries``
-returns when the journal was idle: ``journal.commit_here``). The records are ADD records carrying the bodies (all of
+records as one submission; the future resolves once the journal thread has
+fsync'd them. The records are ADD records carrying the bodies (all of
 them with ``journal_write_data``; by default those up to
 ``journal_inline_max_bytes``) or ADD_REF records naming where a larger body
 is in the entry log: the journal thread then fsyncs the entry logs before it
@@ -138,8 +137,7 @@ class BookieStorage:
         """Store a batch of adds (``AddOp`` or plain 5-tuples); the future gives one status per add, in
         order, once the accepted ones are durable.
 
-        The future is completed on the thread that commits the journal (the journal thread, or this one
-        before the call returns when the journal was idle): done-callbacks must be quick and must not block.
+        The future is completed on the journal thread: done-callbacks must be quick and must not block.
         """
         future = running_future()
         statuses = [pb.BAD_REQUEST] * len(adds)
@@ -161,8 +159,6 @@ class BookieStorage:
             for position in batch.accepted:
                 statuses[position] = pb.IO_ERROR
             future.set_result(statuses)
-        else:  # an idle journal is committed on this thread, outside the lock (journal.py, commit_here)
-            self._journal.commit_here()
         return future
 
     def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None], statuses: list[int]) -> bool:
@@ -181,7 +177,7 @@ class BookieStorage:
             batch.chunks.append(encode_add_refs(entries, locations))
             batch.records += len(referenced)
         return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records, callback,
-                                    sync_first=bool(referenced), wake=False)
+                                    sync_first=bool(referenced))
 
     def _index_full(self) -> None:
         if self._checkpointer is not None:  # (none yet during the journal's replay)

@@ -5,9 +5,7 @@ import os
 import threading
 import time
 
-import bookie_server.storage
 from bookie_server.journal import journal_files
-from bookie_server.storage_requests import running_future
 from bookie_server.journal_format import encode_commit, encode_file_header
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import KEY, add_op, body
@@ -149,38 +147,3 @@ def test_a_flush_can_close_a_big_enough_file_so_the_next_checkpoint_deletes_it(o
     reopened = open_storage()
     for entry_id in range(40):
         assert reopened.read_entry(1, entry_id) == body(1, entry_id)
-
-
-def test_an_idle_journal_commits_on_the_adding_thread_and_answers_only_after_the_fsync(open_storage, monkeypatch):
-    events: list[tuple[str, str]] = []
-    storage = open_storage(on_journal_sync=lambda *_: events.append(("synced", threading.current_thread().name)))
-    assert storage.add_entries([add_op(1, 0)]).result(30) == [pb.OK]
-    real_fdatasync = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        events.append(("fsync", threading.current_thread().name))
-        real_fdatasync(fd)
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
-
-    def watched_future():  # the add's future, watched from its creation
-        future = running_future()
-        future.add_done_callback(lambda done: events.append(("answered", threading.current_thread().name)))
-        return future
-    monkeypatch.setattr(bookie_server.storage, "running_future", watched_future)
-    time.sleep(0.05)  # idle for longer than the last fsync took
-    events.clear()
-    future = storage.add_entries([add_op(1, 1)])
-    assert future.done()  # committed before add_entries returned
-    me = threading.current_thread().name
-    assert events == [("fsync", me), ("answered", me), ("synced", me)]
-    assert future.result() == [pb.OK]
-
-
-def test_a_journal_asked_to_wait_for_a_group_commits_on_its_own_thread(open_storage):
-    threads: list[str] = []
-    storage = open_storage(on_journal_sync=lambda *_: threads.append(threading.current_thread().name),
-                           journal_max_wait_ms=1)
-    for entry_id in range(3):
-        time.sleep(0.02)
-        assert storage.add_entries([add_op(1, entry_id)]).result(30) == [pb.OK]
-    assert threads == ["bookie-journal"] * 3
