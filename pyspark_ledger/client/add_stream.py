@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
 WRITE_ALONE_BYTES = 64 * 1024  # adds this large are not joined into a batch (one copy less per bookie)
+_NOBODY = object()
 
 
 class AddListener(Protocol):
@@ -110,26 +111,29 @@ class AddStream:
             if self._failure is not None or self._closing:
                 raise self._ended_error()
             pending = self._pending
+            keys = [(ledger_id, entry_id) for entry_id, _ in adds]
             size = len(pending)
-            for entry_id, _ in adds:  # registered one by one: a repeat within the send is found too
-                key = (ledger_id, entry_id)
-                if key in pending:
-                    for undo, _ in adds[:len(pending) - size]:
-                        del pending[(ledger_id, undo)]
-                    raise InvalidStateError(
-                        f"ledger {ledger_id} entry {entry_id} is already in flight on this stream to bookie "
-                        f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
-                pending[key] = listener
+            if not pending.keys().isdisjoint(keys):
+                self._refuse_repeat(ledger_id, next(key[1] for key in keys if key in pending))
+            pending.update(dict.fromkeys(keys, listener))
+            if len(pending) != size + len(keys):  # an entry twice in this send: none of them is registered
+                for key in keys:
+                    pending.pop(key, None)
+                self._refuse_repeat(ledger_id, next(_repeats(keys)))
+            frames = [frame for _, frame in adds]
+            queued_bytes = sum(map(len, frames))
+            if queued_bytes >= WRITE_ALONE_BYTES:
+                self._large_queued += sum(1 for frame in frames if len(frame) >= WRITE_ALONE_BYTES)
             was_empty = not self._queue
-            queue, queued_bytes = self._queue, 0
-            for _, frame in adds:
-                queue.append(frame)
-                queued_bytes += len(frame)
-                if len(frame) >= WRITE_ALONE_BYTES:
-                    self._large_queued += 1
+            self._queue.extend(frames)
             self._queued_bytes += queued_bytes
         if was_empty:
             self._io.kick(id(self), self._flush)
+
+    def _refuse_repeat(self, ledger_id: int, entry_id: int) -> None:
+        raise InvalidStateError(
+            f"ledger {ledger_id} entry {entry_id} is already in flight on this stream to bookie "
+            f"{self.bookie_id} (or twice in one send): wait for its answer before re-sending it")
 
     def add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
             recovery: bool = False) -> "Future[AddResult]":
@@ -270,22 +274,28 @@ class AddStream:
             self._wakeup.set()  # the writer stops too
 
     def _deliver(self, results: Iterable) -> None:
-        answered: dict[int, tuple[AddListener, list]] = {}
+        first = _NOBODY  # the batch's first listener: nearly always its only one (one writer)
+        group: list = []
+        others: dict[int, tuple[AddListener, list]] = {}
         with self._lock:
             pop = self._pending.pop
             for result in results:
                 listener = pop((result.ledger_id, result.entry_id), None)
-                if listener is None:
-                    continue
-                group = answered.get(id(listener))
-                if group is None:
-                    answered[id(listener)] = (listener, [result])
+                if listener is first:
+                    group.append(result)
+                elif listener is None:
+                    continue  # not (or no longer) awaited on this stream
+                elif first is _NOBODY:
+                    first = listener
+                    group.append(result)
                 else:
-                    group[1].append(result)
+                    others.setdefault(id(listener), (listener, []))[1].append(result)
             if len(self._pending) < self._max_inflight:
                 self._room.notify_all()
-        for listener, group in answered.values():
-            _notify(listener.on_add_results, self.bookie_id, group)
+        if first is not _NOBODY:
+            _notify(first.on_add_results, self.bookie_id, group)
+        for listener, answered in others.values():
+            _notify(listener.on_add_results, self.bookie_id, answered)
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:
@@ -312,6 +322,15 @@ class AddStream:
     def _closed_error(self) -> BookieUnavailableError:
         return BookieUnavailableError(f"add stream to bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
                                       status=BookieStatus.CLOSED)
+
+
+def _repeats(keys: list[tuple[int, int]]):
+    """Entry ids that occur more than once in ``keys``."""
+    seen: set[tuple[int, int]] = set()
+    for key in keys:
+        if key in seen:
+            yield key[1]
+        seen.add(key)
 
 
 def _notify(callback, *args) -> None:

@@ -286,9 +286,9 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                 self._done.push(item[4], error=error)
             return
         tracker_add, frames, futures = self._tracker.add, self._frames, self._futures
-        sent_to_all = self._outstanding.sent_to_all
         now = time.monotonic()
-        per_bookie: dict[str, list[tuple[int, bytes]]] = {}
+        adds: list[tuple[int, bytes]] = []
+        write_sets: list[tuple[str, ...]] = []
         for entry_id, size, lac, frame, future in items:
             plan = tracker_add(size)
             if plan.entry_id != entry_id:
@@ -296,16 +296,29 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                                     f"{plan.entry_id} of the tracker")
             frames[entry_id] = frame
             futures[entry_id] = future
-            sent_to_all(plan.targets, entry_id, now)
-            for bookie in plan.targets:
-                adds = per_bookie.get(bookie)
-                if adds is None:
-                    per_bookie[bookie] = [(entry_id, frame)]
-                else:
-                    adds.append((entry_id, frame))
+            adds.append((entry_id, frame))
+            write_sets.append(plan.targets)
         self._lac_flusher.entry_sent(items[-1][2], now)
-        for bookie, adds in per_bookie.items():
-            self._transmit(bookie, adds)
+        distinct = set(write_sets)
+        if len({frozenset(targets) for targets in distinct}) == 1:
+            # every entry goes to the same bookies (E = Qw: write sets differ only in order): one list for all
+            entry_ids = [entry_id for entry_id, _ in adds]
+            for bookie in write_sets[0]:
+                self._outstanding.sent_many(bookie, entry_ids, now)
+                self._transmit(bookie, adds)
+            return
+        per_bookie: dict[str, list[tuple[int, bytes]]] = {}  # striping (E > Qw): each bookie its own, in order
+        sent_to_all = self._outstanding.sent_to_all
+        for add, targets in zip(adds, write_sets):
+            sent_to_all(targets, add[0], now)
+            for bookie in targets:
+                queued = per_bookie.get(bookie)
+                if queued is None:
+                    per_bookie[bookie] = [add]
+                else:
+                    queued.append(add)
+        for bookie, queued in per_bookie.items():
+            self._transmit(bookie, queued)
 
     def _transmit(self, bookie: str, adds: list[tuple[int, bytes]]) -> None:
         """Hand adds to the transport; a bookie refusing them at once fails after this event (a bookie failure)."""

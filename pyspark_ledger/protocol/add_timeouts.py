@@ -52,6 +52,14 @@ class UnansweredAdds:
                 per_bookie = per[bookie] = {}
             per_bookie[entry_id] = now
 
+    def sent_many(self, bookie: str, entry_ids: Iterable[int], now: float) -> None:
+        """``sent(bookie, entry_id, now)`` for each of ``entry_ids``, in that order (a turn of new adds that all
+        go to the same bookies: one call per bookie instead of one per entry)."""
+        per_bookie = self._sent.get(bookie)
+        if per_bookie is None:
+            per_bookie = self._sent[bookie] = {}
+        per_bookie.update(dict.fromkeys(entry_ids, now))
+
     def of(self, bookie: str) -> dict[int, float] | None:
         """The bookie's unanswered adds (entry id -> first send time), to pop answers from; None if none."""
         return self._sent.get(bookie)
