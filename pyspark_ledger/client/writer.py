@@ -58,6 +58,7 @@ from pyspark_ledger.client.add_wire import AddEncoder, check_payload
 from pyspark_ledger.client.closing import close_leaving_block
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.explicit_lac import LacFlusher
+from pyspark_ledger.client.heap import LARGE_ENTRY_BYTES, keep_freed_memory
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.metadata_ops import close_ledger
 from pyspark_ledger.client.metadata_update import retry_policy
@@ -90,6 +91,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._ledger_id = md.ledger_id
         self._max_payload = ctx.config.max_entry_bytes - HEADER_SIZE - _DIGEST_ROOM
         self._max_inflight = ctx.config.max_inflight_adds
+        self._heap_kept = False  # client.heap tuned (at the first large entry)
         self._tracker = AddTracker(md.current_fragment.bookies, md.write_quorum, md.ack_quorum,
                                    delay_ensemble_change=ctx.config.delay_ensemble_change)
         loop = getattr(ctx.transport, "io_loop", None)  # the transport's network thread owns the writer
@@ -157,6 +159,9 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         client's network thread: keep them short and never wait for this writer in them.
         """
         payload = check_payload(data, self._max_payload)
+        if len(payload) >= LARGE_ENTRY_BYTES and not self._heap_kept:
+            self._heap_kept = True
+            keep_freed_memory(self._ctx.config.keep_freed_memory)
         future: Future = Future()
         while True:
             with self._submit:
@@ -308,17 +313,11 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                 self._transmit(bookie, adds)
             return
         per_bookie: dict[str, list[tuple[int, bytes]]] = {}  # striping (E > Qw): each bookie its own, in order
-        sent_to_all = self._outstanding.sent_to_all
         for add, targets in zip(adds, write_sets):
-            sent_to_all(targets, add[0], now)
             for bookie in targets:
-                queued = per_bookie.get(bookie)
-                if queued is None:
-                    per_bookie[bookie] = [add]
-                else:
-                    queued.append(add)
+                per_bookie.setdefault(bookie, []).append(add)
         for bookie, queued in per_bookie.items():
-            self._transmit(bookie, queued)
+            self._send(bookie, queued, now)
 
     def _transmit(self, bookie: str, adds: list[tuple[int, bytes]]) -> None:
         """Hand adds to the transport; a bookie refusing them at once fails after this event (a bookie failure)."""
@@ -328,11 +327,10 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
             self._owner.post(self._on_bookie_error, adds[0][0], bookie, str(exc))
 
     def _send(self, bookie: str, adds, now: float) -> None:
-        """Send ``(entry id, encoded add)`` pairs to one bookie again (re-sends after a change)."""
-        sent = self._outstanding.sent
-        for entry_id, _ in adds:
-            sent(bookie, entry_id, now)
-        self._transmit(bookie, list(adds))
+        """Send ``(entry id, encoded add)`` pairs to one bookie (striped new adds, re-sends after a change)."""
+        adds = list(adds)
+        self._outstanding.sent_many(bookie, [entry_id for entry_id, _ in adds], now)
+        self._transmit(bookie, adds)
 
     # --- the owner: answers ----------------------------------------------------------------
     def _answered(self, bookie: str, results: list) -> None:
