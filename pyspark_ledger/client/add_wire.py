@@ -27,6 +27,7 @@ _MASTER_KEY = b"\x1a"         # AddRequest.master_key: field 3, length-delimited
 _BODY = b"\x22"               # AddRequest.body: field 4, length-delimited
 _RECOVERY = b"\x28\x01"       # AddRequest.recovery = true: field 5, varint 1
 _UINT64 = 2**64
+_SIZES_KEPT = 64  # body sizes an AddEncoder keeps the length fields of
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +73,20 @@ def encode_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes, re
 
 
 class AddEncoder:
-    """Encodes the adds of one ledger and master key, their common bytes made once (a writer's hot path)."""
+    """Encodes the adds of one ledger and master key, their common bytes made once (a writer's hot path).
 
-    __slots__ = ("_common",)
+    The fields that depend only on the body's size (the add's own length, the body's tag and length) are
+    kept per size, up to ``_SIZES_KEPT`` sizes: a writer's entries are mostly of a few sizes."""
+
+    __slots__ = ("_ledger", "_key", "_fixed", "_sizes")
 
     def __init__(self, ledger_id: int, master_key: bytes) -> None:
         check_add(ledger_id, 0, master_key, b"")
         # proto3 leaves out fields at their default (0, empty, false), as protobuf does
-        self._common = ((_LEDGER_ID + varint(ledger_id) if ledger_id else b""),
-                        (_MASTER_KEY + varint(len(master_key)) + master_key if master_key else b""))
+        self._ledger = _LEDGER_ID + varint(ledger_id) if ledger_id else b""
+        self._key = _MASTER_KEY + varint(len(master_key)) + master_key if master_key else b""
+        self._fixed = len(self._ledger) + len(self._key)
+        self._sizes: dict[int, tuple[bytes, bytes]] = {}
 
     def encode(self, entry_id: int, body: bytes, recovery: bool = False) -> bytes:
         """One add (``entry_id`` a signed 64-bit int, ``body`` bytes), framed as a field of an AddBatch."""
@@ -88,19 +94,29 @@ class AddEncoder:
 
     def encode_pieces(self, entry_id: int, head: bytes, payload: bytes, recovery: bool = False) -> bytes:
         """``encode(entry_id, head + payload)`` without building the body first (one copy of the payload)."""
-        ledger, key = self._common
-        entry = _ENTRY_ID + varint(entry_id % _UINT64) if entry_id else b""
-        size = len(ledger) + len(entry) + len(key) + (2 if recovery else 0)
+        entry = varint(entry_id % _UINT64) if entry_id else b""
         body_size = len(head) + len(payload)
-        if body_size:
-            body_length = varint(body_size)
-            size += 1 + len(body_length) + body_size
-            parts = [_ADDS_FIELD, varint(size), ledger, entry, key, _BODY, body_length, head, payload]
-        else:
-            parts = [_ADDS_FIELD, varint(size), ledger, entry, key]
+        shape = body_size << 5 | len(entry) << 1 | bool(recovery)
+        fields = self._sizes.get(shape)
+        if fields is None:
+            fields = self._size_fields(body_size, len(entry), recovery, shape)
+        add_field, body_field = fields
+        entry_tag = _ENTRY_ID if entry_id else b""
         if recovery:
-            parts.append(_RECOVERY)
-        return b"".join(parts)
+            return b"".join((add_field, self._ledger, entry_tag, entry, self._key, body_field, head, payload,
+                             _RECOVERY))
+        return b"".join((add_field, self._ledger, entry_tag, entry, self._key, body_field, head, payload))
+
+    def _size_fields(self, body_size: int, entry_size: int, recovery: bool, shape: int) -> tuple[bytes, bytes]:
+        """The add's tag and length, and the body's tag and length (none for an empty body), for this shape."""
+        body_field = _BODY + varint(body_size) if body_size else b""
+        size = self._fixed + (1 + entry_size if entry_size else 0) + len(body_field) + body_size + (
+            len(_RECOVERY) if recovery else 0)
+        fields = (_ADDS_FIELD + varint(size), body_field)
+        if len(self._sizes) >= _SIZES_KEPT:
+            self._sizes.clear()
+        self._sizes[shape] = fields
+        return fields
 
 
 def check_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes) -> None:
