@@ -53,6 +53,7 @@ from concurrent.futures import Future
 
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, WriterOwner
+from pyspark_ledger.client.add_futures import new_future
 from pyspark_ledger.client.add_stream import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder, check_payload
 from pyspark_ledger.client.closing import close_leaving_block
@@ -162,7 +163,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         if len(payload) >= LARGE_ENTRY_BYTES and not self._heap_kept:
             self._heap_kept = True
             keep_freed_memory(self._ctx.config.keep_freed_memory)
-        future: Future = Future()
+        future = new_future()
         while True:
             with self._submit:
                 if self._failure is not None or self._closing:
