@@ -55,7 +55,6 @@ from bookie_server.storage import AddOp, BookieStorage, StorageConfig  # noqa: E
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
 from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
-from pyspark_ledger.client.heap import keep_freed_memory  # noqa: E402
 from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
@@ -273,9 +272,6 @@ def run(seconds: float) -> dict:
                     "bookie_journal": "default: references (each entry body written once, to the entry log)",
                     "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "runs": {},
                     "limits": {}, "client_over_noop_servers": {}}
-    # what a writer does at its first large entry (ClientConfig.keep_freed_memory), done first so that the limits
-    # measured in this process (the gRPC fan-out) run with the same heap as the client runs
-    result["client_keeps_freed_memory"] = keep_freed_memory()
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
         directory = Path(tmp)
         servers = start_noop_servers(3)

@@ -47,10 +47,6 @@ class ClientConfig:
     #: Largest encoded entry (payload + 36-byte header + digest) a writer sends;
     #: keep it at or below the bookies' ``--max-entry-size`` (default 5 MiB).
     max_entry_bytes: int = 5 * MiB
-    #: At a writer's first entry of 64 KiB or more, raise glibc's mmap and trim thresholds for this process
-    #: (``client.heap``) so the buffers of large entries reuse freed memory instead of faulting fresh pages in;
-    #: keeps up to 64 MiB free per malloc arena. False: leave the C library's defaults.
-    keep_freed_memory: bool = True
     #: Entries asked for in one range read, and the byte cap of one range read.
     read_batch_entries: int = 512
     read_batch_bytes: int = 8 * MiB
@@ -158,9 +154,9 @@ class ClientConfig:
         if self.tls is not None and not isinstance(self.tls, ClientTls):
             raise InvalidConfigurationError(f"tls must be a pyspark_ledger.security.tls.ClientTls or None, "
                                             f"got {self.tls!r}")
-        for name in ("delay_ensemble_change", "keep_freed_memory"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidConfigurationError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.delay_ensemble_change, bool):
+            raise InvalidConfigurationError(
+                f"delay_ensemble_change must be True or False, got {self.delay_ensemble_change!r}")
 
 
 def _positive_number(name: str, value: object, hint: str = "") -> None:

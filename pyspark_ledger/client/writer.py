@@ -59,7 +59,6 @@ from pyspark_ledger.client.add_wire import AddEncoder, check_payload
 from pyspark_ledger.client.closing import close_leaving_block
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.explicit_lac import LacFlusher
-from pyspark_ledger.client.heap import LARGE_ENTRY_BYTES, keep_freed_memory
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.metadata_ops import close_ledger
 from pyspark_ledger.client.metadata_update import retry_policy
@@ -92,7 +91,6 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._ledger_id = md.ledger_id
         self._max_payload = ctx.config.max_entry_bytes - HEADER_SIZE - _DIGEST_ROOM
         self._max_inflight = ctx.config.max_inflight_adds
-        self._heap_kept = False  # client.heap tuned (at the first large entry)
         self._tracker = AddTracker(md.current_fragment.bookies, md.write_quorum, md.ack_quorum,
                                    delay_ensemble_change=ctx.config.delay_ensemble_change)
         loop = getattr(ctx.transport, "io_loop", None)  # the transport's network thread owns the writer
@@ -160,9 +158,6 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         client's network thread: keep them short and never wait for this writer in them.
         """
         payload = check_payload(data, self._max_payload)
-        if len(payload) >= LARGE_ENTRY_BYTES and not self._heap_kept:
-            self._heap_kept = True
-            keep_freed_memory(self._ctx.config.keep_freed_memory)
         future = new_future()
         while True:
             with self._submit:
