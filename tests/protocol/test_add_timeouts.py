@@ -44,3 +44,13 @@ def test_the_oldest_add_decides_not_the_newest():
     for entry_id in range(3):
         adds.of("a").pop(entry_id)
     assert [s.entry_id for s in adds.timed_out(5.5, TIMEOUT)] == [3]
+
+
+def test_sent_many_is_sent_for_each_entry_in_order():
+    adds = UnansweredAdds()
+    adds.sent_many("a", [3, 4, 5], 1.0)
+    adds.sent("a", 6, 2.0)
+    adds.sent_many("a", [3], 9.0)  # a re-send keeps its place: the oldest unanswered add is still entry 3
+    assert list(adds.of("a").items()) == [(3, 9.0), (4, 1.0), (5, 1.0), (6, 2.0)]
+    adds.of("a").pop(3)
+    assert adds.timed_out(4.0, TIMEOUT) == [SilentBookie("a", 4, "no answer within 2.0 s")]
