@@ -41,6 +41,7 @@ from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 log = logging.getLogger(__name__)
 MIN_BOOKIES = 4
+ACK_QUORUM = 2  # the demo writes ledgers of E=3, Qw=3, Qa=2
 READ_PROGRESS_EVERY_S = 5.0
 READ_ATTEMPTS = 3
 WHY_FOUR = ("4 bookies for ledgers of 3 (E=3, Qw=3, Qa=2): when one is killed, a spare takes its place; "
@@ -57,6 +58,7 @@ class DemoConfig:
     rows_per_entry: int = 500
     partitions: int = 2
     cluster_file: str | None = None   # run against this cluster (cluster_target), not a sandbox
+    min_ack_quorum_zones: int = 1     # the write's minAckQuorumZones option (at most ACK_QUORUM)
 
     def check(self) -> "DemoConfig":
         if self.bookies < MIN_BOOKIES:
@@ -67,6 +69,11 @@ class DemoConfig:
         if not 1_000 <= self.rows_per_batch <= 10_000_000:
             raise InvalidConfigurationError(f"--rows-per-batch {self.rows_per_batch} is out of range: give 1000 to "
                                             "10000000 rows")
+        if not isinstance(self.min_ack_quorum_zones, int) or not 1 <= self.min_ack_quorum_zones <= ACK_QUORUM:
+            raise InvalidConfigurationError(
+                f"--min-ack-quorum-zones {self.min_ack_quorum_zones} is out of range: the demo's ledgers have an ack "
+                f"quorum of {ACK_QUORUM} (E=3, Qw=3, Qa=2), which spans at most {ACK_QUORUM} zones; give 1 or 2 "
+                "(2 needs bookies in 3 zones: docs/protocol.md P2)")
         if not 5 <= self.duration_s <= 3600:
             raise InvalidConfigurationError(f"--duration {self.duration_s:g} is out of range: give 5 to 3600 "
                                             "seconds of streaming")

@@ -17,7 +17,7 @@ from pyspark_ledger.demo.spark_runs import emitted_rows
 from pyspark_ledger.demo.stream_layout import ensemble_changes, summarize_ledgers
 from pyspark_ledger.demo.summary import DemoSummary
 from pyspark_ledger.demo.verify import Tally
-from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 from pyspark_ledger.metadata.model import CLOSED, OPEN, Fragment, LedgerMetadata
 
 A, B, C, D = "127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003", "127.0.0.1:1004"
@@ -263,12 +263,24 @@ def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed(
     (["--bookies", "3"], "must be a whole number >= 4"),
     (["--duration", "0"], "from 5 to 3600"),
     (["--duration", "soon"], "number of seconds"),
+    (["--min-ack-quorum-zones", "3"], "must be 1 or 2: the demo's ledgers have an ack quorum of 2"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", *flags])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_zone_demand_reaches_the_demos_write_and_is_bounded_by_its_ack_quorum():
+    from pyspark_ledger.cli.main import build_parser
+    from pyspark_ledger.demo.job import DemoConfig
+
+    assert build_parser().parse_args(["demo", "--min-ack-quorum-zones", "2"]).min_ack_quorum_zones == 2
+    assert DemoConfig(min_ack_quorum_zones=2).check().min_ack_quorum_zones == 2
+    with pytest.raises(InvalidConfigurationError, match="--min-ack-quorum-zones 3 is out of range: the demo's "
+                                                        "ledgers have an ack quorum of 2"):
+        DemoConfig(min_ack_quorum_zones=3).check()
 
 
 def test_json_flag_is_accepted_before_or_after_the_command():
