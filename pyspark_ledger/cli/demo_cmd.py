@@ -77,7 +77,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         try:
             summary = run_demo(config, reporter, stop)
         except KeyboardInterrupt:
-            reporter.say("ledger demo: interrupted; Spark and every bookie were stopped")
+            stopped = "Spark was stopped; the cluster keeps running" if args.cluster else \
+                "Spark and every bookie were stopped"
+            reporter.say(f"ledger demo: interrupted; {stopped}")
             return EXIT_INTERRUPTED
     if as_json:
         print_summary(summary, sys.stderr)

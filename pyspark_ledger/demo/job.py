@@ -91,7 +91,7 @@ def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> D
     started = time.monotonic()
     with ExitStack() as cleanup:
         target = _cluster_target(config, reporter) if config.cluster_file else None  # checked before anything
-        temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup)
+        temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup, own_sandbox=target is None)
         try:
             sandbox = target or _start_sandbox(config, reporter, cleanup)
             work = temporary or _kept_work_dir(sandbox)
@@ -121,6 +121,7 @@ def _summary(sandbox, phase: WritePhase, layout, tally: Tally, read_s: float, el
     steady_rows, steady_s = phase.after_first_batch()
     bookies = sandbox.bookies
     return DemoSummary(
+        cluster_file=phase.config.cluster_file, min_ack_quorum_zones=phase.config.min_ack_quorum_zones,
         verdict=verdict, layout=layout, micro_batches=0 if phase.last_batch is None else phase.last_batch + 1,
         write_s=phase.write_s, read_s=read_s, elapsed_s=elapsed_s, kill=phase.kill, kill_note=phase.kill_note,
         bookies=len(bookies), bookies_alive=sum(bookie.is_running() for bookie in bookies),
@@ -175,10 +176,10 @@ class WorkDir:
     keep: bool = True
 
 
-def _temporary_work_dir(reporter, cleanup: ExitStack) -> WorkDir:
+def _temporary_work_dir(reporter, cleanup: ExitStack, own_sandbox: bool = True) -> WorkDir:
     """Made first, so that it is removed last, once Spark and the bookies are down."""
     work = WorkDir(Path(tempfile.mkdtemp(prefix="ledger-demo-")), temporary=True)
-    cleanup.callback(_remove_unless_kept, work, reporter)
+    cleanup.callback(_remove_unless_kept, work, reporter, own_sandbox)
     return work
 
 
@@ -188,12 +189,14 @@ def _kept_work_dir(sandbox) -> WorkDir:
     return work
 
 
-def _remove_unless_kept(work: WorkDir, reporter) -> None:
+def _remove_unless_kept(work: WorkDir, reporter, own_sandbox: bool = True) -> None:
+    """Says what went: with ``own_sandbox`` the demo's sandbox went too; a cluster of ``--cluster`` stays."""
     if work.keep:
         reporter.say(f"kept {work.path} for inspection (Spark's log: {work.path / 'spark.log'})")
     else:
         shutil.rmtree(work.path, ignore_errors=True)
-        reporter.say(f"removed the temporary {work.path} (Spark's log and checkpoints) and the sandbox")
+        reporter.say(f"removed the temporary {work.path} (Spark's log and checkpoints)"
+                     + (" and the sandbox" if own_sandbox else "; the cluster keeps running"))
 
 
 def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals, temporary: bool = False,

@@ -246,6 +246,40 @@ def test_a_failed_check_in_a_temporary_dir_names_the_kept_spark_log_only():
     assert "Spark's log kept in /tmp/ledger-demo-x/spark.log" in files and "the sandbox was removed" in files
 
 
+def test_a_cluster_run_speaks_of_the_cluster_it_used_not_of_a_sandbox():
+    uri = "zk://10.0.0.11:2181,10.0.0.12:2181/ledger"
+    summary = _short_summary(metadata_uri=uri, cluster_file="/tmp/run/cluster.json", min_ack_quorum_zones=2)
+    text = "\n".join(summary_lines(summary))
+    assert "sandbox" not in text, text
+    line = _row(text, "under-replicated")
+    assert "restart it on its host (the cluster of /tmp/run/cluster.json keeps running)" in line
+    assert f"`ledger --metadata {uri} ledgers rereplicate --all --bookie {B}`" in line
+    files = _row(text, "files")
+    assert "Spark's log and checkpoints removed at exit" in files and "keeps running" in files
+    assert "every ack quorum over 2 zones" in _row(text, "stream")
+    failed = _row("\n".join(summary_lines(dataclasses.replace(summary, spark_log="/tmp/d/spark.log"))), "files")
+    assert failed.startswith("  files") and "Spark's log kept in /tmp/d/spark.log (the check failed)" in failed
+    document = summary.to_dict()
+    assert (document["cluster_file"], document["min_ack_quorum_zones"]) == ("/tmp/run/cluster.json", 2)
+
+
+def test_the_work_dir_message_names_the_sandbox_only_when_there_was_one(tmp_path):
+    from pyspark_ledger.demo.job import WorkDir, _remove_unless_kept
+
+    said = []
+
+    class Lines:
+        say = said.append
+
+    for own_sandbox in (True, False):
+        work = tmp_path / f"work-{own_sandbox}"
+        work.mkdir()
+        _remove_unless_kept(WorkDir(work, temporary=True, keep=False), Lines, own_sandbox)
+        assert not work.exists()
+    assert said[0].endswith("(Spark's log and checkpoints) and the sandbox")
+    assert said[1].endswith("(Spark's log and checkpoints); the cluster keeps running")
+
+
 def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed():
     summary = _summary(_tally(2, ([0, 0], [True, True])).verdict())
     text = "\n".join(summary_lines(summary))
