@@ -38,6 +38,10 @@ alone is refused (writeQuorum would still be 3) with a message saying so.
 only matter when the write creates the stream. Spark's own ``path`` (from
 ``load(name)`` / ``save(name)``) names the stream; ``queryName`` is ignored.
 
+A ``sqlite:///`` metadataServiceUri with a Spark master that runs executors on other hosts is refused here,
+on the driver (``driver_master``), unless option ``sqliteSharedFilesystem=true`` (every mode; default false;
+only with a sqlite:/// URI) says the file is at the same path on every executor host.
+
 ``minAckQuorumZones`` (the client's ``min_ack_quorum_zones``, docs/protocol.md P2, P3) makes the write's
 ledgers refuse any ensemble or replacement where some ack quorum could lie in fewer zones than that. It is
 checked on the driver at planning against the ack quorum (at most ackQuorum, or the existing stream's) and
@@ -71,6 +75,7 @@ from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.log.inputs import MAX_PARTITIONS
 from pyspark_ledger.metadata.uri import ACCEPTED_FORMS, parse_metadata_uri
 from pyspark_ledger.protocol.zone_placement import MAX_ACK_ZONES
+from pyspark_ledger.spark.driver_master import SHARED_OPTION, check_metadata_reachable
 from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.offsets import OffsetSpec, parse_ending_offsets, parse_starting_offsets
 
@@ -255,6 +260,7 @@ _OPTIONS = {option.name.lower(): option for option in (
     _Option("tlsCa", ALL_MODES, _location),
     _Option("tlsCert", ALL_MODES, _location),
     _Option("tlsKey", ALL_MODES, _location),
+    _Option(SHARED_OPTION, ALL_MODES, _bool),
 )}
 KNOWN_OPTIONS = tuple(option.name for option in _OPTIONS.values())
 
@@ -309,8 +315,13 @@ def _collect(options: Mapping[str, Any], mode: str) -> dict[str, Any]:
     for required in ("metadataserviceuri", "stream"):
         if required not in raw:
             raise _missing(_OPTIONS[required].name, mode)
-    return {key: _OPTIONS[key].parse(_OPTIONS[key].name, value)
-            for key, value in raw.items() if key in _OPTIONS}
+    values = {key: _OPTIONS[key].parse(_OPTIONS[key].name, value) for key, value in raw.items() if key in _OPTIONS}
+    shared = values.get(SHARED_OPTION.lower())
+    if shared is not None and not values["metadataserviceuri"].startswith("sqlite:"):
+        raise InvalidConfigurationError(f"option {SHARED_OPTION} applies only to a sqlite:/// metadataServiceUri; "
+                                        "remove it")
+    check_metadata_reachable(values["metadataserviceuri"], bool(shared))
+    return values
 
 
 def _lower_case(options: Mapping[str, Any]) -> dict[str, str]:
