@@ -126,19 +126,45 @@ SPARK_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.spark
-def test_a_spark_write_with_a_cluster_master_and_sqlite_fails_at_planning(tmp_path):
-    """A real driver JVM submitted with a spark:// master (nothing listens there: planning needs no executor)."""
+@pytest.fixture
+def standalone_master(tmp_path):
+    """A real Spark standalone master on 127.0.0.1 without workers (planning needs no executor); stopped after."""
+    import os
+    import signal
+
     from pyspark_ledger.spark.session import spark_unavailable_reason
+    from pyspark_ledger.testing.cluster.services import spark_home
     from pyspark_ledger.testing.ports import free_port
+    from tests.waiting import wait_until
 
     reason = spark_unavailable_reason()
     if reason:
         pytest.skip(f"needs Spark: {reason}")
-    master = f"spark://127.0.0.1:{free_port()}"
+    port, log = free_port(), tmp_path / "master.log"
+    env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+           "SPARK_DAEMON_MEMORY": "256m", "SPARK_LOG_DIR": str(tmp_path)}
+    env.pop("SPARK_CONF_DIR", None)
+    with open(log, "wb") as out:
+        master = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+                                   "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
+                                  stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_until(lambda: "I have been elected leader" in log.read_text(errors="replace") or master.poll() is not None,
+                   what="the standalone master", timeout=120)
+        assert master.poll() is None, log.read_text(errors="replace")[-2000:]
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        os.killpg(master.pid, signal.SIGKILL)
+        master.wait(30)
+
+
+@pytest.mark.spark
+def test_a_spark_write_with_a_cluster_master_and_sqlite_fails_at_planning(tmp_path, standalone_master):
+    """A real driver JVM submitted to a real standalone master (it has no worker: planning needs no executor)."""
+    master = standalone_master
     uri = f"sqlite://{tmp_path}/metadata.db"
     done = subprocess.run([sys.executable, "-c", SPARK_SCRIPT, master, uri, str(tmp_path / "spark.log")],
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ERROR "), done.stdout
     assert (f"InvalidConfigurationError: option metadataServiceUri={uri!r} is a SQLite file on the driver's host, "
