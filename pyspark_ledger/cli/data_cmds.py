@@ -14,6 +14,7 @@ from pyspark_ledger.cli.authority_args import add_authority_args, candidate_pass
 from pyspark_ledger.cli.output import print_json, print_record, print_table
 from pyspark_ledger.cli.progress import ProgressBar, line_interval_s
 from pyspark_ledger.cli.tls_args import client_config
+from pyspark_ledger.cli.zone_args import add_zone_arg, check_against_ack
 from pyspark_ledger.errors import CorruptEntryError, InvalidArgumentError, InvalidConfigurationError
 
 PREVIEW_BYTES = 48
@@ -39,11 +40,13 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
     simple.add_argument("--password", default=SIMPLETEST_PASSWORD, metavar="P",
                         help=f"the test ledger's password, printed with the result, e.g. to read a --keep ledger "
                              f"with `ledger ledgers read ID --password P` (default {SIMPLETEST_PASSWORD!r})")
+    add_zone_arg(simple, "-a")
     simple.set_defaults(handler=cmd_simpletest)
 
     recover = commands.add_parser("recover", help="recover a ledger whose writer died: fence and close it")
     recover.add_argument("ledger_id", type=int, metavar="LEDGER_ID", help="the ledger to recover")
     add_authority_args(recover)
+    add_zone_arg(recover)
     recover.set_defaults(handler=cmd_recover)
 
 
@@ -103,6 +106,7 @@ def _range_error(args: argparse.Namespace, last: int, readable: int) -> str:
 def cmd_simpletest(args: argparse.Namespace) -> int:
     if args.entries < 1 or args.entry_size < 0:
         raise InvalidConfigurationError("simpletest needs -n >= 1 entries and -s >= 0 bytes per entry")
+    check_against_ack(args.min_ack_quorum_zones, args.ack_quorum, "-a")
     line_interval_s()  # a bad $LEDGER_PROGRESS_EVERY_S is refused before a ledger is made
     payloads = [os.urandom(args.entry_size) for _ in range(min(args.entries, 64))]
     with ledger_client(args) as client:

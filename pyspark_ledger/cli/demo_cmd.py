@@ -41,6 +41,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                         help="run against the cluster this file describes (ZooKeeper metadata, a Spark standalone "
                              "master; the cluster.json of python -m pyspark_ledger.testing.cluster up), from its "
                              "driver host, instead of a local sandbox and local Spark; see docs/cluster.md")
+    parser.add_argument("--min-ack-quorum-zones", type=_ack_zones, default=1, metavar="M",
+                        help="zones every ack quorum of the demo's ledgers must span (option minAckQuorumZones): 1 "
+                             "(default, best spread) or 2 (refuse placements whose 2-bookie ack quorums could lie "
+                             "in one zone; with E=Qw=3 that needs bookies in 3 zones, e.g. --cluster)")
     parser.add_argument("--no-kill", dest="kill", action="store_false",
                         help="do not kill a bookie (no ensemble change)")
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -50,6 +54,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
 _duration = number(float, lambda value: 5 <= value <= 3600, "must be a number of seconds from 5 to 3600, e.g. 60")
 _rows_per_batch = number(int, lambda value: 1_000 <= value <= 10_000_000, "must be a whole number from 1000 to 10000000")
+_ack_zones = number(int, lambda value: 1 <= value <= 2,
+                    "must be 1 or 2: the demo's ledgers have an ack quorum of 2 (E=3, Qw=3, Qa=2), which spans at "
+                    "most 2 zones")
 _bookies = number(int, lambda value: value >= MIN_BOOKIES,
                   f"must be a whole number >= {MIN_BOOKIES}: ledgers are written to 3 bookies, so when one is "
                   "killed a 4th must be there to replace it (with 3, writes fail with not-enough-bookies)")
@@ -64,12 +71,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     as_json = bool(getattr(args, "json", False))
     reporter = Reporter(sys.stderr if as_json else sys.stdout)
     config = DemoConfig(duration_s=args.duration, bookies=args.bookies, data_dir=args.data_dir, kill=args.kill,
-                        rows_per_batch=args.rows_per_batch, cluster_file=args.cluster)
+                        rows_per_batch=args.rows_per_batch, cluster_file=args.cluster,
+                        min_ack_quorum_zones=args.min_ack_quorum_zones)
     with StopSignals() as stop:
         try:
             summary = run_demo(config, reporter, stop)
         except KeyboardInterrupt:
-            reporter.say("ledger demo: interrupted; Spark and every bookie were stopped")
+            stopped = "Spark was stopped; the cluster keeps running" if args.cluster else \
+                "Spark and every bookie were stopped"
+            reporter.say(f"ledger demo: interrupted; {stopped}")
             return EXIT_INTERRUPTED
     if as_json:
         print_summary(summary, sys.stderr)

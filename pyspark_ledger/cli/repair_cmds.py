@@ -28,6 +28,7 @@ from pyspark_ledger.cli.authority_args import add_authority_args, candidate_pass
 from pyspark_ledger.cli.output import print_json, print_table
 from pyspark_ledger.cli.progress import CopyProgress
 from pyspark_ledger.cli.tls_args import client_config
+from pyspark_ledger.cli.zone_args import add_zone_arg
 from pyspark_ledger.errors import InvalidConfigurationError, LedgerError, NoSuchLedgerError
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.protocol.rereplication import lost_bookies, plan_repairs
@@ -46,6 +47,7 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
                            "(default 30; with --once only 0 acts)")
     auto.add_argument("--once", action="store_true", help="run one round and exit (lost = unregistered now)")
     add_authority_args(auto)
+    add_zone_arg(auto)
     auto.set_defaults(handler=cmd_autorecovery)
     under = ledgers_actions.add_parser(
         "underreplicated", help="ledgers whose fragments name bookies that are not registered now")
@@ -58,6 +60,7 @@ def add_parsers(commands: argparse._SubParsersAction, ledgers_actions: argparse.
     rerep.add_argument("--bookie", action="append", default=None, metavar="ID",
                        help="treat this bookie as lost even if registered (repeatable; e.g. to drain it)")
     add_authority_args(rerep)
+    add_zone_arg(rerep)
     rerep.set_defaults(handler=cmd_rereplicate)
 
 

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from pyspark_ledger.arg_types import number
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.sandbox.layout import MAX_ZONES
 
 EXIT_INTERRUPTED = 130
 _WATCH_INTERVAL_S = 0.2
@@ -38,9 +39,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls", action="store_true",
                         help="mutual TLS: make a throwaway CA and certificates in the data dir, start every bookie "
                              "with them, and print the LEDGER_TLS_* variables clients need")
+    parser.add_argument("--zones", type=_zone_count, default=None, metavar="N",
+                        help=f"spread the bookies round-robin over N zones (zone-a, zone-b, ...; bookie i in zone i "
+                             f"mod N, started with --zone), 1 to {MAX_ZONES} and at most the bookies, for zone-aware "
+                             "placement (docs/protocol.md P1-P4); default: as --data-dir remembers, else no zones")
     parser.set_defaults(handler=cmd_sandbox)
 
 
+_zone_count = number(int, lambda value: 1 <= value <= MAX_ZONES, f"must be a whole number from 1 to {MAX_ZONES}")
 _bookie_count = number(int, lambda value: value >= 1,
                        "must be a whole number >= 1 (a cluster needs at least one bookie)")
 
@@ -48,7 +54,7 @@ _bookie_count = number(int, lambda value: value >= 1,
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from pyspark_ledger.sandbox import Sandbox  # late: keeps `ledger --help` fast
 
-    sandbox = Sandbox(args.bookies, args.data_dir, args.zookeeper, announce=_say, tls=args.tls)
+    sandbox = Sandbox(args.bookies, args.data_dir, args.zookeeper, announce=_say, tls=args.tls, zones=args.zones)
     with _stop_signals() as stop_requested:
         try:
             sandbox.start()
@@ -78,8 +84,9 @@ def banner(sandbox) -> str:
     options = {"tlsCa": "LEDGER_TLS_CA", "tlsCert": "LEDGER_TLS_CERT", "tlsKey": "LEDGER_TLS_KEY"}
     return "\n".join([
         "",
-        f"sandbox ready: {len(sandbox.bookies)} bookies, {kind} metadata{security}, data in {sandbox.data_dir} "
-        f"({kept})",
+        f"sandbox ready: {len(sandbox.bookies)} bookies{_in_zones(sandbox)}, {kind} metadata{security}, data in "
+        f"{sandbox.data_dir} ({kept})",
+        *_zone_lines(sandbox),
         "",
         f"  metadataServiceUri = {uri}",
         "",
@@ -98,6 +105,20 @@ def banner(sandbox) -> str:
         "",
         "Press Ctrl-C to stop.",
     ])
+
+
+def _in_zones(sandbox) -> str:
+    zones = sorted(set(sandbox.bookie_zones.values()))
+    return f" in {len(zones)} zone{'s' if len(zones) != 1 else ''}" if zones else ""
+
+
+def _zone_lines(sandbox) -> list[str]:
+    by_zone: dict[str, list[str]] = {}
+    for index, bookie_id in enumerate(sandbox.bookie_ids):
+        zone = sandbox.bookie_zones.get(bookie_id)
+        if zone:
+            by_zone.setdefault(zone, []).append(f"bookie {index}")
+    return [f"  {zone}: {', '.join(names)}" for zone, names in sorted(by_zone.items())]
 
 
 def _watch(sandbox, stop_requested: threading.Event) -> None:

@@ -36,7 +36,8 @@ def client_tls(args: argparse.Namespace):
 
 def client_config(args: argparse.Namespace):
     """The ``ClientConfig`` of commands that talk to bookies: the defaults, with the command line's TLS and,
-    for administrative commands, ``--repair-key``."""
+    for administrative commands, ``--repair-key``; for commands that place bookies, ``--min-ack-quorum-zones``."""
     from pyspark_ledger.client.config import ClientConfig
 
-    return ClientConfig(tls=client_tls(args), repair_key_file=getattr(args, "repair_key", None) or None)
+    return ClientConfig(tls=client_tls(args), repair_key_file=getattr(args, "repair_key", None) or None,
+                        min_ack_quorum_zones=getattr(args, "min_ack_quorum_zones", 1))

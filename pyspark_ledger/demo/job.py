@@ -41,6 +41,7 @@ from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 
 log = logging.getLogger(__name__)
 MIN_BOOKIES = 4
+ACK_QUORUM = 2  # the demo writes ledgers of E=3, Qw=3, Qa=2
 READ_PROGRESS_EVERY_S = 5.0
 READ_ATTEMPTS = 3
 WHY_FOUR = ("4 bookies for ledgers of 3 (E=3, Qw=3, Qa=2): when one is killed, a spare takes its place; "
@@ -57,6 +58,7 @@ class DemoConfig:
     rows_per_entry: int = 500
     partitions: int = 2
     cluster_file: str | None = None   # run against this cluster (cluster_target), not a sandbox
+    min_ack_quorum_zones: int = 1     # the write's minAckQuorumZones option (at most ACK_QUORUM)
 
     def check(self) -> "DemoConfig":
         if self.bookies < MIN_BOOKIES:
@@ -67,6 +69,11 @@ class DemoConfig:
         if not 1_000 <= self.rows_per_batch <= 10_000_000:
             raise InvalidConfigurationError(f"--rows-per-batch {self.rows_per_batch} is out of range: give 1000 to "
                                             "10000000 rows")
+        if not isinstance(self.min_ack_quorum_zones, int) or not 1 <= self.min_ack_quorum_zones <= ACK_QUORUM:
+            raise InvalidConfigurationError(
+                f"--min-ack-quorum-zones {self.min_ack_quorum_zones} is out of range: the demo's ledgers have an ack "
+                f"quorum of {ACK_QUORUM} (E=3, Qw=3, Qa=2), which spans at most {ACK_QUORUM} zones; give 1 or 2 "
+                "(2 needs bookies in 3 zones: docs/protocol.md P2)")
         if not 5 <= self.duration_s <= 3600:
             raise InvalidConfigurationError(f"--duration {self.duration_s:g} is out of range: give 5 to 3600 "
                                             "seconds of streaming")
@@ -84,7 +91,7 @@ def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> D
     started = time.monotonic()
     with ExitStack() as cleanup:
         target = _cluster_target(config, reporter) if config.cluster_file else None  # checked before anything
-        temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup)
+        temporary = None if config.data_dir else _temporary_work_dir(reporter, cleanup, own_sandbox=target is None)
         try:
             sandbox = target or _start_sandbox(config, reporter, cleanup)
             work = temporary or _kept_work_dir(sandbox)
@@ -114,6 +121,7 @@ def _summary(sandbox, phase: WritePhase, layout, tally: Tally, read_s: float, el
     steady_rows, steady_s = phase.after_first_batch()
     bookies = sandbox.bookies
     return DemoSummary(
+        cluster_file=phase.config.cluster_file, min_ack_quorum_zones=phase.config.min_ack_quorum_zones,
         verdict=verdict, layout=layout, micro_batches=0 if phase.last_batch is None else phase.last_batch + 1,
         write_s=phase.write_s, read_s=read_s, elapsed_s=elapsed_s, kill=phase.kill, kill_note=phase.kill_note,
         bookies=len(bookies), bookies_alive=sum(bookie.is_running() for bookie in bookies),
@@ -168,10 +176,10 @@ class WorkDir:
     keep: bool = True
 
 
-def _temporary_work_dir(reporter, cleanup: ExitStack) -> WorkDir:
+def _temporary_work_dir(reporter, cleanup: ExitStack, own_sandbox: bool = True) -> WorkDir:
     """Made first, so that it is removed last, once Spark and the bookies are down."""
     work = WorkDir(Path(tempfile.mkdtemp(prefix="ledger-demo-")), temporary=True)
-    cleanup.callback(_remove_unless_kept, work, reporter)
+    cleanup.callback(_remove_unless_kept, work, reporter, own_sandbox)
     return work
 
 
@@ -181,12 +189,14 @@ def _kept_work_dir(sandbox) -> WorkDir:
     return work
 
 
-def _remove_unless_kept(work: WorkDir, reporter) -> None:
+def _remove_unless_kept(work: WorkDir, reporter, own_sandbox: bool = True) -> None:
+    """Says what went: with ``own_sandbox`` the demo's sandbox went too; a cluster of ``--cluster`` stays."""
     if work.keep:
         reporter.say(f"kept {work.path} for inspection (Spark's log: {work.path / 'spark.log'})")
     else:
         shutil.rmtree(work.path, ignore_errors=True)
-        reporter.say(f"removed the temporary {work.path} (Spark's log and checkpoints) and the sandbox")
+        reporter.say(f"removed the temporary {work.path} (Spark's log and checkpoints)"
+                     + (" and the sandbox" if own_sandbox else "; the cluster keeps running"))
 
 
 def _start_spark(work: Path, reporter, cleanup: ExitStack, stop: StopSignals, temporary: bool = False,

@@ -36,7 +36,7 @@ def summary_lines(summary) -> list[str]:
     """The human summary: a two-column table, the ensemble changes, and the verdict."""
     verdict, layout = summary.verdict, summary.layout
     rows = [
-        ("stream", f"{layout.stream} ({layout.partitions} partitions, E=3 Qw=3 Qa=2)"),
+        ("stream", f"{layout.stream} ({layout.partitions} partitions, E=3 Qw=3 Qa=2{_zones_text(summary)})"),
         ("rows written (committed)", f"{verdict.expected_rows:,} in {summary.micro_batches} micro-batches"),
         ("rows read back", f"{verdict.rows_read:,}"),
         ("missing / duplicates", f"{verdict.missing:,} / {verdict.duplicates:,}"),
@@ -60,6 +60,11 @@ def summary_lines(summary) -> list[str]:
     return lines
 
 
+def _zones_text(summary) -> str:
+    zones = summary.min_ack_quorum_zones
+    return f", every ack quorum over {zones} zones" if zones > 1 else ""
+
+
 def _steady_text(summary) -> str:
     if summary.steady_s <= 0:
         return "n/a (only one micro-batch)"
@@ -79,19 +84,30 @@ def _underreplicated_text(summary) -> str:
     if summary.kill is None or not ledgers:
         return "none"
     short = f"{len(ledgers)} ledger(s) keep sealed entries on the killed bookie, one copy short until it returns"
+    if summary.cluster_file:
+        return (f"{short}: restart it on its host (the cluster of {summary.cluster_file} keeps running), or copy "
+                f"them to another bookie: `{_rereplicate_command(summary)}`")
     if summary.data_dir is None:
         return f"{short} (the sandbox was removed at exit; `ledger demo --data-dir DIR` keeps a cluster to repair)"
     data_dir = shlex.quote(summary.data_dir)
+    return (f"{short}: `ledger sandbox --data-dir {data_dir}` restarts the cluster with it; to copy them to "
+            f"another bookie instead, while that sandbox runs: `{_rereplicate_command(summary)}`")
+
+
+def _rereplicate_command(summary) -> str:
     move = f"ledger --metadata {shlex.quote(summary.metadata_uri)} ledgers rereplicate --all " \
            f"--bookie {summary.kill.bookie_id}"
     if summary.repair_key_file:
         move += f" --repair-key {shlex.quote(summary.repair_key_file)}"
-    return (f"{short}: `ledger sandbox --data-dir {data_dir}` restarts the cluster with it; to copy them to "
-            f"another bookie instead, while that sandbox runs: `{move}`")
+    return move
 
 
 def _files_text(summary) -> str:
     """Only paths that still exist once the demo has exited."""
+    if summary.cluster_file:
+        kept = f"Spark's log kept in {summary.spark_log} (the check failed)" if summary.spark_log else \
+            "Spark's log and checkpoints removed at exit (a temporary dir)"
+        return f"{kept}; the cluster of {summary.cluster_file} was not started or stopped by the demo and keeps running"
     if summary.data_dir is not None:
         log = f", Spark's log {summary.spark_log}" if summary.spark_log else ""
         return f"cluster kept in {summary.data_dir} (restart: `ledger sandbox --data-dir " \

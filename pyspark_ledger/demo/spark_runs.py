@@ -48,6 +48,7 @@ class WriteSettings:
     rows_per_batch: int
     rows_per_entry: int
     partitions: int
+    min_ack_quorum_zones: int = 1
 
 
 def start_spark(log_path: Path, cores: int = 2, conf: dict | None = None):
@@ -112,6 +113,7 @@ def start_write(spark, settings: WriteSettings):
                 .option("rowsPerEntry", settings.rows_per_entry)
                 .option("partitions", settings.partitions)
                 .option("ensembleSize", 3).option("writeQuorum", 3).option("ackQuorum", 2)
+                .option("minAckQuorumZones", settings.min_ack_quorum_zones)
                 .start())
 
 

@@ -33,6 +33,8 @@ class DemoSummary:
     warmup_s: float = 0.0  # from the write query's start to its first ledger
     steady_rows: int = 0  # rows of the micro-batches after the first, which pays for Spark's warm-up
     steady_s: float = 0.0  # and the seconds those micro-batches took
+    cluster_file: str | None = None  # run against this cluster (``--cluster``): no sandbox was made or removed
+    min_ack_quorum_zones: int = 1  # the write's minAckQuorumZones
 
     @property
     def passed(self) -> bool:
@@ -91,4 +93,6 @@ class DemoSummary:
             "spark_log": self.spark_log,
             "repair_key_file": self.repair_key_file,
             "pids": self.pids,
+            "cluster_file": self.cluster_file,
+            "min_ack_quorum_zones": self.min_ack_quorum_zones,
         }

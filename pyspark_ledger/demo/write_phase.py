@@ -83,7 +83,8 @@ class WritePhase:
         return spark_runs.WriteSettings(
             metadata_uri=self.sandbox.metadata_uri, stream=self.stream, writer_id=self.writer_id,
             checkpoint=self.checkpoint, stop_file=self.stop_file, rows_per_batch=config.rows_per_batch,
-            rows_per_entry=config.rows_per_entry, partitions=config.partitions)
+            rows_per_entry=config.rows_per_entry, partitions=config.partitions,
+            min_ack_quorum_zones=config.min_ack_quorum_zones)
 
     def _warm_up(self, query) -> None:
         """Wait (bounded) for the first ledger of the stream: Spark's workers are up and writing."""

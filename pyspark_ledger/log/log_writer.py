@@ -94,7 +94,8 @@ def open_log_writer(ctx: LogContext, stream: str, partition: int, policy: RollPo
         check_partition(partition, record.partition_count, stream)
         # before fencing anything: a writer that could not write must not depose the current one
         check_stream_replication(stream, record.replication)
-        check_bookies_for_write(ctx.store, ctx.store.uri, stream, record.replication, stream_exists=True)
+        check_bookies_for_write(ctx.store, ctx.store.uri, stream, record.replication, stream_exists=True,
+                                min_ack_zones=ctx.client.config.min_ack_quorum_zones)
         part = record.partition(partition)
         fence_ledgers(ctx.client, part.ledger_ids[-FENCED_TAIL:], ctx.password)
         writer = create_stream_ledger(ctx.client, record.replication, ctx.password, stream, partition)

@@ -18,6 +18,11 @@ starting anything, naming the port and the process holding it.
 ``bookies=None`` means "as many as the data dir remembers, else 3"; a larger
 number adds bookies, a smaller one is refused (their ledgers would lose
 replicas). ``zookeeper=None`` likewise follows the data dir (default SQLite).
+``zones=N`` spreads the bookies round-robin over N zones (``zone-a``,
+``zone-b``, ...: bookie i in zone i mod N, started with ``--zone``), for
+zone-aware placement (docs/protocol.md P1-P4); ``bookie_zones`` names them.
+N is remembered in the data dir: ``None`` follows it (default: no zones), a
+number re-spreads every bookie at this start (their ids and data stay).
 ``tls=True`` makes a throwaway CA and certificates in ``<data dir>/tls`` (kept with a kept data dir, so
 the same files serve later starts) and starts every bookie with mutual TLS; ``tls_files`` names the files,
 ``client_tls`` / ``client_config()`` / ``tls_env`` are what clients need to reach it. The data dir is
@@ -39,7 +44,7 @@ from typing import Any, Callable
 
 from pyspark_ledger.errors import (BookieProcessError, DataDirectoryError, InvalidArgumentError,
                                    InvalidConfigurationError, InvalidStateError)
-from pyspark_ledger.sandbox.layout import (SQLITE, ZOOKEEPER, BookieSlot, SandboxLayout, load_layout,
+from pyspark_ledger.sandbox.layout import (MAX_ZONES, SQLITE, ZOOKEEPER, BookieSlot, SandboxLayout, load_layout,
                                            save_layout)
 from pyspark_ledger.sandbox.lock import LOCK_FILE, DataDirLock
 from pyspark_ledger.sandbox.metadata_service import (SandboxMetadata, check_path_fits_uri,
@@ -61,9 +66,11 @@ class Sandbox:
 
     def __init__(self, bookies: int | None = None, data_dir: str | Path | None = None,
                  zookeeper: bool | None = None, *, announce: Callable[[str], Any] | None = None,
-                 lease_seconds: float = DEFAULT_LEASE_SECONDS, tls: bool = False, **bookie_flags: Any) -> None:
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, tls: bool = False, zones: int | None = None,
+                 **bookie_flags: Any) -> None:
         if not isinstance(tls, bool):
             raise InvalidConfigurationError(f"tls must be True or False, got {tls!r}")
+        self._requested_zones = _check_zones(zones, bookie_flags)
         self._tls = tls
         self.tls_files: TlsFiles | None = None  # made (or found) by start() when tls=True
         self._requested_bookies = _check_bookie_count(bookies)
@@ -130,6 +137,14 @@ class Sandbox:
     @property
     def bookie_ids(self) -> list[str]:
         return [bookie.bookie_id for bookie in self.bookies]
+
+    @property
+    def bookie_zones(self) -> dict[str, str]:
+        """Bookie id -> the zone it was started in (empty for a sandbox without zones)."""
+        layout = self._layout
+        if layout is None or layout.zones is None:
+            return {}
+        return {slot.bookie_id: layout.zone_of(index) for index, slot in enumerate(layout.bookies)}
 
     # --- lifecycle -----------------------------------------------------------------
     def start(self) -> "Sandbox":
@@ -252,7 +267,9 @@ class Sandbox:
                 "ledgers), or use another --data-dir")
         while len(remembered.bookies) < wanted:
             remembered.bookies.append(BookieSlot(_unused_port(remembered), f"bookie-{len(remembered.bookies)}"))
-        return remembered
+        if self._requested_zones is not None:
+            remembered.zones = self._requested_zones
+        return _check_zones_fit(remembered)
 
     def _new_layout(self) -> SandboxLayout:
         layout = SandboxLayout(ZOOKEEPER if self._requested_zookeeper else SQLITE)
@@ -260,7 +277,8 @@ class Sandbox:
             layout.zookeeper_port = free_port()
         for index in range(self._requested_bookies or DEFAULT_BOOKIES):
             layout.bookies.append(BookieSlot(_unused_port(layout), f"bookie-{index}"))
-        return layout
+        layout.zones = self._requested_zones
+        return _check_zones_fit(layout)
 
     def _check_same_metadata(self, remembered: SandboxLayout) -> None:
         wanted = self._requested_zookeeper
@@ -298,6 +316,9 @@ class Sandbox:
 
     def _bookie_process(self, slot: BookieSlot) -> BookieProcess:
         flags = {"exit_with_parent": True, **self._bookie_flags}  # a killed owner leaves no bookie behind
+        zone = self._layout.zone_of(self._layout.bookies.index(slot))
+        if zone is not None:
+            flags["zone"] = zone
         if self.tls_files is not None:  # mutual TLS
             flags.update(tls_cert=self.tls_files.bookie_cert, tls_key=self.tls_files.bookie_key,
                          tls_client_ca=self.tls_files.ca)
@@ -307,7 +328,9 @@ class Sandbox:
         bookie = self.bookies[index].start()
         self._deliberately_down.discard(index)
         self._reported_down.discard(index)
-        self._announce(f"bookie {index} up: {bookie.bookie_id} (pid {bookie.pid}, data {bookie.data_dir})")
+        zone = self._layout.zone_of(index)
+        self._announce(f"bookie {index} up: {bookie.bookie_id} (pid {bookie.pid}, data {bookie.data_dir}"
+                       + (f", zone {zone})" if zone else ")"))
         return bookie
 
     def _bookie(self, index: int) -> BookieProcess:
@@ -329,6 +352,24 @@ def _check_bookie_count(bookies: object) -> int | None:
     if not isinstance(bookies, int) or isinstance(bookies, bool) or bookies < 1:
         raise InvalidConfigurationError(f"bookies must be a whole number >= 1, got {bookies!r}")
     return bookies
+
+
+def _check_zones(zones: object, bookie_flags: dict) -> int | None:
+    if zones is None:
+        return None
+    if not isinstance(zones, int) or isinstance(zones, bool) or not 1 <= zones <= MAX_ZONES:
+        raise InvalidConfigurationError(f"zones must be a whole number from 1 to {MAX_ZONES}, got {zones!r}")
+    if "zone" in bookie_flags:
+        raise InvalidConfigurationError("give zones=N or the bookie flag zone=NAME, not both")
+    return zones
+
+
+def _check_zones_fit(layout: SandboxLayout) -> SandboxLayout:
+    if layout.zones is not None and layout.zones > len(layout.bookies):
+        raise InvalidConfigurationError(
+            f"--zones {layout.zones} is more zones than the {len(layout.bookies)} bookies can fill (one bookie per "
+            f"zone at least): give --zones {len(layout.bookies)} or less, or more --bookies")
+    return layout
 
 
 def _check_lease(lease_seconds: object) -> float:

@@ -4,7 +4,10 @@ A sandbox restarted on the same data dir must bring every bookie back under
 the same identity (its id is ``127.0.0.1:<port>`` and its cookie ties that id
 to its data dir), on the same metadata store. ``SandboxLayout`` records what
 that takes: the metadata kind (``sqlite`` or ``zookeeper``), the ZooKeeper
-port, and per bookie its id, port and data dir (relative to the sandbox dir).
+port, per bookie its id, port and data dir (relative to the sandbox dir), and
+the number of zones the bookies are spread over (``zones``; absent in files of
+sandboxes without zones): bookie i is in zone ``ZONE_NAMES[i % zones]``
+(``zone-a``, ``zone-b``, ...), given to it as bookie-server ``--zone``.
 ``load_layout`` validates the file and names what is wrong with it;
 ``save_layout`` replaces it atomically (write, fsync, rename).
 """
@@ -22,6 +25,8 @@ FORMAT_VERSION = 1
 SQLITE = "sqlite"
 ZOOKEEPER = "zookeeper"
 HOST = "127.0.0.1"
+ZONE_NAMES = tuple(f"zone-{letter}" for letter in "abcdefghijklmnopqrstuvwxyz")
+MAX_ZONES = len(ZONE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,15 @@ class SandboxLayout:
     metadata: str
     zookeeper_port: int | None = None
     bookies: list[BookieSlot] = field(default_factory=list)
+    zones: int | None = None  # bookies spread round-robin over this many zones; None: no --zone
 
     @property
     def uses_zookeeper(self) -> bool:
         return self.metadata == ZOOKEEPER
+
+    def zone_of(self, index: int) -> str | None:
+        """The zone of bookie ``index`` (None when the sandbox has no zones)."""
+        return None if self.zones is None else ZONE_NAMES[index % self.zones]
 
     def to_document(self, metadata_uri: str) -> dict:
         return {
@@ -54,8 +64,10 @@ class SandboxLayout:
             "metadata": self.metadata,
             "metadata_uri": metadata_uri,  # informational: recomputed from the dir on start
             "zookeeper_port": self.zookeeper_port,
-            "bookies": [{"bookie_id": slot.bookie_id, "port": slot.port, "data_dir": slot.data_dir}
-                        for slot in self.bookies],
+            "bookies": [{"bookie_id": slot.bookie_id, "port": slot.port, "data_dir": slot.data_dir,
+                         **({"zone": self.zone_of(index)} if self.zones else {})}  # informational
+                        for index, slot in enumerate(self.bookies)],
+            **({"zones": self.zones} if self.zones else {}),
         }
 
 
@@ -107,7 +119,10 @@ def _parse(doc: dict) -> SandboxLayout:
         raise ValueError("it lists no bookies")
     if len({slot.port for slot in slots}) != len(slots):
         raise ValueError("two bookies share a port")
-    return SandboxLayout(metadata, zookeeper_port if metadata == ZOOKEEPER else None, slots)
+    zones = doc.get("zones")
+    if zones is not None and (not isinstance(zones, int) or isinstance(zones, bool) or not 1 <= zones <= MAX_ZONES):
+        raise ValueError(f"zones {zones!r} is not a number of zones from 1 to {MAX_ZONES}")
+    return SandboxLayout(metadata, zookeeper_port if metadata == ZOOKEEPER else None, slots, zones)
 
 
 def _slot(item: dict) -> BookieSlot:

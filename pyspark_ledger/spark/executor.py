@@ -6,11 +6,13 @@ processes). Opening a metadata store and a gRPC client per task or per input
 partition would cost connections and threads each time, so this module keeps,
 per process:
 
-* one ``LedgerClient`` (and the metadata store it owns) per metadata URI and TLS setting, and
-* one ``StreamClient`` per (URI, TLS setting, password) built over that shared client.
+* one ``LedgerClient`` (and the metadata store it owns) per metadata URI, TLS setting and zone demand, and
+* one ``StreamClient`` per (URI, TLS setting, zone demand, password) built over that shared client.
 
 The TLS setting is the query's ``tlsCa``/``tlsCert``/``tlsKey`` options (a ``ClientTls``), or ``None``:
 then the client takes ``LEDGER_TLS_*`` from this process's environment (``ClientConfig``'s default).
+The zone demand is a write's ``minAckQuorumZones`` option (``ClientConfig.min_ack_quorum_zones``; 1 for
+reads and by default).
 
 The clients use the replication client's defaults except for speculative
 reads (``executor_config``): tasks read whole entry ranges, megabytes per
@@ -73,7 +75,7 @@ _ledger_clients: dict[tuple, tuple["MetadataStore", "LedgerClient"]] = {}
 _stream_clients: dict[tuple, "StreamClient"] = {}
 
 
-def ledger_client(uri: str, password: bytes | str = b"", tls=None) -> "LedgerClient":
+def ledger_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quorum_zones: int = 1) -> "LedgerClient":
     """This process's replication client for the metadata service ``uri``.
 
     ``password`` is accepted for symmetry with ``stream_client`` (ledger
@@ -82,30 +84,32 @@ def ledger_client(uri: str, password: bytes | str = b"", tls=None) -> "LedgerCli
     _check_password(password)
     with _lock:
         _forget_if_forked()
-        return _ledger_client_locked((_check_uri(uri), tls))[1]
+        return _ledger_client_locked((_check_uri(uri), tls, min_ack_quorum_zones))[1]
 
 
-def stream_client(uri: str, password: bytes | str = b"", tls=None) -> "StreamClient":
-    """This process's ``StreamClient`` for ``uri`` (reached with ``tls``) whose ledgers use ``password``."""
-    key = (_check_uri(uri), tls, _check_password(password))
+def stream_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quorum_zones: int = 1) -> "StreamClient":
+    """This process's ``StreamClient`` for ``uri`` (reached with ``tls``, placing ledgers so that every ack quorum
+    spans ``min_ack_quorum_zones`` zones) whose ledgers use ``password``."""
+    key = (_check_uri(uri), tls, min_ack_quorum_zones, _check_password(password))
     with _lock:
         _forget_if_forked()
         cached = _stream_clients.get(key)
         if cached is None:
             from pyspark_ledger.log.stream_client import StreamClient
-            store, client = _ledger_client_locked(key[:2])
-            cached = StreamClient(store, password=key[2], client=client, password_name=PASSWORD_OPTION)
+            store, client = _ledger_client_locked(key[:3])
+            cached = StreamClient(store, password=key[3], client=client, password_name=PASSWORD_OPTION)
             _stream_clients[key] = cached
         return cached
 
 
-def executor_config(tls=None):
-    """The ``ClientConfig`` of the cached clients: the defaults, with range-read-sized speculation, and
-    ``tls`` if given (else the environment's)."""
+def executor_config(tls=None, min_ack_quorum_zones: int = 1):
+    """The ``ClientConfig`` of the cached clients: the defaults, with range-read-sized speculation, the zone
+    demand, and ``tls`` if given (else the environment's)."""
     from dataclasses import replace
 
     from pyspark_ledger.client.config import ClientConfig
-    config = replace(ClientConfig(), speculative_read_delay_s=SPECULATIVE_READ_DELAY_S)
+    config = replace(ClientConfig(), speculative_read_delay_s=SPECULATIVE_READ_DELAY_S,
+                     min_ack_quorum_zones=min_ack_quorum_zones)
     return config if tls is None else replace(config, tls=tls)
 
 
@@ -138,8 +142,8 @@ def close_all(uri: str | None = None) -> None:
 
 
 def _ledger_client_locked(key: tuple) -> tuple["MetadataStore", "LedgerClient"]:
-    """The cached client of ``key`` = (uri, tls), made on first use."""
-    uri, tls = key
+    """The cached client of ``key`` = (uri, tls, min_ack_quorum_zones), made on first use."""
+    uri, tls, zones = key
     cached = _ledger_clients.get(key)
     if cached is None:
         from pyspark_ledger.client.ledger_client import LedgerClient
@@ -149,7 +153,7 @@ def _ledger_client_locked(key: tuple) -> tuple["MetadataStore", "LedgerClient"]:
         except NoSuchMetadataStoreError as exc:
             raise _no_store_here(uri, exc) from exc
         try:
-            cached = (store, LedgerClient(store, executor_config(tls)))
+            cached = (store, LedgerClient(store, executor_config(tls, zones)))
         except BaseException:
             store.close()
             raise

@@ -24,6 +24,7 @@ writeQuorum                            yes       yes       3
 ackQuorum                              yes       yes       2
 digest                                 yes       yes       crc32c (or hmac-sha256)
 rowsPerEntry                           yes       yes       10000
+minAckQuorumZones                      yes       yes       1 (no demand); 1 to 16
 writerId                                         yes       from checkpointLocation
 tlsCa                yes      yes      yes       yes       $LEDGER_TLS_CA on each process
 tlsCert              yes      yes      yes       yes       $LEDGER_TLS_CERT on each process
@@ -36,6 +37,16 @@ alone is refused (writeQuorum would still be 3) with a message saying so.
 ``partitions``, ``ensembleSize``, ``writeQuorum``, ``ackQuorum`` and ``digest``
 only matter when the write creates the stream. Spark's own ``path`` (from
 ``load(name)`` / ``save(name)``) names the stream; ``queryName`` is ignored.
+
+A ``sqlite:///`` metadataServiceUri with a Spark master that runs executors on other hosts is refused here,
+on the driver (``driver_master``), unless option ``sqliteSharedFilesystem=true`` (every mode; default false;
+only with a sqlite:/// URI) says the file is at the same path on every executor host.
+
+``minAckQuorumZones`` (the client's ``min_ack_quorum_zones``, docs/protocol.md P2, P3) makes the write's
+ledgers refuse any ensemble or replacement where some ack quorum could lie in fewer zones than that. It is
+checked on the driver at planning against the ack quorum (at most ackQuorum, or the existing stream's) and
+against the zones of the bookies registered then (NotEnoughBookiesError naming the zones); the tasks' clients
+then place every ledger by it.
 
 A streaming write commits each micro-batch exactly once per *writer id*: the
 id of the query (``pyspark_ledger.spark.sink_identity``) derived from
@@ -63,6 +74,8 @@ from pyspark_ledger.entry import DIGEST_CRC32C, check_digest_type
 from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.log.inputs import MAX_PARTITIONS
 from pyspark_ledger.metadata.uri import ACCEPTED_FORMS, parse_metadata_uri
+from pyspark_ledger.protocol.zone_placement import MAX_ACK_ZONES
+from pyspark_ledger.spark.driver_master import SHARED_OPTION, check_metadata_reachable
 from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.offsets import OffsetSpec, parse_ending_offsets, parse_starting_offsets
 
@@ -120,6 +133,7 @@ class WriteOptions:
     writer_id: str | None = None  # streaming: the writerId option, if given
     checkpoint_location: str | None = None  # streaming: Spark's checkpointLocation, if given
     tls: ClientTls | None = None  # the tlsCa/tlsCert/tlsKey options; None: each process's LEDGER_TLS_*
+    min_ack_quorum_zones: int = 1  # the minAckQuorumZones option: zones every ack quorum must span
 
     @property
     def password_bytes(self) -> bytes:
@@ -160,6 +174,14 @@ def _partitions(name: str, raw: str) -> int:
     text = raw.strip()
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PARTITIONS:
         raise _invalid(name, raw, f"a whole number from 1 to {MAX_PARTITIONS}")
+    return int(text)
+
+
+def _ack_zones(name: str, raw: str) -> int:
+    text = raw.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_ACK_ZONES:
+        raise _invalid(name, raw, f"a whole number from 1 (no demand) to {MAX_ACK_ZONES}: the zones every ack "
+                                  "quorum must span (at most ackQuorum)")
     return int(text)
 
 
@@ -231,12 +253,14 @@ _OPTIONS = {option.name.lower(): option for option in (
     _Option("ackQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
     _Option("digest", WRITES, _digest, "a reader uses the digest each ledger was written with"),
     _Option("rowsPerEntry", WRITES, _positive_int, "a reader gets the entries as written"),
+    _Option("minAckQuorumZones", WRITES, _ack_zones, "bookies are placed when a stream is written"),
     _Option("writerId", frozenset({STREAM_WRITE}), _writer_id,
             "a batch write is committed once, under an id of its own"),
     _Option("checkpointLocation", ALL_MODES, _location),
     _Option("tlsCa", ALL_MODES, _location),
     _Option("tlsCert", ALL_MODES, _location),
     _Option("tlsKey", ALL_MODES, _location),
+    _Option(SHARED_OPTION, ALL_MODES, _bool),
 )}
 KNOWN_OPTIONS = tuple(option.name for option in _OPTIONS.values())
 
@@ -271,7 +295,8 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool = False) 
         digest=values.get("digest", DIGEST_CRC32C),
         rows_per_entry=values.get("rowsperentry", DEFAULT_ROWS_PER_ENTRY),
         password=values.get("password", ""), writer_id=values.get("writerid"),
-        checkpoint_location=values.get("checkpointlocation") if streaming else None, tls=_tls(values))
+        checkpoint_location=values.get("checkpointlocation") if streaming else None, tls=_tls(values),
+        min_ack_quorum_zones=values.get("minackquorumzones", 1))
 
 
 # --- steps ----------------------------------------------------------------------------
@@ -290,8 +315,13 @@ def _collect(options: Mapping[str, Any], mode: str) -> dict[str, Any]:
     for required in ("metadataserviceuri", "stream"):
         if required not in raw:
             raise _missing(_OPTIONS[required].name, mode)
-    return {key: _OPTIONS[key].parse(_OPTIONS[key].name, value)
-            for key, value in raw.items() if key in _OPTIONS}
+    values = {key: _OPTIONS[key].parse(_OPTIONS[key].name, value) for key, value in raw.items() if key in _OPTIONS}
+    shared = values.get(SHARED_OPTION.lower())
+    if shared is not None and not values["metadataserviceuri"].startswith("sqlite:"):
+        raise InvalidConfigurationError(f"option {SHARED_OPTION} applies only to a sqlite:/// metadataServiceUri; "
+                                        "remove it")
+    check_metadata_reachable(values["metadataserviceuri"], bool(shared))
+    return values
 
 
 def _lower_case(options: Mapping[str, Any]) -> dict[str, str]:

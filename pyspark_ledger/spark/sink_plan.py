@@ -9,7 +9,9 @@ Arrow schema a stream stores, and looks the stream up:
 - enough writable bookies must be registered for the ensemble size (the
   stream's, or option ``ensembleSize`` for a new one), else NotEnoughBookiesError
   naming E, how many are live and what to do (``log.writable_bookies``, which
-  ``LogWriter`` uses too); the quorum rules were checked with the options
+  ``LogWriter`` uses too); with option ``minAckQuorumZones`` >= 2, the ack
+  quorum must allow it and the bookies' zones must give it (same module);
+  the quorum rules were checked with the options
   (``options``), and an existing stream's stored ones are checked here;
 - an existing stream fixes the schema the tasks conform their batches to
   (an incompatible DataFrame is refused here, naming every differing field),
@@ -44,7 +46,7 @@ from pyspark_ledger.spark.schema import check_compatible, spark_to_arrow_schema,
 
 
 #: How the sink's errors name the replication settings: as the write's options.
-OPTION_NAMES = ReplicationNames("ensembleSize", "writeQuorum", "ackQuorum",
+OPTION_NAMES = ReplicationNames("ensembleSize", "writeQuorum", "ackQuorum", "option minAckQuorumZones",
                                 fixed="fixed when it was created; the write's replication options do not change it")
 
 
@@ -63,6 +65,7 @@ class SinkPlan:
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     password: bytes = field(default=b"", repr=False)
     tls: ClientTls | None = None  # the write's TLS options (None: each process's LEDGER_TLS_*)
+    min_ack_quorum_zones: int = 1  # the write's minAckQuorumZones option, for the tasks' clients
 
     def partition_of(self, task_partition: int) -> int:
         """The stream partition task ``task_partition`` writes (see the module docstring)."""
@@ -78,16 +81,17 @@ def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPl
     except NoSuchKeyError:
         plan = _new_stream_plan(options, incoming, overwrite)
         check_bookies_for_write(streams.context.store, plan.uri, plan.stream, plan.replication,
-                                stream_exists=False, names=OPTION_NAMES)
+                                stream_exists=False, names=OPTION_NAMES, min_ack_zones=plan.min_ack_quorum_zones)
         return plan
     check_stream_replication(options.stream, info.replication, OPTION_NAMES)
     check_bookies_for_write(streams.context.store, options.metadata_service_uri, options.stream,
-                            info.replication, stream_exists=True, names=OPTION_NAMES)
+                            info.replication, stream_exists=True, names=OPTION_NAMES,
+                            min_ack_zones=options.min_ack_quorum_zones)
     schema = target_schema(streams, options.stream, info.arrow_schema(), incoming)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=schema,
                     replication=info.replication, partition_count=info.partitions, exists=True,
                     overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes,
-                    tls=options.tls)
+                    tls=options.tls, min_ack_quorum_zones=options.min_ack_quorum_zones)
 
 
 def _new_stream_plan(options: WriteOptions, incoming: pa.Schema, overwrite: bool) -> SinkPlan:
@@ -95,7 +99,7 @@ def _new_stream_plan(options: WriteOptions, incoming: pa.Schema, overwrite: bool
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=incoming,
                     replication=replication, partition_count=options.partitions, exists=False,
                     overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes,
-                    tls=options.tls)
+                    tls=options.tls, min_ack_quorum_zones=options.min_ack_quorum_zones)
 
 
 def target_schema(streams, stream: str, stored: pa.Schema | None, incoming: pa.Schema) -> pa.Schema:

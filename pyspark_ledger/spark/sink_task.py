@@ -92,13 +92,17 @@ class _TaskLedger:
 
     def append(self, batch: pa.RecordBatch) -> None:
         if self._pipeline is None:
-            client = ledger_client(self._plan.uri, self._plan.password, self._plan.tls)
+            client = self._client()
             self._writer = create_stream_ledger(client, self._plan.replication, self._plan.password,
                                                 self._plan.stream, self.partition)
             self._pipeline = _Pipeline(self._writer, MAX_INFLIGHT_BYTES)
         payload = encode_batch(batch)
         self._pipeline.append(payload)
         self.rows, self.entries, self.bytes = self.rows + batch.num_rows, self.entries + 1, self.bytes + len(payload)
+
+    def _client(self):
+        plan = self._plan
+        return ledger_client(plan.uri, plan.password, plan.tls, plan.min_ack_quorum_zones)
 
     def finish(self) -> None:
         """Wait for every add, close the ledger, check it holds every entry."""
@@ -121,7 +125,7 @@ class _TaskLedger:
         except LedgerError:
             log.debug("closing ledger %d of a failed task failed", ledger_id, exc_info=True)
         try:
-            ledger_client(self._plan.uri, self._plan.password, self._plan.tls).delete_ledger(ledger_id, self._plan.password)
+            self._client().delete_ledger(ledger_id, self._plan.password)
         except NoSuchLedgerError:
             pass
         except LedgerError:

@@ -52,6 +52,9 @@ class HookedStore(MetadataStore):
         self._record(metadata)
         return version
 
+    def read_ledger_latest(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        return self.inner.read_ledger_latest(ledger_id)  # ZooKeeper syncs first; the base would not
+
     def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         return self.inner.read_ledger(ledger_id)
 

@@ -49,6 +49,9 @@ def test_the_demo_runs_exactly_once_on_the_cluster(netns_cluster):
     assert summary["metadata_uri"] == cluster.metadata_uri and summary["stream"]["ledgers"] > 0
     bookie_ids = {f"{host.address}:3181" for host in cluster.with_role("bookie")}
     assert set(summary["bookie_names"]) == bookie_ids
+    # it made no sandbox and says what it did: the cluster keeps running (the table and progress are on stderr)
+    assert summary["cluster_file"] and "sandbox" not in done.stderr, done.stderr[-4000:]
+    assert "the cluster keeps running" in done.stderr and "keeps running" in done.stderr.split("summary")[-1]
     # read the metadata again, independently, from the driver host: every ledger's ensembles name only the
     # cluster's bookies, by their hosts' addresses
     listing = cluster.run_on("driver", [sys.executable, "-c", ENSEMBLES, cluster.metadata_uri], env=child_env())

@@ -17,7 +17,7 @@ from pyspark_ledger.demo.spark_runs import emitted_rows
 from pyspark_ledger.demo.stream_layout import ensemble_changes, summarize_ledgers
 from pyspark_ledger.demo.summary import DemoSummary
 from pyspark_ledger.demo.verify import Tally
-from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
 from pyspark_ledger.metadata.model import CLOSED, OPEN, Fragment, LedgerMetadata
 
 A, B, C, D = "127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003", "127.0.0.1:1004"
@@ -246,6 +246,40 @@ def test_a_failed_check_in_a_temporary_dir_names_the_kept_spark_log_only():
     assert "Spark's log kept in /tmp/ledger-demo-x/spark.log" in files and "the sandbox was removed" in files
 
 
+def test_a_cluster_run_speaks_of_the_cluster_it_used_not_of_a_sandbox():
+    uri = "zk://10.0.0.11:2181,10.0.0.12:2181/ledger"
+    summary = _short_summary(metadata_uri=uri, cluster_file="/tmp/run/cluster.json", min_ack_quorum_zones=2)
+    text = "\n".join(summary_lines(summary))
+    assert "sandbox" not in text, text
+    line = _row(text, "under-replicated")
+    assert "restart it on its host (the cluster of /tmp/run/cluster.json keeps running)" in line
+    assert f"`ledger --metadata {uri} ledgers rereplicate --all --bookie {B}`" in line
+    files = _row(text, "files")
+    assert "Spark's log and checkpoints removed at exit" in files and "keeps running" in files
+    assert "every ack quorum over 2 zones" in _row(text, "stream")
+    failed = _row("\n".join(summary_lines(dataclasses.replace(summary, spark_log="/tmp/d/spark.log"))), "files")
+    assert failed.startswith("  files") and "Spark's log kept in /tmp/d/spark.log (the check failed)" in failed
+    document = summary.to_dict()
+    assert (document["cluster_file"], document["min_ack_quorum_zones"]) == ("/tmp/run/cluster.json", 2)
+
+
+def test_the_work_dir_message_names_the_sandbox_only_when_there_was_one(tmp_path):
+    from pyspark_ledger.demo.job import WorkDir, _remove_unless_kept
+
+    said = []
+
+    class Lines:
+        say = said.append
+
+    for own_sandbox in (True, False):
+        work = tmp_path / f"work-{own_sandbox}"
+        work.mkdir()
+        _remove_unless_kept(WorkDir(work, temporary=True, keep=False), Lines, own_sandbox)
+        assert not work.exists()
+    assert said[0].endswith("(Spark's log and checkpoints) and the sandbox")
+    assert said[1].endswith("(Spark's log and checkpoints); the cluster keeps running")
+
+
 def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed():
     summary = _summary(_tally(2, ([0, 0], [True, True])).verdict())
     text = "\n".join(summary_lines(summary))
@@ -263,12 +297,24 @@ def test_summary_says_plainly_when_no_change_happened_and_when_the_check_failed(
     (["--bookies", "3"], "must be a whole number >= 4"),
     (["--duration", "0"], "from 5 to 3600"),
     (["--duration", "soon"], "number of seconds"),
+    (["--min-ack-quorum-zones", "3"], "must be 1 or 2: the demo's ledgers have an ack quorum of 2"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", *flags])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_zone_demand_reaches_the_demos_write_and_is_bounded_by_its_ack_quorum():
+    from pyspark_ledger.cli.main import build_parser
+    from pyspark_ledger.demo.job import DemoConfig
+
+    assert build_parser().parse_args(["demo", "--min-ack-quorum-zones", "2"]).min_ack_quorum_zones == 2
+    assert DemoConfig(min_ack_quorum_zones=2).check().min_ack_quorum_zones == 2
+    with pytest.raises(InvalidConfigurationError, match="--min-ack-quorum-zones 3 is out of range: the demo's "
+                                                        "ledgers have an ack quorum of 2"):
+        DemoConfig(min_ack_quorum_zones=3).check()
 
 
 def test_json_flag_is_accepted_before_or_after_the_command():

@@ -208,6 +208,7 @@ def test_an_option_given_twice_in_different_case_is_refused():
     ("ackQuorum", "2", "batch read", "replication is chosen"),
     ("digest", "crc32c", "streaming read", "digest each ledger was written with"),
     ("rowsPerEntry", "10", "batch read", "entries as written"),
+    ("minAckQuorumZones", "2", "streaming read", "bookies are placed when a stream is written"),
 ])
 def test_options_of_another_mode_are_refused_with_the_reason(key, value, mode, why):
     refused(mode, {**BASE, key.lower(): value}, f"option {key} does not apply to a {mode}", why,

@@ -59,6 +59,9 @@ def write_refused(options: dict, *fragments: str, streaming: bool = False, overw
     ({**BASE, "rowsPerEntry": "0"}, ("rowsPerEntry='0' is invalid",)),
     ({**BASE, "rowsPerEntry": "1e4"}, ("rowsPerEntry='1e4' is invalid",)),
     ({**BASE, "rowsPerEntri": "10"}, ("unknown option rowsperentri", "did you mean rowsPerEntry?")),
+    ({**BASE, "minAckQuorumZones": "0"}, ("minAckQuorumZones='0' is invalid", "from 1 (no demand) to 16")),
+    ({**BASE, "minAckQuorumZones": "17"}, ("minAckQuorumZones='17' is invalid", "from 1 (no demand) to 16")),
+    ({**BASE, "minAckQuorumZones": "two"}, ("minAckQuorumZones='two' is invalid", "at most ackQuorum")),
     ({**BASE, "startingOffsets": "earliest"}, ("option startingOffsets does not apply to a",
                                                "always appends at the end")),
     ({**BASE, "maxEntriesPerTrigger": "5"}, ("option maxEntriesPerTrigger does not apply",)),
@@ -75,6 +78,14 @@ def test_bad_write_option_is_refused_naming_it(options, fragments, streaming):
 def test_option_names_ignore_case_as_spark_lower_cases_them():
     parsed = parse_write_options({"METADATASERVICEURI": URI, "Stream": "orders", "rowsperentry": "7"})
     assert (parsed.stream, parsed.rows_per_entry) == ("orders", 7)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_min_ack_quorum_zones_defaults_to_no_demand_and_is_parsed(streaming):
+    extra = {"checkpointLocation": "/tmp/ledger-write-options/ck"} if streaming else {}
+    assert parse_write_options({**BASE, **extra}, streaming=streaming).min_ack_quorum_zones == 1
+    given = parse_write_options({**BASE, **extra, "minackquorumzones": " 2 "}, streaming=streaming)
+    assert given.min_ack_quorum_zones == 2
 
 
 def test_writer_id_is_for_streaming_writes_only():

@@ -5,7 +5,8 @@ bookie ``bk*`` and ZooKeeper server ``zk*`` as a ``fault_hosts.ProcessHost``, pl
 ensemble's leader of the moment), ``network`` (a ``partitions.NetnsNetwork`` over every host of the
 cluster, the driver's too, so partitions cut between any of them), ``addresses`` (bookie id -> the
 address clients dial: the same, since each bookie registers its host's address), ``metadata_uri`` and
-``open_store()``. It must run on the driver host (a process under ``ip netns exec <driver ns>``): the root
+``open_store()`` (``faults.cluster_base``: the plain store, hooked to record ledger versions; the bookies'
+``--host ADDR`` registrations already name the addresses clients dial). It must run on the driver host (a process under ``ip netns exec <driver ns>``): the root
 namespace has no route to the cluster. ``heal_all()`` removes every cut, resumes every process and
 restarts what was killed; ``close()`` heals and closes the stores it opened. Stopping the cluster stays
 with its owner (``NetnsCluster.stop``), which also removes what was restarted here.
@@ -17,19 +18,20 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pyspark_ledger.errors import InvalidConfigurationError
-from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.cluster.fault_hosts import ProcessHost, ZooKeeperLeaderHost
 from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
-from pyspark_ledger.testing.faults.hosts import AdvertisedStore, Host
+from pyspark_ledger.testing.faults.cluster_base import FaultClusterBase
+from pyspark_ledger.testing.faults.hosts import Host
 
 MAX_FILE_BYTES = 1 << 20
 LEADER_HOST = "zk-leader"
 
 
-class NetnsFaultCluster:
+class NetnsFaultCluster(FaultClusterBase):
     """See the module docstring."""
 
     def __init__(self, description: dict) -> None:
+        super().__init__()
         uri = description.get("metadata_uri", "")
         if not uri.startswith("zk://"):
             raise InvalidConfigurationError(f"the cluster file's metadata_uri must be zk:// (a ZooKeeper ensemble "
@@ -50,7 +52,6 @@ class NetnsFaultCluster:
         self.network = NetnsNetwork({name: SimpleNamespace(netns=entry["netns"], address=entry["address"])
                                      for name, entry in self.entries.items()})
         self.addresses = {host.address: host.address for host in self.servers.values() if host.role == "bookie"}
-        self._stores: list = []
 
     @classmethod
     def from_file(cls, path: str | Path) -> "NetnsFaultCluster":
@@ -58,14 +59,6 @@ class NetnsFaultCluster:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise InvalidConfigurationError(f"cluster file {path} is larger than {MAX_FILE_BYTES} bytes")
         return cls(json.loads(path.read_text()))
-
-    def roles(self) -> dict[str, str]:
-        return {name: host.role for name, host in self.hosts.items()}
-
-    def open_store(self) -> AdvertisedStore:
-        store = AdvertisedStore(open_metadata_store(self.metadata_uri), self.addresses)
-        self._stores.append(store)
-        return store
 
     def heal_all(self) -> None:
         """Remove every cut, resume every process, restart whatever was killed (waits until each serves)."""
@@ -80,8 +73,4 @@ class NetnsFaultCluster:
         try:
             self.heal_all()
         finally:
-            for store in self._stores:
-                try:
-                    store.close()
-                except Exception:  # noqa: BLE001 - closing everything anyway
-                    pass
+            self.close_stores()

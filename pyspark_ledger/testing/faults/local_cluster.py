@@ -6,9 +6,10 @@ or a real ZooKeeper server with ``metadata="zookeeper"``), then per bookie a pro
 file (the disk monitor's override), so every fault of ``faults.actions`` applies. ``hosts`` maps host
 names (``bookie-0`` ..., ``zookeeper``) to ``Host`` objects, ``network`` is their ``ProxyNetwork``,
 ``addresses`` maps bookie ids to the addresses clients dial, and ``open_store()`` opens the metadata
-store for a client (``AdvertisedStore``: clients reach the bookies through their proxies). With
-``advertise_proxies=True`` each bookie registers its proxy's port itself (``--advertised-port``), so even
-a client that opens the store from the bare ``metadata_uri`` -- Spark's Python workers -- dials the proxies. ``close()``
+store for a client (``cluster_base``). Each bookie registers its proxy's port itself
+(``--advertised-port``), so every client -- also one that opens the store from the bare ``metadata_uri``,
+as Spark's Python workers do -- dials the proxies; with ``advertise_proxies=False`` the bookies register
+their own port and ``open_store()`` rewrites the registrations instead (``AdvertisedStore``). ``close()``
 heals and resumes everything, then stops every bookie, proxy and server it started, also after a
 failure; a context manager.
 """
@@ -21,6 +22,7 @@ from bookie_server.disk_monitor import OVERRIDE_ENV
 from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.bookies import BookieProcess
+from pyspark_ledger.testing.faults.cluster_base import FaultClusterBase
 from pyspark_ledger.testing.faults.hosts import (DISK_OK, AdvertisedStore, Host, LocalBookieHost,
                                                  LocalZooKeeperHost, ProxyNetwork)
 from pyspark_ledger.testing.faults.proxy import FaultProxy
@@ -31,11 +33,12 @@ LEASE_SECONDS = 2
 ZK_SESSION_S = 2
 
 
-class LocalFaultCluster:
+class LocalFaultCluster(FaultClusterBase):
     """See the module docstring."""
 
     def __init__(self, base_dir: str | os.PathLike, bookies: int = 5, metadata: str = "sqlite", *,
-                 seed: int | None = None, advertise_proxies: bool = False, **bookie_flags) -> None:
+                 seed: int | None = None, advertise_proxies: bool = True, **bookie_flags) -> None:
+        super().__init__()
         if isinstance(bookies, bool) or not isinstance(bookies, int) or not 1 <= bookies <= MAX_BOOKIES:
             raise InvalidArgumentError(f"bookies must be a whole number in 1..{MAX_BOOKIES}, got {bookies!r}")
         if metadata not in ("sqlite", "zookeeper"):
@@ -51,7 +54,6 @@ class LocalFaultCluster:
         self.addresses: dict[str, str] = {}
         self.zookeeper = None
         self.metadata_uri = ""
-        self._stores = []
 
     def start(self) -> "LocalFaultCluster":
         try:
@@ -91,14 +93,8 @@ class LocalFaultCluster:
     def bookie_hosts(self) -> list[LocalBookieHost]:
         return [host for host in self.hosts.values() if host.role == "bookie"]
 
-    def roles(self) -> dict[str, str]:
-        return {name: host.role for name, host in self.hosts.items()}
-
-    def open_store(self) -> AdvertisedStore:
-        """A metadata store for a client, closed by ``close()`` if the caller does not."""
-        store = AdvertisedStore(open_metadata_store(self.metadata_uri), self.addresses)
-        self._stores.append(store)
-        return store
+    def wrap_store(self, store):
+        return super().wrap_store(store) if self.advertise_proxies else AdvertisedStore(store, self.addresses)
 
     def heal_all(self) -> None:
         """Heal the network, resume every paused process, free every disk, restart what was killed."""
@@ -115,11 +111,7 @@ class LocalFaultCluster:
     def close(self) -> None:
         for host in self.hosts.values():
             host.resume()  # a stopped process ignores SIGTERM until continued
-        for store in self._stores:
-            try:
-                store.close()
-            except Exception:  # noqa: BLE001 - closing everything anyway
-                pass
+        self.close_stores()
         for host in self.bookie_hosts:
             host.bookie.terminate()
         for host in self.bookie_hosts:
