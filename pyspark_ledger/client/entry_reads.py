@@ -63,6 +63,7 @@ class RangeFetch:
         self._lock = threading.RLock()
         self._timers: list = []
         self._timed = False  # whether a replica asked gets a speculative read when slow (L7)
+        self._decided = False  # set under the lock before ``result`` is: no timer is armed after it
         self._corrupt = 0
         self.result: "Future[list[LedgerEntry]]" = Future()
 
@@ -78,7 +79,7 @@ class RangeFetch:
         """The reader now waits for this batch: start the speculative-read clock of every replica asked and
         not yet answered (docs/protocol.md L7). Idempotent."""
         with self._lock:
-            if self._timed or self.result.done():
+            if self._timed or self._decided:
                 return
             self._timed = True
             for bookie in self._plan.unanswered():
@@ -101,7 +102,7 @@ class RangeFetch:
 
     def _speculate(self, bookie: str) -> None:
         with self._lock:
-            if self.result.done():
+            if self._decided:
                 return
             following = self._plan.speculative_replica_after(bookie)
             if following is not None:
@@ -113,12 +114,12 @@ class RangeFetch:
         if self.result.done():  # a late (e.g. speculative) answer: verifying and copying it would be wasted
             return
         with self._lock:
-            if self.result.done():
+            if self._decided:
                 return
             self._plan.arrived(bookie)  # from now on the time is ours (verifying), not the replica's: L7
         entries, answer = self._classify(bookie, done)
         with self._lock:
-            if self.result.done():
+            if self._decided:  # another answer decided it (its thread may not have set ``result`` yet)
                 return
             if answer.reason.startswith(_CORRUPT):
                 self._corrupt += 1
@@ -129,6 +130,7 @@ class RangeFetch:
             if step.kind is ReadStepKind.WAIT:
                 return
             outcome, error = self._final(step, entries)
+            self._decided = True
             for timer in self._timers:
                 timer.cancel()
         if error is not None:
