@@ -15,7 +15,6 @@ average, per entry size, the raw limits, and the goal ratios (1 KiB: entries/s v
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import BookieClient  # noqa: E402
@@ -183,14 +183,11 @@ def run(duration: float, base: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per workload (default 10)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
+    parser = BenchParser(__doc__)
+    parser.number("--duration", float, 10.0, help="measured seconds per workload")
     parser.add_argument("--dir", type=Path, default=None,
                         help="directory on the disk to measure (default: a new temporary directory)")
     args = parser.parse_args(argv)
-    if args.duration <= 0:
-        parser.error("--duration must be positive")
     with tempfile.TemporaryDirectory(prefix="bench-bookie-", dir=args.dir) as tmp:
         result = run(args.duration, Path(tmp))
     return emit(result, args.out)

@@ -18,7 +18,6 @@ runs each entry point once per tree, in turn, on the same sandbox and stream.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import os
 import statistics
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 HEAVY = ("grpc", "google.protobuf", "asyncio", "kazoo", "cryptography", "pyarrow", "sqlite3",
@@ -125,13 +125,12 @@ def probe(step: str, blobs: list[str], env: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser = BenchParser(__doc__)
+    parser.number("--runs", int, 5, help="fresh processes per entry point and tree")
     parser.add_argument("--steps", default=",".join(STEPS))
     parser.add_argument("--tree", action="append", type=Path,
                         help="a checkout whose pyspark_ledger the probes import (repeatable: the trees take turns "
                              "in every round); default: this one")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     from tests.spark.read_helpers import SCHEMA, append_rows, start_sandbox
 

@@ -22,7 +22,6 @@ command exits 0. Prints one JSON document (and writes it with ``--out``).
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
@@ -33,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from cpu_usage import CpuMeter  # noqa: E402
@@ -201,12 +201,9 @@ def run(seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured run (default 6)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser = BenchParser(__doc__)
+    parser.number("--seconds", float, 6.0, help="length of each measured run")
     args = parser.parse_args(argv)
-    if not args.seconds > 0:
-        parser.error(f"--seconds must be positive, got {args.seconds}")
     return emit(run(args.seconds), args.out)
 
 

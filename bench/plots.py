@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bench.report import Table
+from bench.tables import Table
 
 COLOURS = ("#2b6cb0", "#dd6b20", "#718096", "#a0aec0", "#38a169")
 

@@ -19,7 +19,6 @@ window over the repetitions; goal of issue 16: <= 1 s for 100,000 entries with t
 """
 from __future__ import annotations
 
-import argparse
 import cProfile
 import os
 import platform
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
@@ -134,27 +134,21 @@ def run(entries: int, repeats: int, windows: list[int], profile: Path | None = N
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 4 and sys.argv[1] == "--writer":
         return writer_main(sys.argv[2], int(sys.argv[3]))
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=None, help="entries the writer confirms (default 100000)")
-    parser.add_argument("--repeats", type=int, default=None, help="repetitions (default 3)")
+    parser = BenchParser(__doc__, quick="20,000 entries, once")
+    parser.number("--entries", int, 100_000, 20_000, help="entries the writer confirms")
+    parser.number("--repeats", int, 3, 1, help="repetitions")
     parser.add_argument("--windows", default=f"1,{DEFAULT_WINDOW}",
                         help=f"recovery_read_window values, interleaved (default 1,{DEFAULT_WINDOW})")
-    parser.add_argument("--quick", action="store_true", help="20,000 entries, once")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     parser.add_argument("--profile", type=Path, default=None,
                         help="cProfile the recovering client; writes FILE.w<window>.prof per window (last repetition)")
     args = parser.parse_args(argv)
-    entries = args.entries or (20_000 if args.quick else 100_000)
-    repeats = args.repeats or (1 if args.quick else 3)
-    if entries < 1 or repeats < 1:
-        parser.error(f"--entries and --repeats must be at least 1 (got {entries}, {repeats})")
     try:
         windows = [int(w) for w in args.windows.split(",")]
         for window in windows:
             ClientConfig(recovery_read_window=window)
     except ValueError as exc:
         parser.error(f"--windows takes recovery_read_window values separated by commas: {exc}")
-    return emit(run(entries, repeats, windows, args.profile), args.out)
+    return emit(run(args.entries, args.repeats, windows, args.profile), args.out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Each entry names a script in this directory that takes ``--out FILE`` and writes
 times (ours, the peer, ours, the peer, ...), so that both see the same machine. ``optional``: a script
 another branch adds; while it is missing the runner records it as skipped instead of failing.
 
-To add a benchmark: add an entry here and, for its table and plot, a builder in ``report.py``.
+To add a benchmark: add an entry here and, for its table and plot, a ``Spec`` in ``report.py`` (``SPECS``).
 """
 from __future__ import annotations
 

@@ -27,7 +27,6 @@ plain read. ``--quick``: 32 MB, once.
 """
 from __future__ import annotations
 
-import argparse
 import mmap
 import os
 import platform
@@ -39,6 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
@@ -175,19 +175,13 @@ def run(megabytes: int, repeats: int, cold_entry_logs: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=None, help="MB written through the bookie (default 256)")
-    parser.add_argument("--repeats", type=int, default=None, help="restarts measured (default 3)")
-    parser.add_argument("--quick", action="store_true", help="32 MB, once")
+    parser = BenchParser(__doc__, quick="32 MB, once")
+    parser.number("--mb", int, 256, 32, help="MB written through the bookie")
+    parser.number("--repeats", int, 3, 1, help="restarts measured")
     parser.add_argument("--cold-entry-logs", action="store_true",
                         help="drop the entry logs from the page cache too before each restart")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    megabytes = args.mb or (32 if args.quick else 256)
-    repeats = args.repeats or (1 if args.quick else 3)
-    if megabytes < 1 or repeats < 1:
-        parser.error(f"--mb and --repeats must be at least 1 (got {megabytes}, {repeats})")
-    return emit(run(megabytes, repeats, args.cold_entry_logs), args.out)
+    return emit(run(args.mb, args.repeats, args.cold_entry_logs), args.out)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ shares the machine: bookies, client, servers and whatever else runs there
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import platform
@@ -47,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from cpu_usage import CpuMeter  # noqa: E402
@@ -333,11 +333,10 @@ def goals(result: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=6.0, help="length of each measured run")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser = BenchParser(__doc__)
+    parser.number("--seconds", float, 6.0, help="length of each measured run")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    log_warnings()
     logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
     return emit(run(args.seconds), args.out)
 

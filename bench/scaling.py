@@ -15,7 +15,6 @@ so more bookies also means more processes on the same cores. ``--quick``: 1 s ru
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import platform
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from replication import drive_writer  # noqa: E402
@@ -66,17 +66,11 @@ def run(seconds: float, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=None, help="length of each run (default 6)")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds over the shapes (default 3)")
-    parser.add_argument("--quick", action="store_true", help="1 s runs, once")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser = BenchParser(__doc__, quick="1 s runs, once")
+    parser.number("--seconds", float, 6.0, 1.0, help="length of each run")
+    parser.number("--repeats", int, 3, 1, help="rounds over the shapes")
     args = parser.parse_args(argv)
-    seconds = args.seconds or (1.0 if args.quick else 6.0)
-    repeats = args.repeats or (1 if args.quick else 3)
-    if seconds <= 0 or repeats < 1:
-        parser.error(f"--seconds must be > 0 and --repeats at least 1 (got {seconds}, {repeats})")
-    return emit(run(seconds, repeats), args.out)
+    return emit(run(args.seconds, args.repeats), args.out)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import arrow_memory_source  # noqa: E402
+from bench.cli import BenchParser  # noqa: E402
+from bench.output import emit  # noqa: E402
 from cpu_usage import cpu_seconds, machine_busy_seconds  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
@@ -292,17 +294,15 @@ def ratios(results: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=5_000_000, help="rows written and read by each path")
-    parser.add_argument("--partitions", type=int, default=2, help="input partitions (Spark runs local[2])")
+    parser = BenchParser(__doc__)
+    parser.number("--rows", int, 5_000_000, help="rows written and read by each path")
+    parser.number("--partitions", int, 2, help="input partitions (Spark runs local[2])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver memory (holds the cached input)")
-    parser.add_argument("--read-repeats", type=int, default=5,
-                        help="times each read is run; its median is reported (default 5: the first runs "
-                             "of a read are slower, as its memory and the page cache warm up)")
-    parser.add_argument("--write-repeats", type=int, default=3,
-                        help="times each write is run (a new stream each time); its median is reported "
-                             "(default 3: the first write of a path may start Spark's Python processes again)")
-    parser.add_argument("--out", help="also write the JSON document to this file")
+    parser.number("--read-repeats", int, 5, help="times each read is run; its median is reported (the first "
+                                                 "runs of a read are slower, as its memory and the page cache warm up)")
+    parser.number("--write-repeats", int, 3, help="times each write is run (a new stream each time); its median is "
+                                                  "reported (the first write of a path may start Spark's Python "
+                                                  "processes again)")
     parser.add_argument("--client-read", metavar="URI", help=argparse.SUPPRESS)  # the child of client_read()
     parser.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--bookie-pids", default="{}", help=argparse.SUPPRESS)
@@ -311,8 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.client_read:
         print(json.dumps(read_spans(args.client_read, args.spans, args.repeats, json.loads(args.bookie_pids))))
         return 0
-    if min(args.rows, args.partitions, args.read_repeats, args.write_repeats) < 1:
-        parser.error("--rows, --partitions, --read-repeats and --write-repeats must be positive")
     load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="spark-io-bench-"))
     spark = local_spark_session("spark-io-bench", conf={"spark.driver.memory": args.driver_memory})
@@ -332,11 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                             "load_average_at_start": [round(x, 2) for x in load_before],
                             "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}}
-    text = json.dumps(document, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
-    return 0
+    return emit(document, args.out)
 
 
 if __name__ == "__main__":

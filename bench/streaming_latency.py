@@ -13,7 +13,6 @@ latencies. Goal of issue 16: p50 <= 1.5 x the trigger interval. ``--quick``: 10 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
@@ -126,16 +126,11 @@ def run(seconds: float, rate: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=None, help="seconds of writes measured (default 30)")
-    parser.add_argument("--rate", type=float, default=20.0, help="rows written a second (default 20)")
-    parser.add_argument("--quick", action="store_true", help="10 s of writes")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser = BenchParser(__doc__, quick="10 s of writes")
+    parser.number("--seconds", float, 30.0, 10.0, help="seconds of writes measured")
+    parser.number("--rate", float, 20.0, help="rows written a second")
     args = parser.parse_args(argv)
-    seconds = args.seconds or (10.0 if args.quick else 30.0)
-    if seconds <= 0 or args.rate <= 0:
-        parser.error(f"--seconds and --rate must be > 0 (got {seconds}, {args.rate})")
-    return emit(run(seconds, args.rate), args.out)
+    return emit(run(args.seconds, args.rate), args.out)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ run, not a measurement).
 """
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import platform
 import statistics
@@ -30,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
@@ -130,18 +129,13 @@ def run(entries: int, size: int, repetitions: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=20_000, help="entries per ledger (default 20000)")
-    parser.add_argument("--entry-bytes", type=int, default=100, help="payload bytes per entry (default 100)")
-    parser.add_argument("--repetitions", type=int, default=5, help="timed reads per ledger and mode (default 5)")
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_ENTRIES} entries, 1 repetition: a smoke run")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser = BenchParser(__doc__, quick=f"{QUICK_ENTRIES} entries, 1 repetition: a smoke run")
+    parser.number("--entries", int, 20_000, QUICK_ENTRIES, help="entries per ledger")
+    parser.number("--entry-bytes", int, 100, help="payload bytes per entry")
+    parser.number("--repetitions", int, 5, 1, help="timed reads per ledger and mode")
     args = parser.parse_args(argv)
-    if args.entries < 1 or args.entry_bytes < 1 or args.repetitions < 1:
-        parser.error("--entries, --entry-bytes and --repetitions must be >= 1")
-    entries, repetitions = (QUICK_ENTRIES, 1) if args.quick else (args.entries, args.repetitions)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    return emit(run(entries, args.entry_bytes, repetitions), args.out)
+    log_warnings()
+    return emit(run(args.entries, args.entry_bytes, args.repetitions), args.out)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,6 @@ system's limits.
 """
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import platform
 import statistics
@@ -40,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from replication import drive_writer  # noqa: E402
@@ -171,20 +170,13 @@ def run(seconds: float, repetitions: int, rows: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=4.0, help="length of each measured run (default 4)")
-    parser.add_argument("--repetitions", type=int, default=5, help="runs per size and transport (default 5)")
-    parser.add_argument("--rows", type=int, default=300_000,
-                        help="rows of the stream each Spark read reads (default 300000)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"1 s runs, {QUICK_ROWS} rows, 1 repetition: a smoke run")
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser = BenchParser(__doc__, quick=f"1 s runs, {QUICK_ROWS} rows, 1 repetition: a smoke run")
+    parser.number("--seconds", float, 4.0, 1.0, help="length of each measured run")
+    parser.number("--repetitions", int, 5, 1, help="runs per size and transport")
+    parser.number("--rows", int, 300_000, QUICK_ROWS, help="rows of the stream each Spark read reads")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.repetitions < 1 or args.rows < 1:
-        parser.error("--seconds must be > 0, --repetitions >= 1 and --rows >= 1")
-    seconds, repetitions, rows = (1.0, 1, QUICK_ROWS) if args.quick else (args.seconds, args.repetitions, args.rows)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    return emit(run(seconds, repetitions, rows), args.out)
+    log_warnings()
+    return emit(run(args.seconds, args.repetitions, args.rows), args.out)
 
 
 if __name__ == "__main__":

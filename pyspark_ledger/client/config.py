@@ -32,7 +32,9 @@ class ClientConfig:
     #: Deadline of one read / fencing read / LAC read request to one bookie.
     read_timeout_s: float = 10.0
     #: A read not answered after this long is also sent to the entry's next
-    #: replica (speculative read); ``None`` turns speculative reads off.
+    #: replica (speculative read); ``None`` turns speculative reads off. One clock
+    #: per range read, started when the reader waits for it (not when it was read
+    #: ahead) and stopped when an answer arrives (docs/protocol.md L7).
     speculative_read_delay_s: float | None = 0.05
     #: Adds of one writer that may be unconfirmed at once; ``append`` blocks beyond it.
     max_inflight_adds: int = 4000

@@ -4,7 +4,9 @@
 entry: the plan says which replica to ask (first the start of the write set;
 the next one when an answer is an error, a "no such entry" or a corrupt
 entry, or -- speculatively -- when no answer came within
-``speculative_read_delay_s``). A replica's answer is used from its first
+``speculative_read_delay_s``, counted from when the reader waits for the
+batch, ``time_it``, and stopped by the arrival of an answer: docs/protocol.md L7).
+A replica's answer is used from its first
 entry on for as long as the entries verify (digest, ledger and entry ids);
 the first corrupt one ends it, so the caller continues from there with a new
 fetch (docs/protocol.md L5). A stripe of a striped ledger (``protocol.stripes``: every E-th
@@ -60,13 +62,28 @@ class RangeFetch:
         self._plan = ReadPlan(batch.first_entry_id, batch.ensemble, write_quorum, ack_quorum)
         self._lock = threading.RLock()
         self._timers: list = []
+        self._timed = False  # whether a replica asked gets a speculative read when slow (L7)
+        self._decided = False  # set under the lock before ``result`` is: no timer is armed after it
         self._corrupt = 0
         self.result: "Future[list[LedgerEntry]]" = Future()
 
-    def start(self) -> "RangeFetch":
+    def start(self, *, timed: bool = True) -> "RangeFetch":
+        """Send the first range read. Untimed (a batch read ahead), no speculative read goes out before
+        ``time_it``."""
         with self._lock:
+            self._timed = self._timed or timed
             self._ask(self._plan.first().bookie)
         return self
+
+    def time_it(self) -> None:
+        """The reader now waits for this batch: start the speculative-read clock of every replica asked and
+        not yet answered (docs/protocol.md L7). Idempotent."""
+        with self._lock:
+            if self._timed or self._decided:
+                return
+            self._timed = True
+            for bookie in self._plan.unanswered():
+                self._arm(bookie)
 
     def _ask(self, bookie: str) -> None:
         config = self._ctx.config
@@ -74,16 +91,20 @@ class RangeFetch:
                                           self.batch.last_entry_id, master_key=self._key,
                                           max_bytes=self._max_bytes, timeout=config.read_timeout_s,
                                           entry_step=self.batch.step)
-        if config.speculative_read_delay_s is not None:
-            self._timers.append(self._ctx.scheduler.call_later(config.speculative_read_delay_s,
-                                                               lambda: self._speculate(bookie)))
+        if self._timed:
+            self._arm(bookie)
         future.add_done_callback(lambda done: self._on_answer(bookie, done))
+
+    def _arm(self, bookie: str) -> None:
+        delay = self._ctx.config.speculative_read_delay_s
+        if delay is not None:
+            self._timers.append(self._ctx.scheduler.call_later(delay, lambda: self._speculate(bookie)))
 
     def _speculate(self, bookie: str) -> None:
         with self._lock:
-            if self.result.done():
+            if self._decided:
                 return
-            following = self._plan.next_replica_after(bookie)
+            following = self._plan.speculative_replica_after(bookie)
             if following is not None:
                 log.debug("ledger %d entry %d: speculative read to %s after %s was slow", self._ledger_id,
                           self.batch.first_entry_id, following, bookie)
@@ -92,9 +113,13 @@ class RangeFetch:
     def _on_answer(self, bookie: str, done: Future) -> None:
         if self.result.done():  # a late (e.g. speculative) answer: verifying and copying it would be wasted
             return
+        with self._lock:
+            if self._decided:
+                return
+            self._plan.arrived(bookie)  # from now on the time is ours (verifying), not the replica's: L7
         entries, answer = self._classify(bookie, done)
         with self._lock:
-            if self.result.done():
+            if self._decided:  # another answer decided it (its thread may not have set ``result`` yet)
                 return
             if answer.reason.startswith(_CORRUPT):
                 self._corrupt += 1
@@ -105,6 +130,7 @@ class RangeFetch:
             if step.kind is ReadStepKind.WAIT:
                 return
             outcome, error = self._final(step, entries)
+            self._decided = True
             for timer in self._timers:
                 timer.cancel()
         if error is not None:

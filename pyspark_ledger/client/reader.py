@@ -2,7 +2,8 @@
 
 ``open_reader`` recovers the ledger first when asked to (``recovery_op``),
 else reads its LAC with coverage. ``read(first, last)`` yields entries in
-order, keeping ``read_ahead_batches`` batches in flight: one range read each
+order, keeping ``read_ahead_batches`` batches in flight (timed for speculative
+reads only once the reader waits for them, docs/protocol.md L7): one range read each
 (``entry_reads``), or, for a striped ledger (E > Qw, where no bookie stores
 every entry), one strided range read per write set, in parallel
 (``striped_reads``); the range must lie within ``readable_last_entry``
@@ -151,6 +152,7 @@ class LedgerReader:
             if not window:
                 return
             fetch = window.popleft()
+            fetch.time_it()  # read ahead untimed; slow from now on (docs/protocol.md L7)
             try:
                 entries = _outcome(fetch, wait_s)
             except TimeoutError as exc:
@@ -166,7 +168,7 @@ class LedgerReader:
         md = self._md
         kind = RangeFetch if len(batch.ensemble) == md.write_quorum else StripedFetch
         return kind(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum,
-                    copy=copy, master_key=self._key).start()
+                    copy=copy, master_key=self._key).start(timed=False)
 
 
 def _outcome(fetch: RangeFetch | StripedFetch, wait_s: float) -> list[LedgerEntry]:

@@ -47,22 +47,38 @@ class StripedFetch:
         self._errors: dict[int, BaseException] = {}
         self._unread_from = batch.last_entry_id + 1  # the lowest entry a stripe failed to read
         self._running = len(self._stripes)
+        self._fetches: dict[int, RangeFetch] = {}  # each stripe's current round
+        self._timed = False
         self._lock = threading.Lock()
         #: Answers handled so far: a caller waiting for ``result`` may go on waiting while this grows.
         self.progress = 0
         self.result: "Future[list[LedgerEntry]]" = Future()
 
-    def start(self) -> "StripedFetch":
+    def start(self, *, timed: bool = True) -> "StripedFetch":
+        """Start every stripe's read; untimed (read ahead), no speculative read goes out before ``time_it``."""
+        self._timed = self._timed or timed
         for index, stripe in enumerate(self._stripes):
             self._fetch(index, stripe)
         return self
+
+    def time_it(self) -> None:
+        """The reader now waits for this batch: time the stripes' reads (docs/protocol.md L7), this round's
+        and every later one's."""
+        with self._lock:
+            self._timed = True
+            fetches = list(self._fetches.values())
+        for fetch in fetches:
+            fetch.time_it()
 
     def _fetch(self, index: int, stripe: ReadBatch) -> None:
         write_quorum, ack_quorum = self._quorums
         fetch = RangeFetch(self._ctx, self._ledger_id, self._codec, stripe, write_quorum, ack_quorum,
                            copy=self._copy, master_key=self._key, max_bytes=self._max_bytes)
         fetch.result.add_done_callback(lambda done: self._on_stripe(index, stripe, done))
-        fetch.start()
+        with self._lock:
+            self._fetches[index] = fetch
+            timed = self._timed
+        fetch.start(timed=timed)  # a time_it() in between has timed it already: start keeps that
 
     def _on_stripe(self, index: int, stripe: ReadBatch, done: Future) -> None:
         try:

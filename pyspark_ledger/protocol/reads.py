@@ -2,8 +2,10 @@
 
 ``ReadPlan`` -- an ordinary read of one entry. Replicas are asked in
 write-set order, one at a time; a failed, slow (the caller's timer calls
-``next_replica_after``) or corrupt replica (L5: the caller verified the digest
-and answered ``unknown``) moves the read to the next replica. The result is
+``speculative_replica_after``) or corrupt replica (L5: the caller verified the digest
+and answered ``unknown``) moves the read to the next replica. A read is slow only
+while no answer of it is in hand: once the caller has one (``arrived``) and is
+verifying it, a timer that fires sends nothing (docs/protocol.md L7). The result is
 "no such entry" only by docs/protocol.md A2: Qw - Qa + 1 explicit
 negatives; running out of replicas otherwise is a failure (unknown).
 
@@ -57,6 +59,8 @@ class ReadPlan:
         self._tally = EntryTally(write_set, write_quorum, ack_quorum)
         self._asked: list[str] = []
         self._reasons: dict[str, str] = {}
+        self._in_hand: set[str] = set()  # replicas whose answer arrived and is not yet fed to on_answer
+        self._answered: set[str] = set()
         self._final: ReadStep | None = None
 
     def first(self) -> ReadStep:
@@ -75,9 +79,28 @@ class ReadPlan:
                 return candidate
         return None
 
+    def arrived(self, bookie_id: str) -> None:
+        """An answer of ``bookie_id`` is in hand (the caller verifies it, then feeds it to ``on_answer``)."""
+        self._in_hand.add(self._check(bookie_id))
+        self._answered.add(bookie_id)
+
+    def unanswered(self) -> tuple[str, ...]:
+        """The replicas asked whose answer has not arrived, in the order they were asked."""
+        return tuple(bookie for bookie in self._asked if bookie not in self._answered)
+
+    def speculative_replica_after(self, bookie_id: str) -> str | None:
+        """The replica to ask because ``bookie_id`` was slow (the caller's timer fired, L7), or None: the read
+        is decided, ``bookie_id`` answered, an answer is in hand (the time since it arrived is the caller's,
+        not the replica's), or every replica was asked."""
+        if self._final is not None or self._check(bookie_id) in self._answered or self._in_hand:
+            return None
+        return self.next_replica_after(bookie_id)
+
     def on_answer(self, bookie_id: str, answer: ReadAnswer) -> ReadStep:
         """Feed one replica's answer; returns what to do next (final steps repeat)."""
         index = self._index_of[self._check(bookie_id)]
+        self._in_hand.discard(bookie_id)
+        self._answered.add(bookie_id)
         if self._final is not None:
             return self._final
         if bookie_id not in self._asked:

@@ -114,3 +114,29 @@ def test_striped_reads_summary_and_payloads():
     assert striped.summary([3.0, 1.0, 2.0]) == {"median": 2, "min": 1, "max": 3, "runs": [3, 1, 2]}
     assert len(striped.payload(7, 100)) == 100 and striped.payload(7, 100) != striped.payload(8, 100)
     assert striped.BASELINE in striped.LEDGERS and striped.GOAL["ledger"] in striped.LEDGERS
+
+
+def parser_of_a_script():
+    from bench.cli import BenchParser
+
+    parser = BenchParser("Benchmark something.\n\nMore.", quick="short runs")
+    parser.number("--seconds", float, 6.0, 1.0, help="length of each run")
+    parser.number("--rows", int, 300_000, help="rows read")
+    return parser
+
+
+def test_the_common_arguments_take_their_defaults_from_the_mode():
+    parser = parser_of_a_script()
+    full, quick = parser.parse_args([]), parser.parse_args(["--quick", "--out", "x/r.json"])
+    assert (full.seconds, full.rows, full.out, full.quick) == (6.0, 300_000, None, False)
+    assert (quick.seconds, quick.rows, str(quick.out)) == (1.0, 300_000, "x/r.json")
+    assert parser.parse_args(["--quick", "--seconds", "2.5"]).seconds == 2.5  # what the user gives wins
+    assert parser.description == "Benchmark something."
+    assert "(default 300,000)" in parser.format_help() and "(default 6; --quick: 1)" in parser.format_help()
+
+
+@pytest.mark.parametrize("argv", [["--seconds", "0"], ["--rows", "-3"]])
+def test_a_number_that_is_not_positive_is_refused_naming_its_flag(argv, capsys):
+    with pytest.raises(SystemExit):
+        parser_of_a_script().parse_args(argv)
+    assert f"{argv[0]} must be positive, got" in capsys.readouterr().err

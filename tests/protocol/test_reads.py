@@ -82,3 +82,26 @@ def test_L2_when_too_many_are_down_the_lac_read_fails_instead_of_reporting_empty
     result = lac.record("b2", LacAnswer.unknown("timeout"))
     assert result.done and result.failed and "b1: UNAVAILABLE" in result.reason
     assert lac.record("b2", LacAnswer.ok(9)) is result  # the first verdict sticks
+
+
+def test_L7_an_answer_in_hand_is_not_slow():
+    plan = ReadPlan(0, E4, 3, 2)
+    plan.first()
+    plan.arrived("b0")  # the caller is verifying b0's answer when b0's timer fires
+    assert plan.speculative_replica_after("b0") is None
+    assert plan.on_answer("b0", ReadAnswer.unknown("digest mismatch")).bookie == "b1"  # L5: on at once
+    assert plan.speculative_replica_after("b0") is None  # b0 answered: its clock stopped
+    assert plan.speculative_replica_after("b1") == "b2"  # b1 is silent: slow
+
+
+def test_L7_the_replicas_still_to_answer_and_no_speculation_once_decided():
+    plan = ReadPlan(0, E4, 3, 2)
+    plan.first()
+    assert plan.unanswered() == ("b0",)
+    assert plan.speculative_replica_after("b0") == "b1"
+    assert plan.unanswered() == ("b0", "b1")
+    plan.arrived("b1")
+    assert plan.unanswered() == ("b0",)
+    assert plan.speculative_replica_after("b0") is None  # b1's answer is in hand
+    assert plan.on_answer("b1", ReadAnswer.present(b"x", 1)).kind is ReadStepKind.DONE
+    assert plan.speculative_replica_after("b0") is None and plan.unanswered() == ("b0",)
