@@ -96,7 +96,8 @@ def test_a_zookeeper_pause_heals_on_time_while_the_paused_writer_is_recovered(tm
     ZooKeeper. That wait holds up no other fault: ZooKeeper resumes when its step ends (not once the recovery gave
     up, which made it last 10 s instead of 3), the recovery then succeeds and the writer wakes fenced (F1)."""
     steps = (sched.Step(0.5, sched.ZK_PAUSE, "zookeeper", 3.0), sched.Step(1.0, sched.WRITER_PAUSE, "writer-p", 2.0))
-    config = RunConfig(seed=4, metadata="zookeeper", duration_s=8.0, writers=1, schedule=steps, process_writer=True)
+    config = RunConfig(seed=4, metadata="zookeeper", bookies=3, duration_s=6.0, writers=1, schedule=steps,
+                       process_writer=True)
     numbers = _run_and_check(config, tmp_path)
     lasted = {fault["kind"]: fault["lasted_s"] for fault in numbers["fault_lengths"]}
     assert lasted[sched.ZK_PAUSE] < 3.0 + 1.5, numbers["fault_lengths"]

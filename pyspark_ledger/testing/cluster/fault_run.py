@@ -84,7 +84,8 @@ def _cuts_between_servers(rng: random.Random, bookies: list[str], zookeepers: li
     steps.append(_cut(rng, target, far, at=rng.uniform(1.0, 12.0), length=rng.uniform(2.0, 5.0)))
     if zookeepers:
         target = rng.choice(bookies)
-        servers = zookeepers if rng.random() < 0.5 else sorted(rng.sample(zookeepers, max(1, (len(zookeepers) - 1) // 2)))
+        minority = max(1, (len(zookeepers) - 1) // 2)
+        servers = zookeepers if rng.random() < 0.5 else sorted(rng.sample(zookeepers, minority))
         steps.append(_cut(rng, target, servers, at=rng.uniform(1.0, 6.0), length=rng.uniform(3.0, 11.0)))
     return steps
 

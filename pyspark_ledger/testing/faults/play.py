@@ -11,8 +11,8 @@ serves, a bookie until it listens, the writer-pause hook recovering a ledger whi
 only its own step. (Played one after the other, the writer-pause hook's recovery, retrying against a paused
 ZooKeeper, held up the heal of that very pause for 7-10 s: docs/jepsen.md, "Found".) Two steps on one host at
 once act on different things (``schedule._fits`` never draws two; the namespace schedule may pause a bookie
-while a partition cuts it), and the ``Network`` implementations take rule changes from any thread. An error other than ``LedgerError``/``OSError`` in a step is raised from
-``play`` once every step has ended.
+while a partition cuts it), and the ``Network`` implementations take rule changes from any thread. An
+error other than ``LedgerError``/``OSError`` in a step is raised from ``play`` once every step has ended.
 """
 from __future__ import annotations
 
