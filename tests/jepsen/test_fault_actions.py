@@ -114,3 +114,27 @@ def test_a_failed_step_is_recorded_and_a_broken_one_raised():
     assert [record.error for record in log.injected if record.step.target == "gone"] == ["OSError: no such process"]
     with pytest.raises(ValueError, match="a bug"):
         play([sched.Step(0.0, sched.PAUSE, "broken", 0.1)], apply, actions.FaultLog(), duration_s=0.1)
+
+
+def test_the_steps_of_one_host_keep_their_order():
+    """A second kill of a server waits until the first one's restart (which outlasted its scheduled end) is
+    done; a partition of that host does not wait for its processes' steps."""
+    log = actions.FaultLog()
+    events: list[tuple[str, float]] = []
+    begin = time.monotonic()
+
+    def apply(step):
+        events.append((f"apply {step.kind} {step.at_s}", time.monotonic() - begin))
+
+        def heal():
+            if step.at_s == 0.0:
+                time.sleep(1.0)     # a slow restart
+            events.append((f"heal {step.kind} {step.at_s}", time.monotonic() - begin))
+        return heal
+
+    steps = [sched.Step(0.0, sched.ZK_KILL, "zookeeper", 0.2), sched.Step(0.4, sched.ZK_KILL, "zookeeper", 0.2),
+             sched.Step(0.5, sched.PARTITION, "zookeeper", 0.1)]
+    play(steps, apply, log, duration_s=0.1)
+    order = [name for name, _ in events]
+    assert order.index("heal zk-kill 0.0") < order.index("apply zk-kill 0.4"), events
+    assert dict(events)["heal partition 0.5"] < 1.0, events

@@ -9,10 +9,13 @@ passed since the start.
 Each step plays on a thread of its own, so an action that takes long -- restarting a ZooKeeper server until it
 serves, a bookie until it listens, the writer-pause hook recovering a ledger while ZooKeeper is down -- delays
 only its own step. (Played one after the other, the writer-pause hook's recovery, retrying against a paused
-ZooKeeper, held up the heal of that very pause for 7-10 s: docs/jepsen.md, "Found".) Two steps on one host at
-once act on different things (``schedule._fits`` never draws two; the namespace schedule may pause a bookie
-while a partition cuts it), and the ``Network`` implementations take rule changes from any thread. An
-error other than ``LedgerError``/``OSError`` in a step is raised from ``play`` once every step has ended.
+ZooKeeper, held up the heal of that very pause for 7-10 s: docs/jepsen.md, "Found".) The steps of one host
+that act on its processes still run one after the other: a step waits until the one before it on that host
+has healed (a second ZooKeeper kill waits for the restart of the first, which may outlast its scheduled end).
+Network steps (partitions, delay, loss, resets) have their own turn per host, since they touch only routes
+or proxy rules, which the ``Network`` implementations change from any thread: the namespace schedule may cut
+a bookie while it is paused. An error other than ``LedgerError``/``OSError`` in a step is raised from
+``play`` once every step has ended.
 """
 from __future__ import annotations
 
@@ -21,12 +24,17 @@ import time
 from typing import Callable, Sequence
 
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.testing.faults import schedule as sched
+
+
+NETWORK_KINDS = (sched.PARTITION, sched.ONE_WAY, sched.DELAY, sched.LOSS, sched.RESET)
 
 
 def play(steps: Sequence, apply: Callable[[object], Callable[[], None]], log, duration_s: float) -> None:
     begin = time.monotonic()
     crashes: list[BaseException] = []
-    threads = [threading.Thread(target=_play_step, args=(begin, step, apply, log, crashes),
+    turns = {_turn(step): threading.Lock() for step in steps}
+    threads = [threading.Thread(target=_play_step, args=(begin, step, apply, log, crashes, turns[_turn(step)]),
                                 name=f"fault-{index}-{step.kind}", daemon=True) for index, step in enumerate(steps)]
     for thread in threads:
         thread.start()
@@ -39,21 +47,27 @@ def play(steps: Sequence, apply: Callable[[object], Callable[[], None]], log, du
         time.sleep(remaining)
 
 
-def _play_step(begin: float, step, apply, log, crashes: list[BaseException]) -> None:
+def _turn(step) -> tuple[str, bool]:
+    """The steps that must not overlap: those of one host, its network's apart from its processes'."""
+    return step.target, step.kind in NETWORK_KINDS
+
+
+def _play_step(begin: float, step, apply, log, crashes: list[BaseException], turn: threading.Lock) -> None:
     try:
         _sleep_until(begin + step.at_s)
-        record = log.started(step)
-        try:
-            heal = apply(step)
-        except (LedgerError, OSError) as exc:
-            record.error = f"{type(exc).__name__}: {exc}"
-            return
-        _sleep_until(begin + step.ends_s)   # at once if applying took longer than the step lasts
-        try:
-            heal()
-        except (LedgerError, OSError) as exc:
-            record.error = f"heal failed: {type(exc).__name__}: {exc}"
-        log.healed(record)
+        with turn:   # the host's step before this one has healed (it may have outlasted its scheduled end)
+            record = log.started(step)
+            try:
+                heal = apply(step)
+            except (LedgerError, OSError) as exc:
+                record.error = f"{type(exc).__name__}: {exc}"
+                return
+            _sleep_until(begin + step.ends_s)   # at once if applying took longer than the step lasts
+            try:
+                heal()
+            except (LedgerError, OSError) as exc:
+                record.error = f"heal failed: {type(exc).__name__}: {exc}"
+            log.healed(record)
     except BaseException as exc:  # noqa: BLE001 - raised by play() once every step ended
         crashes.append(exc)
 
