@@ -19,7 +19,7 @@ from pyspark_ledger.testing.jepsen.history import OK, History
 def unavailability(history: History, injected, exclude: Iterable[str] = ()) -> dict[str, float]:
     """Per fault kind, the longest time one writer waited between two acknowledged adds, over the stretches
     that overlap a fault of that kind (a writer that got nothing acknowledged after the fault began counts
-    until the fault healed). The writers named in ``exclude`` are left out: the runner's writer process is
+    until the fault healed; one that had nothing acknowledged before it, from the fault's start to its first). The writers named in ``exclude`` are left out: the runner's writer process is
     paused and then fenced on purpose, so its silence after that measures the schedule, not the store."""
     acks: dict[str, list[float]] = {}
     exclude = set(exclude)
@@ -40,6 +40,8 @@ def unavailability(history: History, injected, exclude: Iterable[str] = ()) -> d
                     worst = max(worst, after - before)
             if times and times[0] <= start and times[-1] < end:
                 worst = max(worst, end - max(times[-1], start))
+            if times and times[0] > start:   # nothing acknowledged yet when the fault began: it waited from there
+                worst = max(worst, times[0] - start)
         kind = record.step.kind
         longest[kind] = round(max(longest.get(kind, 0.0), worst), 3)
     return longest
