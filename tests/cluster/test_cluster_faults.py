@@ -7,7 +7,8 @@ while cut, and its held bytes arrive once healed.
 Slow (a minute each; only with ``LEDGER_CLUSTER_TESTS=1``): on the cluster's ZooKeeper ensemble and
 bookies, (1) writers on the driver host while a seeded schedule partitions two bookies from the driver,
 cuts a third one way, kills the ZooKeeper leader (kill -9, restarted), SIGSTOPs a bookie, pauses the
-writer process and expires the runner's ZooKeeper session; then heal, recover, read back and check
+writer process, expires the runner's ZooKeeper session, and cuts a bookie from other bookies and one from
+ZooKeeper (symmetric or one way); then heal, recover, read back and check
 (docs/protocol.md I1-I5); ``LEDGER_JEPSEN_SEED`` / ``LEDGER_JEPSEN_SCHEDULES`` / ``LEDGER_JEPSEN_RESULTS``
 as for the local schedules. (2) A bookie cut from the whole ensemble for longer than its session leaves
 the registry and registers again once healed.
@@ -15,6 +16,7 @@ the registry and registers again once healed.
 from __future__ import annotations
 
 import errno
+from collections import Counter
 import json
 import os
 import socket
@@ -30,7 +32,7 @@ from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationErro
 from pyspark_ledger.testing.bookies import child_env
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns
 from pyspark_ledger.testing.cluster.fault_cluster import NetnsFaultCluster
-from pyspark_ledger.testing.cluster.fault_run import schedule
+from pyspark_ledger.testing.cluster.fault_run import cut_label, schedule
 from pyspark_ledger.testing.cluster.network import Network
 from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
 from pyspark_ledger.testing.faults import schedule as sched
@@ -157,21 +159,55 @@ def test_bad_partitions_are_refused():
     assert network.cuts() == set()
 
 
+BOOKIES = [f"bk{index}" for index in range(1, 6)]
+ZOOKEEPERS = ["zk1", "zk2", "zk3"]
+
+
+def _driver_steps(steps):
+    """The steps that cut a bookie from the driver or pause it."""
+    return [step for step in steps if step.kind == sched.PAUSE or step.params.get("peers") == ("driver",)]
+
+
 def test_the_namespace_schedule_is_seeded():
-    bookies = [f"bk{index}" for index in range(1, 6)]
-    first = schedule(3, bookies)
-    assert first == schedule(3, bookies) and first != schedule(4, bookies)
-    kinds = [step.kind for step in first]
-    assert sorted(kinds) == sorted([sched.PARTITION, sched.ONE_WAY, sched.ZK_KILL, sched.PAUSE, sched.ZK_EXPIRY])
+    first = schedule(3, BOOKIES, zookeepers=ZOOKEEPERS)
+    assert first == schedule(3, BOOKIES, zookeepers=ZOOKEEPERS) and first != schedule(4, BOOKIES, zookeepers=ZOOKEEPERS)
+    assert _driver_steps(first) == _driver_steps(schedule(3, BOOKIES))   # the cuts between servers come on top
     kill, expiry = (next(step for step in first if step.kind == kind) for kind in (sched.ZK_KILL, sched.ZK_EXPIRY))
     assert kill.ends_s < expiry.at_s
-    bookie_steps = [step for step in first if step.target != "zk-leader"]
+    bookie_steps = _driver_steps(first)
+    assert sorted(step.kind for step in bookie_steps) == sorted([sched.PARTITION, sched.ONE_WAY, sched.PAUSE])
     for before, after in zip(bookie_steps, bookie_steps[1:]):     # at most two bookies cut at a time
         assert before.ends_s < after.at_s
     targets = {step.target for step in bookie_steps} | set(bookie_steps[0].params["group"])
     assert len(targets) == 4
     with pytest.raises(InvalidArgumentError, match="4 bookies"):
-        schedule(1, bookies[:3])
+        schedule(1, BOOKIES[:3])
+
+
+def test_the_namespace_schedule_cuts_bookies_from_zookeeper_and_from_each_other():
+    """Over seeds, a bookie is cut from another bookie and from ZooKeeper (all of it, or one server), both ways
+    and one way in each direction; the driver is never a side of those cuts."""
+    seen = set()
+    for seed in range(1, 41):
+        for step in schedule(seed, BOOKIES, zookeepers=ZOOKEEPERS):
+            peers = step.params.get("peers", ())
+            if step.kind not in (sched.PARTITION, sched.ONE_WAY) or peers == ("driver",):
+                continue
+            assert step.target in BOOKIES and step.target not in peers and "driver" not in peers, step
+            direction = step.params.get("direction", "both")
+            assert (step.kind == sched.PARTITION) == (direction == "both"), step
+            if set(peers) <= set(ZOOKEEPERS):
+                seen.add(("zookeeper", "all" if len(peers) == len(ZOOKEEPERS) else "one", direction))
+                assert 3.0 <= step.duration_s <= 11.0 and step.ends_s < 18.0, step
+            else:
+                assert set(peers) <= set(BOOKIES) and 1 <= len(peers) <= 2, step
+                seen.add(("bookie", direction))
+    assert {("bookie", direction) for direction in ("both", "in", "out")} <= seen, seen
+    assert {("zookeeper", part, direction) for part in ("all", "one") for direction in ("both", "in", "out")} <= seen
+    roles = {**{name: "bookie" for name in BOOKIES}, **{name: "zookeeper" for name in ZOOKEEPERS}}
+    labels = {cut_label(step, roles) for step in schedule(3, BOOKIES, zookeepers=ZOOKEEPERS)}
+    assert {"partition bookie-driver", "zk-kill", "pause"} <= labels
+    assert any(label.endswith("bookie-zookeeper") for label in labels), labels
 
 
 
@@ -217,7 +253,8 @@ def _seeds() -> list[int]:
 def test_a_fault_schedule_on_the_namespace_cluster(seed, tmp_path):
     """ZooKeeper ensemble and five bookies in namespaces; writers on the driver host while two bookies are
     partitioned from the driver, a third cut one way, the ZooKeeper leader killed, a fourth paused and the
-    writer process paused, and a ZooKeeper session expired; then heal, recover, read back and check
+    writer process paused, and a ZooKeeper session expired; a bookie cut from other bookies and one from
+    ZooKeeper (both ways or one way, as the seed draws); then heal, recover, read back and check
     docs/protocol.md I1-I5 (docs/jepsen.md)."""
     skip_unless_netns()
     if not ZooKeeperServer.is_available():
@@ -247,8 +284,10 @@ def test_a_fault_schedule_on_the_namespace_cluster(seed, tmp_path):
         assert done.returncode == 0, f"seed {seed} failed:\n{done.stderr[-6000:]}\nfigures: {numbers}"
     assert not [name for name in netns.list_namespaces() if name.startswith(cluster.prefix)]
     assert numbers["lost"] == numbers["divergent"] == 0 and numbers["acknowledged"] > 0, numbers
-    assert numbers["faults"] == {sched.PARTITION: 1, sched.ONE_WAY: 1, sched.ZK_KILL: 1, sched.ZK_EXPIRY: 1,
-                                 sched.PAUSE: 1, sched.WRITER_PAUSE: 1}, numbers
+    expected = Counter(step.kind for step in schedule(seed, BOOKIES, zookeepers=ZOOKEEPERS))
+    assert numbers["faults"] == {**expected, sched.WRITER_PAUSE: 1}, numbers
+    assert any(label.endswith("bookie-zookeeper") for label in numbers["unavailability_by_cut_s"]), numbers
+    assert any(label.endswith("bookie-bookie") for label in numbers["unavailability_by_cut_s"]), numbers
     assert len(numbers["zookeeper_leaders_lost"]) == len(numbers["zookeeper_election_s"]) == 1, numbers
     # the server killed was the leader: another one took over (before the killed one came back)
     assert numbers["zookeeper_new_leaders"][0] not in ("", numbers["zookeeper_leaders_lost"][0]), numbers

@@ -13,6 +13,7 @@ from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError
 from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.faults import actions, schedule as sched
 from pyspark_ledger.testing.faults.hosts import AdvertisedStore, LocalProcessHost, ProxyNetwork
+from pyspark_ledger.testing.faults.play import play
 from tests.waiting import wait_until
 
 
@@ -75,3 +76,65 @@ def test_clients_are_given_the_advertised_address(tmp_path):
         assert store.bookies()["127.0.0.1:2"].info["port"] == 2
         assert inner.bookies()["127.0.0.1:2"].info["port"] == 1
         registration.close()
+
+
+def test_a_slow_fault_action_holds_up_no_other_step():
+    """pyspark_ledger/testing/faults/play.py: a step whose apply takes long (the writer-pause hook recovering a
+    ledger while ZooKeeper is down; a restart) delays neither the start nor the heal of the steps around it."""
+    log = actions.FaultLog()
+    healed_at: dict[str, float] = {}
+    begin = time.monotonic()
+
+    def apply(step):
+        if step.target == "slow":
+            time.sleep(1.5)
+        return lambda: healed_at.setdefault(step.target, time.monotonic() - begin)
+
+    steps = [sched.Step(0.0, sched.WRITER_PAUSE, "slow", 0.1), sched.Step(0.1, sched.ZK_PAUSE, "zookeeper", 0.3)]
+    play(steps, apply, log, duration_s=0.5)
+    assert healed_at["zookeeper"] < 1.0, healed_at      # on time: 0.4 s after the start, not after the slow step
+    assert healed_at["slow"] >= 1.5, healed_at          # healed once its own apply returned
+    quick = next(record for record in log.injected if record.step.target == "zookeeper")
+    assert quick.healed - quick.started < 0.8
+
+
+def test_a_failed_step_is_recorded_and_a_broken_one_raised():
+    log = actions.FaultLog()
+
+    def apply(step):
+        if step.target == "gone":
+            raise OSError("no such process")
+        if step.target == "broken":
+            raise ValueError("a bug in an action")
+        return lambda: None
+
+    steps = [sched.Step(0.0, sched.PAUSE, "gone", 0.1), sched.Step(0.0, sched.PAUSE, "fine", 0.1)]
+    play(steps, apply, log, duration_s=0.1)
+    assert log.per_kind() == {sched.PAUSE: 1}
+    assert [record.error for record in log.injected if record.step.target == "gone"] == ["OSError: no such process"]
+    with pytest.raises(ValueError, match="a bug"):
+        play([sched.Step(0.0, sched.PAUSE, "broken", 0.1)], apply, actions.FaultLog(), duration_s=0.1)
+
+
+def test_the_steps_of_one_host_keep_their_order():
+    """A second kill of a server waits until the first one's restart (which outlasted its scheduled end) is
+    done; a partition of that host does not wait for its processes' steps."""
+    log = actions.FaultLog()
+    events: list[tuple[str, float]] = []
+    begin = time.monotonic()
+
+    def apply(step):
+        events.append((f"apply {step.kind} {step.at_s}", time.monotonic() - begin))
+
+        def heal():
+            if step.at_s == 0.0:
+                time.sleep(1.0)     # a slow restart
+            events.append((f"heal {step.kind} {step.at_s}", time.monotonic() - begin))
+        return heal
+
+    steps = [sched.Step(0.0, sched.ZK_KILL, "zookeeper", 0.2), sched.Step(0.4, sched.ZK_KILL, "zookeeper", 0.2),
+             sched.Step(0.5, sched.PARTITION, "zookeeper", 0.1)]
+    play(steps, apply, log, duration_s=0.1)
+    order = [name for name, _ in events]
+    assert order.index("heal zk-kill 0.0") < order.index("apply zk-kill 0.4"), events
+    assert dict(events)["heal partition 0.5"] < 1.0, events

@@ -18,6 +18,18 @@ def test_unavailability_is_the_longest_wait_of_one_writer_overlapping_a_fault():
                 Injected(Step(0, PAUSE, "b", 1), started=6.0, healed=6.5),
                 Injected(Step(0, PAUSE, "b", 1), started=0.0, healed=9.0, error="OSError: refused")]
     assert figures.unavailability(history, injected) == {KILL: 4.0, PAUSE: 4.5}
+    # w1 stopped on purpose at 2.5 (the fenced writer process): left out, only w0's waits count
+    assert figures.unavailability(history, injected, exclude=("w1",)) == {KILL: 4.0, PAUSE: 0.5}
+    # a fault from the very start: w2's first acknowledgement came 6 s after it began
+    early = [Injected(Step(0, KILL, "b", 1), started=0.5, healed=5.0)]
+    assert figures.unavailability(History(_acks("w2", [6.5, 6.6])), early) == {KILL: 6.0}
+
+
+def test_a_run_records_how_long_each_fault_lasted():
+    injected = [Injected(Step(0.5, PAUSE, "zookeeper", 3.0), started=10.0, healed=13.25),
+                Injected(Step(1.0, KILL, "b", 1.0), started=11.0, error="OSError: gone")]
+    assert figures.fault_lengths(injected) == [{"kind": PAUSE, "target": "zookeeper", "scheduled_s": 3.0,
+                                                "lasted_s": 3.25}]
 
 
 def test_runs_add_up(tmp_path):

@@ -90,6 +90,20 @@ def test_zookeeper_pauses_and_session_expiry(tmp_path):
     assert len(set(numbers["faults"]) & set(sched.ZK_KINDS)) >= 2, numbers
 
 
+@pytest.mark.skipif(not ZooKeeperServer.is_available(), reason=f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
+def test_a_zookeeper_pause_heals_on_time_while_the_paused_writer_is_recovered(tmp_path):
+    """ZooKeeper is paused across the writer pause, so recovering the paused writer's ledger must wait for
+    ZooKeeper. That wait holds up no other fault: ZooKeeper resumes when its step ends (not once the recovery gave
+    up, which made it last 10 s instead of 3), the recovery then succeeds and the writer wakes fenced (F1)."""
+    steps = (sched.Step(0.5, sched.ZK_PAUSE, "zookeeper", 3.0), sched.Step(1.0, sched.WRITER_PAUSE, "writer-p", 2.0))
+    config = RunConfig(seed=4, metadata="zookeeper", bookies=3, duration_s=6.0, writers=1, schedule=steps,
+                       process_writer=True)
+    numbers = _run_and_check(config, tmp_path)
+    lasted = {fault["kind"]: fault["lasted_s"] for fault in numbers["fault_lengths"]}
+    assert lasted[sched.ZK_PAUSE] < 3.0 + 1.5, numbers["fault_lengths"]
+    assert numbers["paused_writer"].startswith("stopped: LedgerFencedError"), numbers["paused_writer"]
+
+
 def test_a_schedule_is_the_same_for_the_same_seed():
     hosts = {f"bookie-{index}": "bookie" for index in range(5)} | {"zookeeper": "zookeeper", "writer-p": "writer"}
     first = sched.generate(42, hosts, kinds=sched.KINDS, steps=12)

@@ -9,15 +9,19 @@ Writers (three threads and a writer process, all on the driver host) append whil
 ``schedule(seed, ...)`` plays: two bookies partitioned from the driver (both ways), a third bookie cut
 from the driver one way, the ZooKeeper leader killed (kill -9, restarted on heal), a fourth bookie
 paused (SIGSTOP), the writer process paused while its ledger is recovered, and the runner's ZooKeeper
-session expired once the leader is back. Then everything heals,
+session expired once the leader is back; and, between the servers, a bookie cut from one or two other
+bookies and a bookie cut from the whole ZooKeeper ensemble or from one of its servers, each symmetric or
+one way as the seed draws (the driver still reaches both). Then everything heals,
 every ledger is recovered and read back by two readers, and the checker judges the history
 (``jepsen.runner.run_on``). The run's figures go to ``RUN_DIR/run-netns-<seed>.json`` (as the local
-runs' do) and, as one JSON line, to stdout; a failure's report (seed, schedule, minimal history) to
+runs' do; ``unavailability_by_cut_s`` adds the longest wait per kind of cut, e.g. ``partition-one-way
+bookie-zookeeper``) and, as one JSON line, to stdout; a failure's report (seed, schedule, minimal history) to
 stderr. Exit status 0 when every check passed, 1 when one failed.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -28,16 +32,19 @@ from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.testing.cluster.fault_cluster import LEADER_HOST, NetnsFaultCluster
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
-from pyspark_ledger.testing.jepsen.runner import RunConfig, run_on
+from pyspark_ledger.testing.jepsen.history import History
+from pyspark_ledger.testing.jepsen.runner import PROCESS_WRITER, RunConfig, run_on
 
 DRIVER = "driver"
 MIN_DURATION_S = 15.0
 
 
-def schedule(seed: int, bookies: list[str], duration_s: float = 18.0, driver: str = DRIVER) -> list[sched.Step]:
+def schedule(seed: int, bookies: list[str], duration_s: float = 18.0, driver: str = DRIVER,
+             zookeepers: list[str] | tuple[str, ...] = ()) -> list[sched.Step]:
     """The seeded schedule of a namespace run (see the module docstring): the bookie faults one after the
     other (at most two bookies cut from the driver at a time), the leader kill overlapping them, the session
-    expiry after it."""
+    expiry after it; then a bookie cut from a pair of other bookies and, with ``zookeepers`` (the ensemble's
+    host names), a bookie cut from ZooKeeper (``_cuts_between_servers``)."""
     if len(bookies) < 4:
         raise InvalidArgumentError(f"the namespace schedule needs at least 4 bookies, got {len(bookies)}")
     if not MIN_DURATION_S <= duration_s <= sched.MAX_DURATION_S:
@@ -61,7 +68,43 @@ def schedule(seed: int, bookies: list[str], duration_s: float = 18.0, driver: st
                             round(rng.uniform(2.0, 4.0), 2)))
     # after the leader is back (at most t+11 s): the runner's client session expired (the runner's zk_expiry)
     steps.append(sched.Step(round(rng.uniform(12.0, 13.5), 2), sched.ZK_EXPIRY, LEADER_HOST, 1.0))
+    steps += _cuts_between_servers(rng, sorted(bookies), sorted(zookeepers))
     return sorted(steps, key=lambda step: step.at_s)
+
+
+def _cuts_between_servers(rng: random.Random, bookies: list[str], zookeepers: list[str]) -> list[sched.Step]:
+    """Partitions that leave the driver's routes alone (drawn after the steps above, so that those stay what
+    they were for a seed): one bookie cut from another bookie (with a third one on the far side half the time);
+    and one bookie cut from the whole ensemble or from a minority of its servers, for 3-11 s, sometimes longer
+    than the cluster's 10 s sessions (its registration then expires and comes back). Each is symmetric or one
+    way, ``in`` or ``out``, as drawn; the bookies involved may be faulty otherwise at the same time."""
+    steps = []
+    target, *far = rng.sample(bookies, 3)
+    far = far if rng.random() < 0.5 else far[:1]
+    steps.append(_cut(rng, target, far, at=rng.uniform(1.0, 12.0), length=rng.uniform(2.0, 5.0)))
+    if zookeepers:
+        target = rng.choice(bookies)
+        minority = max(1, (len(zookeepers) - 1) // 2)
+        servers = zookeepers if rng.random() < 0.5 else sorted(rng.sample(zookeepers, minority))
+        steps.append(_cut(rng, target, servers, at=rng.uniform(1.0, 6.0), length=rng.uniform(3.0, 11.0)))
+    return steps
+
+
+def _cut(rng: random.Random, target: str, peers: list[str], at: float, length: float) -> sched.Step:
+    direction = rng.choice(("both", "in", "out"))
+    if direction == "both":
+        return sched.Step(round(at, 2), sched.PARTITION, target, round(length, 2), {"peers": tuple(peers)})
+    return sched.Step(round(at, 2), sched.ONE_WAY, target, round(length, 2),
+                      {"peers": tuple(peers), "direction": direction})
+
+
+def cut_label(step: sched.Step, roles: dict[str, str]) -> str:
+    """What a partition step cuts, by roles: ``partition bookie-zookeeper``, ``partition-one-way bookie-driver``;
+    other steps: their kind."""
+    peers = step.params.get("peers") if step.kind in (sched.PARTITION, sched.ONE_WAY) else None
+    if not peers:
+        return step.kind
+    return f"{step.kind} {roles.get(step.target, step.target)}-{roles.get(peers[0], peers[0])}"
 
 
 def parse(argv):
@@ -79,8 +122,10 @@ def parse(argv):
 def main(argv=None) -> int:
     args = parse(argv)
     cluster = NetnsFaultCluster.from_file(args.cluster)
-    bookies = [name for name, role in cluster.roles().items() if role == "bookie"]
-    steps = schedule(args.seed, bookies, args.duration)
+    roles = cluster.roles()
+    bookies = [name for name, role in roles.items() if role == "bookie"]
+    zookeepers = [name for name in cluster.network.hosts if roles.get(name) == "zookeeper"]
+    steps = schedule(args.seed, bookies, args.duration, zookeepers=zookeepers)
     config = RunConfig(seed=args.seed, metadata="netns", duration_s=args.duration, writers=args.writers,
                        schedule=tuple(steps), process_writer=True)
     run_dir = Path(args.dir)
@@ -94,6 +139,10 @@ def main(argv=None) -> int:
     numbers["zookeeper_leaders_lost"] = list(getattr(leader, "history", []))
     numbers["zookeeper_election_s"] = list(getattr(leader, "elections_s", []))
     numbers["zookeeper_new_leaders"] = list(getattr(leader, "successors", []))
+    by_cut = [dataclasses.replace(record, step=dataclasses.replace(record.step, kind=cut_label(record.step, roles)))
+              for record in outcome.injected]
+    history = History.load(run_dir / "history-all.jsonl")   # what the runner checked, saved by it
+    numbers["unavailability_by_cut_s"] = figures.unavailability(history, by_cut, exclude=(PROCESS_WRITER,))
     figures.write(run_dir / f"run-netns-{args.seed}.json", numbers)
     if not outcome.ok:
         replay = (f"LEDGER_CLUSTER_TESTS=1 LEDGER_JEPSEN_SEED={args.seed} python3 -m pytest -q -p no:cacheprovider "

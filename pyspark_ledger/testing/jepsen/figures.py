@@ -16,13 +16,15 @@ from typing import Iterable, Mapping
 from pyspark_ledger.testing.jepsen.history import OK, History
 
 
-def unavailability(history: History, injected) -> dict[str, float]:
+def unavailability(history: History, injected, exclude: Iterable[str] = ()) -> dict[str, float]:
     """Per fault kind, the longest time one writer waited between two acknowledged adds, over the stretches
     that overlap a fault of that kind (a writer that got nothing acknowledged after the fault began counts
-    until the fault healed)."""
+    until the fault healed; one that had nothing acknowledged before it, from the fault's start to its first). The writers named in ``exclude`` are left out: the runner's writer process is
+    paused and then fenced on purpose, so its silence after that measures the schedule, not the store."""
     acks: dict[str, list[float]] = {}
+    exclude = set(exclude)
     for event in history:
-        if event.action == "add" and event.kind == OK:
+        if event.action == "add" and event.kind == OK and event.process not in exclude:
             acks.setdefault(event.process, []).append(event.time)
     longest: dict[str, float] = {}
     for record in injected:
@@ -38,21 +40,35 @@ def unavailability(history: History, injected) -> dict[str, float]:
                     worst = max(worst, after - before)
             if times and times[0] <= start and times[-1] < end:
                 worst = max(worst, end - max(times[-1], start))
+            if times and times[0] > start:   # nothing acknowledged yet when the fault began: it waited from there
+                worst = max(worst, times[0] - start)
         kind = record.step.kind
         longest[kind] = round(max(longest.get(kind, 0.0), worst), 3)
     return longest
 
 
 def run_figures(seed: int, metadata: str, result, injected, history: History, seconds: float,
-                steps: Iterable) -> dict:
+                steps: Iterable, exclude: Iterable[str] = ()) -> dict:
+    """One run's figures; ``exclude``: writers left out of the unavailability (``unavailability``), whose
+    figure with them counted is kept as ``unavailability_all_writers_s``."""
+    exclude = tuple(exclude)
     per_kind: dict[str, int] = {}
     for record in injected:
         if not record.error:
             per_kind[record.step.kind] = per_kind.get(record.step.kind, 0) + 1
     return {"seed": seed, "metadata": metadata, "ok": result.ok, "seconds": round(seconds, 2),
-            "faults": per_kind, **result.figures(), "unavailability_s": unavailability(history, injected),
+            "faults": per_kind, **result.figures(), "unavailability_s": unavailability(history, injected, exclude),
+            **({"unavailability_all_writers_s": unavailability(history, injected)} if exclude else {}),
             "load_average": round(os.getloadavg()[0], 2), "schedule": [str(step) for step in steps],
-            "fault_errors": [f"{r.step}: {r.error}" for r in injected if r.error]}
+            "fault_errors": [f"{r.step}: {r.error}" for r in injected if r.error],
+            "fault_lengths": fault_lengths(injected)}
+
+
+def fault_lengths(injected) -> list[dict]:
+    """Each fault applied: its kind, target, the seconds the schedule gave it and the seconds it lasted (from
+    the start of its apply to the end of its heal; a restart lasts until the server serves again)."""
+    return [{"kind": r.step.kind, "target": r.step.target, "scheduled_s": r.step.duration_s,
+             "lasted_s": round(r.healed - r.started, 3)} for r in injected if not r.error and r.healed is not None]
 
 
 def summarize(runs: Iterable[Mapping]) -> dict:
