@@ -2,6 +2,8 @@
 where this process cannot make namespaces (not root, no ``ip``) or ZooKeeper or Spark is missing."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns_unavailable_reason
@@ -11,6 +13,16 @@ from pyspark_ledger.testing.zookeeper import ZooKeeperServer
 
 def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning")
+
+
+def cluster_tests() -> str:
+    """How much of the cluster runs: ``LEDGER_CLUSTER_TESTS`` unset runs the main job on the cluster and the
+    bookie cut from ZooKeeper (a few minutes; CI, as root, runs them); ``1`` adds the seeded fault schedules;
+    ``0`` runs none of the long ones. Anything else is refused."""
+    value = os.environ.get("LEDGER_CLUSTER_TESTS", "")
+    if value not in ("", "0", "1"):
+        raise pytest.UsageError(f"LEDGER_CLUSTER_TESTS must be 0, 1 or unset, not {value!r}")
+    return {"": "main", "0": "off", "1": "all"}[value]
 
 
 def skip_unless_netns() -> None:

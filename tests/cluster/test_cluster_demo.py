@@ -8,13 +8,12 @@ their hosts' addresses). Then the metadata is read again independently from
 the driver host. A cluster file with a ``sqlite:///`` URI, or run from a host
 that is not the driver, is refused before Spark starts.
 
-Slow (a few minutes on a loaded machine: the cluster's JVMs, then Spark's):
-runs only with ``LEDGER_CLUSTER_TESTS=1`` (CI sets it on its root runner).
+Slow (a few minutes: the cluster's JVMs, then Spark's): runs by default where
+namespaces can be made (root; CI runs it), and not with ``LEDGER_CLUSTER_TESTS=0``.
 """
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,11 +22,11 @@ import pytest
 
 from pyspark_ledger.testing.bookies import child_env
 from pyspark_ledger.testing.cluster.cluster import DRIVER_NICE
+from tests.cluster.conftest import cluster_tests
 
 RUN_TIMEOUT_S = 900
 pytestmark = [pytest.mark.timeout(RUN_TIMEOUT_S + 600),
-              pytest.mark.skipif(os.environ.get("LEDGER_CLUSTER_TESTS") != "1",
-                                 reason="the cluster demo takes minutes: set LEDGER_CLUSTER_TESTS=1 to run it")]
+              pytest.mark.skipif(cluster_tests() == "off", reason="LEDGER_CLUSTER_TESTS=0 leaves out the cluster demo")]
 
 
 def _demo(cluster, *flags: str, timeout_s: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
