@@ -11,8 +11,9 @@ after it, for the same ledger id, entry id and body length.
 Rule (what makes indexing that record instead of appending the body again
 safe): the entry-log record is used only if its header names the same
 entry, its stored crc32c equals the crc32c the journal's body gives under
-that header, and its own bytes give that crc32c too, so it holds the journal's
-bytes, intact, where a read will check them. Those bytes may not be durable
+that header, and its own bytes are the journal's body, byte for byte (so they
+give that crc32c too: one comparison instead of a third crc32c pass). It holds
+the journal's bytes, intact, where a read will check them. Those bytes may not be durable
 yet (the entry logs are fsync'd by checkpoints, and the crashed process may
 not have reached one), but neither is a body appended again by replay: the
 logs holding entries indexed in place are handed to ``EntryLogger.adopt``,
@@ -59,21 +60,21 @@ class InPlaceMatcher:
         self._active = bool(self._logs)
         self.adopted: set[int] = set()
         self.matched = 0
-        _, self._view, self._size = self._map(0) if self._logs else (None, None, 0)  # the cursor's log
+        self._mapped, self._view, self._size = self._map(0) if self._logs else (None, None, 0)  # the cursor's log
 
     def match(self, ledger_id: int, entry_id: int, body) -> EntryLocation | None:
         """The location of an intact entry-log record holding exactly ``body`` for this entry, or None."""
         if not self._active:
             return None
         length, index, offset = len(body), self._index, self._offset
-        view, size = self._view, self._size
+        mapped, view, size = self._mapped, self._view, self._size
         unpack, crc = _HEADER.unpack_from, crc32c.crc32c
         for _ in range(LOOKAHEAD):
             if offset + HEADER_SIZE > size:
                 if offset < size or index + 1 >= len(self._logs):
                     break  # a cut header, or the end of the newest log
                 index, offset = index + 1, 0
-                _, view, size = self._map(index)
+                mapped, view, size = self._map(index)
                 continue
             magic, stored, found_ledger, found_entry, found_length = unpack(view, offset)
             end = offset + HEADER_SIZE + found_length
@@ -82,8 +83,9 @@ class InPlaceMatcher:
             if found_ledger == ledger_id and found_entry == entry_id and found_length == length:
                 if end <= size:
                     fixed = crc(view[offset + _FIXED_AT:offset + HEADER_SIZE])
-                    if crc(body, fixed) == stored and crc(view[offset + HEADER_SIZE:end], fixed) == stored:
-                        return self._found(index, offset, end, view, size)
+                    start = offset + HEADER_SIZE  # the same bytes as the body: find is a memcmp here
+                    if crc(body, fixed) == stored and mapped.find(body, start, end) == start:
+                        return self._found(index, offset, end, mapped, view, size)
                 break
             offset = end
         self._misses += 1  # the cursor stays: the next record may be right there
@@ -91,10 +93,10 @@ class InPlaceMatcher:
             self._active = False
         return None
 
-    def _found(self, index: int, offset: int, end: int, view, size: int) -> EntryLocation:
+    def _found(self, index: int, offset: int, end: int, mapped, view, size: int) -> EntryLocation:
         log_id = self._logs[index][0]
         if index != self._index:
-            self._index, self._view, self._size = index, view, size
+            self._index, self._mapped, self._view, self._size = index, mapped, view, size
         self._offset, self._misses = end, 0
         self.matched += 1
         self.adopted.add(log_id)
@@ -111,7 +113,7 @@ class InPlaceMatcher:
                 except BufferError:  # a view of it still lives (an exception's frame): unmapped when it goes
                     pass
         self._maps = {}
-        self._view = None
+        self._mapped = self._view = None
 
     def _map(self, index: int) -> tuple[mmap.mmap | None, memoryview | None, int]:
         """The log at ``index`` mapped (read only), with a view and its size; (None, None, 0) if it cannot be."""
