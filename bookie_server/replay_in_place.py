@@ -63,7 +63,8 @@ class InPlaceMatcher:
         self._mapped, self._view, self._size = self._map(0) if self._logs else (None, None, 0)  # the cursor's log
 
     def match(self, ledger_id: int, entry_id: int, body) -> EntryLocation | None:
-        """The location of an intact entry-log record holding exactly ``body`` for this entry, or None."""
+        """The location of an intact entry-log record holding exactly ``body`` for this entry, or None (a plain
+        ``(log id, offset, length)`` tuple, the fields of ``EntryLocation``, as ``EntryLogger.append_batch``'s)."""
         if not self._active:
             return None
         length, index, offset = len(body), self._index, self._offset
@@ -85,22 +86,19 @@ class InPlaceMatcher:
                     fixed = crc(view[offset + _FIXED_AT:offset + HEADER_SIZE])
                     start = offset + HEADER_SIZE  # the same bytes as the body: find is a memcmp here
                     if crc(body, fixed) == stored and mapped.find(body, start, end) == start:
-                        return self._found(index, offset, end, mapped, view, size)
+                        if index != self._index:
+                            self._index, self._mapped, self._view, self._size = index, mapped, view, size
+                        log_id = self._logs[index][0]
+                        self._offset, self._misses = end, 0
+                        self.matched += 1
+                        self.adopted.add(log_id)
+                        return log_id, offset, length
                 break
             offset = end
         self._misses += 1  # the cursor stays: the next record may be right there
         if self._misses >= GIVE_UP_AFTER:
             self._active = False
         return None
-
-    def _found(self, index: int, offset: int, end: int, mapped, view, size: int) -> EntryLocation:
-        log_id = self._logs[index][0]
-        if index != self._index:
-            self._index, self._mapped, self._view, self._size = index, mapped, view, size
-        self._offset, self._misses = end, 0
-        self.matched += 1
-        self.adopted.add(log_id)
-        return EntryLocation(log_id, offset, end - offset - HEADER_SIZE)
 
     def close(self) -> None:
         self._active = False

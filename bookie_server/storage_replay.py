@@ -74,7 +74,7 @@ class ReplayApplier:
         self._index = index
         self._check = check
         self._skip_corruption = skip_corruption
-        self._batch: list[StoredEntry] = []
+        self._batch: list[tuple] = []  # StoredEntry-shaped
         self._locations: list[EntryLocation] = []
         self._batch_kind = ADD
         self._batch_bytes = 0
@@ -117,14 +117,17 @@ class ReplayApplier:
         if kind != self._batch_kind:
             self.flush()
             self._batch_kind = kind
-        lac = _last_add_confirmed(body)
-        if location is None:
-            self._batch.append(StoredEntry(ledger, ledger_id, entry_id, bytes(body), lac))
+        if len(body) >= _FAST_MIN_BODY and (fast := _PREFIX_LAC.unpack_from(body))[0] in _GOOD_PREFIXES:
+            lac = fast[1]  # _last_add_confirmed's first branch, inline (once per replayed record)
+        else:
+            lac = _last_add_confirmed(body)
+        if location is None:  # plain StoredEntry-shaped tuples: EntryPlacer takes them (cheaper to build)
+            self._batch.append((ledger, ledger_id, entry_id, bytes(body), lac))
             self._batch_bytes += len(body)
         else:
-            self._batch.append(StoredEntry(ledger, ledger_id, entry_id, b"", lac))
+            self._batch.append((ledger, ledger_id, entry_id, b"", lac))
             self._locations.append(location)
-            self._batch_bytes += location.length
+            self._batch_bytes += location[2]  # its length (a plain tuple, see InPlaceMatcher.match)
         if len(self._batch) >= BATCH_RECORDS or self._batch_bytes >= BATCH_BYTES:
             self.flush()
 
