@@ -9,7 +9,12 @@ with a checkpoint. Meanwhile a seeded schedule (``faults.schedule.generate``) ki
 resets bookies. A query that fails is restarted from its checkpoint, as a user would (at most
 ``max_restarts`` times). After healing, the source is told to stop, the query finishes its batch, and the
 whole stream is read back with a batch read: every id the committed batches emitted must be there exactly
-once, nothing else (``checker.check_exactly_once``). Returns a ``SparkRunOutcome`` with the failures and
+once, nothing else (``checker.check_exactly_once``). With ``metadata="zookeeper"`` the metadata is in a real
+ZooKeeper server and the schedule also draws ``ZK_KINDS``: the server paused, killed and restarted, and the
+job's sessions expired. The job reaches ZooKeeper through a ``FaultProxy`` of its own (the bookies dial the
+server directly), so ``zk-expiry`` cuts the job -- the driver's and Spark's Python workers' clients -- from
+ZooKeeper for longer than its session timeout: the server expires their sessions, and the job has to notice
+on reconnecting. Returns a ``SparkRunOutcome`` with the failures and
 the figures, in the JSON shape of the other runs (``figures.run_figures``) plus ``duplicated`` and
 ``restarts``.
 """
@@ -25,7 +30,8 @@ from pathlib import Path
 from pyspark_ledger.errors import InvalidArgumentError, LedgerError
 from pyspark_ledger.testing.faults import actions, schedule as sched
 from pyspark_ledger.testing.faults.play import play
-from pyspark_ledger.testing.faults.local_cluster import LocalFaultCluster
+from pyspark_ledger.testing.faults.local_cluster import ZK_SESSION_S, LocalFaultCluster
+from pyspark_ledger.testing.faults.proxy import FaultProxy
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.checker import Failure, check_exactly_once
 from pyspark_ledger.testing.jepsen.history import History
@@ -33,6 +39,8 @@ from pyspark_ledger.testing.jepsen.history import History
 STREAM = "jepsen-spark"
 WRITER_ID = "jepsen-spark-writer"
 KINDS = (sched.KILL, sched.PARTITION, sched.PAUSE, sched.RESET)
+ZK_KINDS = KINDS + sched.ZK_KINDS
+METADATA = ("sqlite", "zookeeper")
 DRIVER_CRASH = "driver-crash"
 DRIVER = "spark-driver"
 MAX_DRIVER_CRASHES = 20
@@ -43,6 +51,7 @@ SETTLE_TIMEOUT_S = 60.0
 FINISH_TIMEOUT_S = 90.0
 WARMUP_TIMEOUT_S = 90.0
 POLL_S = 0.2
+EXPIRY_CUT_S = ZK_SESSION_S * 2.0   # the server expires a session after its timeout with no heartbeat
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,13 @@ class SparkRunConfig:
     trigger_s: float = 0.5
     max_restarts: int = 6
     driver_crashes: int = 1
+    metadata: str = "sqlite"
 
     def __post_init__(self) -> None:
+        if self.metadata not in METADATA:
+            raise InvalidArgumentError(f"metadata must be one of {', '.join(METADATA)}, got {self.metadata!r}")
+        if self.metadata != "zookeeper" and set(self.kinds) & set(sched.ZK_KINDS):
+            raise InvalidArgumentError(f"kinds {sorted(set(self.kinds) & set(sched.ZK_KINDS))} need metadata='zookeeper'")
         if not 1 <= self.rows_per_batch <= MAX_ROWS_PER_BATCH:
             raise InvalidArgumentError(f"rows_per_batch must be in 1..{MAX_ROWS_PER_BATCH}, got {self.rows_per_batch}")
         if not 0 <= self.max_restarts <= MAX_RESTARTS:
@@ -100,18 +114,28 @@ class _Exactly:
 def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
     base_dir = Path(base_dir)
     started = time.monotonic()
-    with LocalFaultCluster(base_dir / "cluster", 5, "sqlite", seed=config.seed, advertise_proxies=True) as cluster:
+    with LocalFaultCluster(base_dir / "cluster", 5, config.metadata, seed=config.seed,
+                           advertise_proxies=True) as cluster:
+        job_proxy = None
+        uri = cluster.metadata_uri
+        if config.metadata == "zookeeper":   # the job's own way to ZooKeeper, which zk-expiry cuts
+            job_proxy = FaultProxy(cluster.zookeeper.connect_string, seed=config.seed)
+            uri = uri.replace(cluster.zookeeper.connect_string, job_proxy.address, 1)
         try:
-            return _SparkRun(config, cluster, base_dir, spark, started).go()
+            return _SparkRun(config, cluster, base_dir, spark, started, uri, job_proxy).go()
         finally:
             from pyspark_ledger.spark import executor
 
-            executor.close_all(cluster.metadata_uri)
+            executor.close_all(uri)
+            if job_proxy is not None:
+                job_proxy.close()
 
 
 class _SparkRun:
-    def __init__(self, config: SparkRunConfig, cluster, base_dir: Path, spark, started: float) -> None:
+    def __init__(self, config: SparkRunConfig, cluster, base_dir: Path, spark, started: float, uri: str,
+                 job_proxy: FaultProxy | None) -> None:
         self.config, self.cluster, self.base_dir, self.spark, self.started = config, cluster, base_dir, spark, started
+        self.uri, self.job_proxy = uri, job_proxy
         self.checkpoint = str(base_dir / "checkpoint")
         self.stop_file = str(base_dir / "stop")
         self.log = actions.FaultLog()
@@ -145,7 +169,7 @@ class _SparkRun:
                     self._crash_driver(crashes.pop(0))
                 player.join(POLL_S)
             self._phase("faults")
-            self.cluster.heal_all()
+            self._heal_all()
             self._wait_for_bookies()
             self._phase("healing")
             last_batch = self._finish()
@@ -156,14 +180,14 @@ class _SparkRun:
         finally:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
-            self.cluster.heal_all()
+            self._heal_all()
         failures = check_exactly_once(expected, output)
         counts = Counter(output)
         wanted = set(expected)
         result = _Exactly(failures, len(expected), sum(1 for key in wanted if counts[key] == 0),
                           sum(count - 1 for count in counts.values() if count > 1) + sum(
                               count for key, count in counts.items() if key not in wanted))
-        numbers = figures.run_figures(config.seed, "sqlite", result, self.log.injected, self.history,
+        numbers = figures.run_figures(config.seed, config.metadata, result, self.log.injected, self.history,
                                       time.monotonic() - self.started, steps)
         numbers.update(notes=list(self.notes), restarts=len(self.restarts), batches=last_batch + 1 if
                        last_batch is not None else 0, restart_reasons=self.restarts[:10], replayed_batches=self.replayed, phases_s=self.phases)
@@ -177,7 +201,7 @@ class _SparkRun:
         events = (self.spark.readStream.format(NAME).option("rowsPerBatch", self.config.rows_per_batch)
                   .option("partitions", self.config.partitions).option("stopFile", self.stop_file).load())
         return (events.writeStream.format("ledger").queryName("jepsen_spark_write")
-                .option("metadataServiceUri", self.cluster.metadata_uri).option("stream", STREAM)
+                .option("metadataServiceUri", self.uri).option("stream", STREAM)
                 .option("writerId", WRITER_ID).option("checkpointLocation", self.checkpoint)
                 .option("partitions", self.config.partitions)
                 .option("ensembleSize", 3).option("writeQuorum", 3).option("ackQuorum", 2)
@@ -255,13 +279,32 @@ class _SparkRun:
         raise LedgerError(f"the streaming query did not finish within {FINISH_TIMEOUT_S:.0f} s after healing")
 
     def _read_back(self) -> list[str]:
-        frame = (self.spark.read.format("ledger").option("metadataServiceUri", self.cluster.metadata_uri)
+        frame = (self.spark.read.format("ledger").option("metadataServiceUri", self.uri)
                  .option("stream", STREAM).load().select("id"))
         return [str(value) for value in frame.toArrow().column("id").to_pylist()]
 
     # --- faults -----------------------------------------------------------------------------
     def _play(self, steps) -> None:
-        play(steps, lambda step: actions.apply(step, self.cluster.hosts, self.cluster.network), self.log, self.config.duration_s)
+        hooks = {"zk_expiry": self._expire_job_sessions}
+        play(steps, lambda step: actions.apply(step, self.cluster.hosts, self.cluster.network, hooks), self.log,
+             self.config.duration_s)
+
+    def _heal_all(self) -> None:
+        self.cluster.heal_all()
+        if self.job_proxy is not None:
+            self.job_proxy.heal()
+
+    def _expire_job_sessions(self, host):
+        """Cut the job from ZooKeeper (its proxy refuses and resets every connection) until the server has
+        expired the job's sessions (``EXPIRY_CUT_S``, longer than the session timeout), however short the step."""
+        self.job_proxy.block("both")
+        self.job_proxy.reset_all()
+        until = time.monotonic() + EXPIRY_CUT_S
+
+        def heal() -> None:
+            time.sleep(max(0.0, until - time.monotonic()))
+            self.job_proxy.heal()
+        return heal
 
     def _wait_for_bookies(self) -> None:
         store = self.cluster.open_store()
