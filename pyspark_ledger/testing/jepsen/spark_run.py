@@ -51,7 +51,11 @@ SETTLE_TIMEOUT_S = 60.0
 FINISH_TIMEOUT_S = 90.0
 WARMUP_TIMEOUT_S = 90.0
 POLL_S = 0.2
-EXPIRY_CUT_S = ZK_SESSION_S * 2.0   # the server expires a session after its timeout with no heartbeat
+# The job's sessions: the longest the test server grants (20 ticks of 200 ms). With the cluster's 2 s, a Python
+# worker busy with a batch on a loaded machine (load 16-20 on 2 cores) missed its pings (kazoo waits 2/3 of the
+# timeout for a ping's answer) and lost its connection every few seconds with no fault at all.
+JOB_SESSION_S = 4
+EXPIRY_CUT_S = JOB_SESSION_S + 2.0   # the server expires a session after its timeout with no heartbeat
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
         uri = cluster.metadata_uri
         if config.metadata == "zookeeper":   # the job's own way to ZooKeeper, which zk-expiry cuts
             job_proxy = FaultProxy(cluster.zookeeper.connect_string, seed=config.seed)
-            uri = uri.replace(cluster.zookeeper.connect_string, job_proxy.address, 1)
+            uri = _job_uri(uri, cluster.zookeeper.connect_string, job_proxy.address)
         try:
             return _SparkRun(config, cluster, base_dir, spark, started, uri, job_proxy).go()
         finally:
@@ -317,6 +321,14 @@ class _SparkRun:
                 pass
             time.sleep(0.1)
         self.notes.append(f"not every bookie was writable again within {SETTLE_TIMEOUT_S:.0f} s after healing")
+
+
+def _job_uri(uri: str, server: str, proxy: str) -> str:
+    """The cluster's URI with the job's proxy for the server and the job's session timeout."""
+    job = uri.replace(server, proxy, 1).replace(f"session_timeout={ZK_SESSION_S}", f"session_timeout={JOB_SESSION_S}", 1)
+    if proxy not in job or f"session_timeout={JOB_SESSION_S}" not in job:
+        raise LedgerError(f"cannot make the job's ZooKeeper URI from {uri!r}")
+    return job
 
 
 def _last(directory: Path) -> int | None:
