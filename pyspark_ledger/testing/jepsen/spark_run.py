@@ -299,16 +299,7 @@ class _SparkRun:
             self.job_proxy.heal()
 
     def _expire_job_sessions(self, host):
-        """Cut the job from ZooKeeper (its proxy refuses and resets every connection) until the server has
-        expired the job's sessions (``EXPIRY_CUT_S``, longer than the session timeout), however short the step."""
-        self.job_proxy.block("both")
-        self.job_proxy.reset_all()
-        until = time.monotonic() + EXPIRY_CUT_S
-
-        def heal() -> None:
-            time.sleep(max(0.0, until - time.monotonic()))
-            self.job_proxy.heal()
-        return heal
+        return cut_until_expired(self.job_proxy)
 
     def _wait_for_bookies(self) -> None:
         store = self.cluster.open_store()
@@ -321,6 +312,20 @@ class _SparkRun:
                 pass
             time.sleep(0.1)
         self.notes.append(f"not every bookie was writable again within {SETTLE_TIMEOUT_S:.0f} s after healing")
+
+
+def cut_until_expired(proxy: FaultProxy, cut_s: float = EXPIRY_CUT_S):
+    """``zk-expiry`` of the job: its proxy to ZooKeeper refuses and resets every connection, and the returned heal
+    lifts that no sooner than ``cut_s`` after the cut (longer than the job's session timeout, however short the
+    step), so the server has expired every session that came through the proxy."""
+    proxy.block("both")
+    proxy.reset_all()
+    until = time.monotonic() + cut_s
+
+    def heal() -> None:
+        time.sleep(max(0.0, until - time.monotonic()))
+        proxy.heal()
+    return heal
 
 
 def _job_uri(uri: str, server: str, proxy: str) -> str:
