@@ -7,7 +7,8 @@ query in the given local-mode session: a deterministic source (``id_source``: id
 ``rowsPerBatch`` per micro-batch, the same rows when a batch is replayed) written into a ``ledger`` stream
 with a checkpoint. Meanwhile a seeded schedule (``faults.schedule.generate``) kills, partitions, pauses and
 resets bookies. A query that fails is restarted from its checkpoint, as a user would (at most
-``max_restarts`` times). After healing, the source is told to stop, the query finishes its batch, and the
+``max_restarts`` times). After healing, the query must commit a new batch within ``PROGRESS_TIMEOUT_S``
+(otherwise a note fails the run); then the source is told to stop, the query finishes its batch, and the
 whole stream is read back with a batch read: every id the committed batches emitted must be there exactly
 once, nothing else (``checker.check_exactly_once``). With ``metadata="zookeeper"`` the metadata is in a real
 ZooKeeper server and the schedule also draws ``ZK_KINDS``: the server paused, killed and restarted, and the
@@ -50,6 +51,7 @@ MAX_ROWS_PER_BATCH = 100_000
 SETTLE_TIMEOUT_S = 60.0
 FINISH_TIMEOUT_S = 90.0
 WARMUP_TIMEOUT_S = 90.0
+PROGRESS_TIMEOUT_S = 60.0
 POLL_S = 0.2
 # The job's sessions: the longest the test server grants (20 ticks of 200 ms). With the cluster's 2 s, a Python
 # worker busy with a batch on a loaded machine (load 16-20 on 2 cores) missed its pings (kazoo waits 2/3 of the
@@ -176,6 +178,8 @@ class _SparkRun:
             self._heal_all()
             self._wait_for_bookies()
             self._phase("healing")
+            self._await_progress()
+            self._phase("first batch after healing")
             last_batch = self._finish()
             self._phase("finishing")
             expected = [str(i) for i in range(_emitted(self.checkpoint, last_batch))]
@@ -265,6 +269,20 @@ class _SparkRun:
         self.restarts.append(reason)
         time.sleep(1.0)
         self.query = self._start()
+
+    def _await_progress(self) -> None:
+        """Once everything healed, the query must commit a new batch (bounded): a query that never recovers after
+        ZooKeeper or the bookies heal is a failure even when what it wrote is exactly once."""
+        before = _last(Path(self.checkpoint) / "commits")
+        deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self._restart_if_failed()
+            newest = _last(Path(self.checkpoint) / "commits")
+            if newest is not None and (before is None or newest > before):
+                return
+            time.sleep(POLL_S)
+        self.notes.append(f"the query committed no batch within {PROGRESS_TIMEOUT_S:.0f} s after healing "
+                          f"(last committed: {before})")
 
     def _finish(self) -> int | None:
         """Stop the source, let the query finish (restarting it if a late failure killed it), stop it; returns
