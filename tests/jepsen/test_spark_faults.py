@@ -5,10 +5,10 @@ through five bookies behind fault proxies, while a seeded schedule kills (-9, th
 pauses and resets bookies; a query that dies is restarted from its checkpoint. After healing, a batch read
 of the whole stream must hold every id of the committed batches exactly once and nothing else.
 
-CI runs seed 1 on SQLite and seed 1 on ZooKeeper (``test_zookeeper_faults``: the server paused, killed and
-restarted, the job's sessions expired, among the bookie faults). ``LEDGER_JEPSEN_SCHEDULES=N`` runs seeds 1..N,
-``LEDGER_JEPSEN_SEED=S`` replays one, ``LEDGER_JEPSEN_METADATA=zookeeper`` runs them on ZooKeeper with the
-ZooKeeper faults, and ``LEDGER_JEPSEN_RESULTS=DIR`` keeps each run's figures as
+CI runs seed 1 on SQLite (~130 s with Spark's start). ``LEDGER_JEPSEN_METADATA=zookeeper`` runs the seeds on a
+real ZooKeeper, the schedule drawing its faults too (the server paused, killed and restarted, the job's sessions
+expired); it stays out of CI, which with seed 1 on ZooKeeper as well took 233 s (load 14-24) instead of ~130.
+``LEDGER_JEPSEN_SCHEDULES=N`` runs seeds 1..N, ``LEDGER_JEPSEN_SEED=S`` replays one, and ``LEDGER_JEPSEN_RESULTS=DIR`` keeps each run's figures as
 ``DIR/run-spark-<metadata>-<seed>.json``.
 """
 from __future__ import annotations
@@ -72,13 +72,6 @@ def _run_and_check(config: SparkRunConfig, tmp_path: Path, spark) -> dict:
 def test_a_streaming_write_under_faults_is_exactly_once(seed, tmp_path, spark):
     _run_and_check(SparkRunConfig(seed=seed, metadata=METADATA, kinds=ZK_KINDS if METADATA == "zookeeper" else KINDS),
                    tmp_path, spark)
-
-
-@pytest.mark.skipif(METADATA == "zookeeper", reason="the seeded ZooKeeper runs above include this one")
-def test_zookeeper_faults(tmp_path, spark):
-    """Seed 1 on ZooKeeper, its schedule drawn from the ZooKeeper faults with kills and pauses of bookies."""
-    numbers = _run_and_check(SparkRunConfig(seed=1, metadata="zookeeper", kinds=ZK_KINDS), tmp_path, spark)
-    assert set(numbers["faults"]) & set(sched.ZK_KINDS), numbers["faults"]
 
 
 @pytest.mark.parametrize("kwargs, words", [({"rows_per_batch": 0}, "rows_per_batch"),
