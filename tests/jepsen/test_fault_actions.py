@@ -14,6 +14,9 @@ from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.testing.faults import actions, schedule as sched
 from pyspark_ledger.testing.faults.hosts import AdvertisedStore, LocalProcessHost, ProxyNetwork
 from pyspark_ledger.testing.faults.play import play
+from pyspark_ledger.testing.faults.proxy import FaultProxy
+from pyspark_ledger.testing.jepsen import spark_run
+from pyspark_ledger.testing.zookeeper import ZooKeeperServer
 from tests.waiting import wait_until
 
 
@@ -138,3 +141,24 @@ def test_the_steps_of_one_host_keep_their_order():
     order = [name for name, _ in events]
     assert order.index("heal zk-kill 0.0") < order.index("apply zk-kill 0.4"), events
     assert dict(events)["heal partition 0.5"] < 1.0, events
+
+
+@pytest.mark.skipif(not ZooKeeperServer.is_available(), reason=f"ZooKeeper: {ZooKeeperServer.unavailable_reason()}")
+def test_the_spark_jobs_zk_expiry_expires_its_session_and_the_store_goes_on(tmp_path):
+    """spark_run's zk-expiry: a client behind the job's proxy comes back with a new session, and works."""
+    with ZooKeeperServer(tmp_path / "zk") as server:
+        proxy = FaultProxy(server.connect_string)
+        try:
+            uri = server.uri("/cut", session_timeout=spark_run.JOB_SESSION_S).replace(server.connect_string,
+                                                                                     proxy.address)
+            store = open_metadata_store(uri, create=True)
+            try:
+                before = store._session.session_id
+                heal = spark_run.cut_until_expired(proxy)
+                heal()
+                wait_until(lambda: store._session.session_id not in (None, before), 30, "a new session")
+                assert store.bookies() == {}
+            finally:
+                store.close()
+        finally:
+            proxy.close()

@@ -7,9 +7,15 @@ query in the given local-mode session: a deterministic source (``id_source``: id
 ``rowsPerBatch`` per micro-batch, the same rows when a batch is replayed) written into a ``ledger`` stream
 with a checkpoint. Meanwhile a seeded schedule (``faults.schedule.generate``) kills, partitions, pauses and
 resets bookies. A query that fails is restarted from its checkpoint, as a user would (at most
-``max_restarts`` times). After healing, the source is told to stop, the query finishes its batch, and the
+``max_restarts`` times). After healing, the query must commit a new batch within ``PROGRESS_TIMEOUT_S``
+(otherwise a note fails the run); then the source is told to stop, the query finishes its batch, and the
 whole stream is read back with a batch read: every id the committed batches emitted must be there exactly
-once, nothing else (``checker.check_exactly_once``). Returns a ``SparkRunOutcome`` with the failures and
+once, nothing else (``checker.check_exactly_once``). With ``metadata="zookeeper"`` the metadata is in a real
+ZooKeeper server and the schedule also draws ``ZK_KINDS``: the server paused, killed and restarted, and the
+job's sessions expired. The job reaches ZooKeeper through a ``FaultProxy`` of its own (the bookies dial the
+server directly), so ``zk-expiry`` cuts the job -- the driver's and Spark's Python workers' clients -- from
+ZooKeeper for longer than its session timeout: the server expires their sessions, and the job has to notice
+on reconnecting. Returns a ``SparkRunOutcome`` with the failures and
 the figures, in the JSON shape of the other runs (``figures.run_figures``) plus ``duplicated`` and
 ``restarts``.
 """
@@ -25,7 +31,8 @@ from pathlib import Path
 from pyspark_ledger.errors import InvalidArgumentError, LedgerError
 from pyspark_ledger.testing.faults import actions, schedule as sched
 from pyspark_ledger.testing.faults.play import play
-from pyspark_ledger.testing.faults.local_cluster import LocalFaultCluster
+from pyspark_ledger.testing.faults.local_cluster import ZK_SESSION_S, LocalFaultCluster
+from pyspark_ledger.testing.faults.proxy import FaultProxy
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.checker import Failure, check_exactly_once
 from pyspark_ledger.testing.jepsen.history import History
@@ -33,6 +40,8 @@ from pyspark_ledger.testing.jepsen.history import History
 STREAM = "jepsen-spark"
 WRITER_ID = "jepsen-spark-writer"
 KINDS = (sched.KILL, sched.PARTITION, sched.PAUSE, sched.RESET)
+ZK_KINDS = KINDS + sched.ZK_KINDS
+METADATA = ("sqlite", "zookeeper")
 DRIVER_CRASH = "driver-crash"
 DRIVER = "spark-driver"
 MAX_DRIVER_CRASHES = 20
@@ -42,7 +51,13 @@ MAX_ROWS_PER_BATCH = 100_000
 SETTLE_TIMEOUT_S = 60.0
 FINISH_TIMEOUT_S = 90.0
 WARMUP_TIMEOUT_S = 90.0
+PROGRESS_TIMEOUT_S = 60.0
 POLL_S = 0.2
+# The job's sessions: the longest the test server grants (20 ticks of 200 ms). With the cluster's 2 s, a Python
+# worker busy with a batch on a loaded machine (load 16-20 on 2 cores) missed its pings (kazoo waits 2/3 of the
+# timeout for a ping's answer) and lost its connection every few seconds with no fault at all.
+JOB_SESSION_S = 4
+EXPIRY_CUT_S = JOB_SESSION_S + 2.0   # the server expires a session after its timeout with no heartbeat
 
 
 @dataclass(frozen=True)
@@ -56,8 +71,13 @@ class SparkRunConfig:
     trigger_s: float = 0.5
     max_restarts: int = 6
     driver_crashes: int = 1
+    metadata: str = "sqlite"
 
     def __post_init__(self) -> None:
+        if self.metadata not in METADATA:
+            raise InvalidArgumentError(f"metadata must be one of {', '.join(METADATA)}, got {self.metadata!r}")
+        if self.metadata != "zookeeper" and set(self.kinds) & set(sched.ZK_KINDS):
+            raise InvalidArgumentError(f"kinds {sorted(set(self.kinds) & set(sched.ZK_KINDS))} need metadata='zookeeper'")
         if not 1 <= self.rows_per_batch <= MAX_ROWS_PER_BATCH:
             raise InvalidArgumentError(f"rows_per_batch must be in 1..{MAX_ROWS_PER_BATCH}, got {self.rows_per_batch}")
         if not 0 <= self.max_restarts <= MAX_RESTARTS:
@@ -100,18 +120,28 @@ class _Exactly:
 def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
     base_dir = Path(base_dir)
     started = time.monotonic()
-    with LocalFaultCluster(base_dir / "cluster", 5, "sqlite", seed=config.seed, advertise_proxies=True) as cluster:
+    with LocalFaultCluster(base_dir / "cluster", 5, config.metadata, seed=config.seed,
+                           advertise_proxies=True) as cluster:
+        job_proxy = None
+        uri = cluster.metadata_uri
+        if config.metadata == "zookeeper":   # the job's own way to ZooKeeper, which zk-expiry cuts
+            job_proxy = FaultProxy(cluster.zookeeper.connect_string, seed=config.seed)
+            uri = _job_uri(uri, cluster.zookeeper.connect_string, job_proxy.address)
         try:
-            return _SparkRun(config, cluster, base_dir, spark, started).go()
+            return _SparkRun(config, cluster, base_dir, spark, started, uri, job_proxy).go()
         finally:
             from pyspark_ledger.spark import executor
 
-            executor.close_all(cluster.metadata_uri)
+            executor.close_all(uri)
+            if job_proxy is not None:
+                job_proxy.close()
 
 
 class _SparkRun:
-    def __init__(self, config: SparkRunConfig, cluster, base_dir: Path, spark, started: float) -> None:
+    def __init__(self, config: SparkRunConfig, cluster, base_dir: Path, spark, started: float, uri: str,
+                 job_proxy: FaultProxy | None) -> None:
         self.config, self.cluster, self.base_dir, self.spark, self.started = config, cluster, base_dir, spark, started
+        self.uri, self.job_proxy = uri, job_proxy
         self.checkpoint = str(base_dir / "checkpoint")
         self.stop_file = str(base_dir / "stop")
         self.log = actions.FaultLog()
@@ -145,9 +175,11 @@ class _SparkRun:
                     self._crash_driver(crashes.pop(0))
                 player.join(POLL_S)
             self._phase("faults")
-            self.cluster.heal_all()
+            self._heal_all()
             self._wait_for_bookies()
             self._phase("healing")
+            self._await_progress()
+            self._phase("first batch after healing")
             last_batch = self._finish()
             self._phase("finishing")
             expected = [str(i) for i in range(_emitted(self.checkpoint, last_batch))]
@@ -156,14 +188,14 @@ class _SparkRun:
         finally:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
-            self.cluster.heal_all()
+            self._heal_all()
         failures = check_exactly_once(expected, output)
         counts = Counter(output)
         wanted = set(expected)
         result = _Exactly(failures, len(expected), sum(1 for key in wanted if counts[key] == 0),
                           sum(count - 1 for count in counts.values() if count > 1) + sum(
                               count for key, count in counts.items() if key not in wanted))
-        numbers = figures.run_figures(config.seed, "sqlite", result, self.log.injected, self.history,
+        numbers = figures.run_figures(config.seed, config.metadata, result, self.log.injected, self.history,
                                       time.monotonic() - self.started, steps)
         numbers.update(notes=list(self.notes), restarts=len(self.restarts), batches=last_batch + 1 if
                        last_batch is not None else 0, restart_reasons=self.restarts[:10], replayed_batches=self.replayed, phases_s=self.phases)
@@ -177,7 +209,7 @@ class _SparkRun:
         events = (self.spark.readStream.format(NAME).option("rowsPerBatch", self.config.rows_per_batch)
                   .option("partitions", self.config.partitions).option("stopFile", self.stop_file).load())
         return (events.writeStream.format("ledger").queryName("jepsen_spark_write")
-                .option("metadataServiceUri", self.cluster.metadata_uri).option("stream", STREAM)
+                .option("metadataServiceUri", self.uri).option("stream", STREAM)
                 .option("writerId", WRITER_ID).option("checkpointLocation", self.checkpoint)
                 .option("partitions", self.config.partitions)
                 .option("ensembleSize", 3).option("writeQuorum", 3).option("ackQuorum", 2)
@@ -238,6 +270,20 @@ class _SparkRun:
         time.sleep(1.0)
         self.query = self._start()
 
+    def _await_progress(self) -> None:
+        """Once everything healed, the query must commit a new batch (bounded): a query that never recovers after
+        ZooKeeper or the bookies heal is a failure even when what it wrote is exactly once."""
+        before = _last(Path(self.checkpoint) / "commits")
+        deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self._restart_if_failed()
+            newest = _last(Path(self.checkpoint) / "commits")
+            if newest is not None and (before is None or newest > before):
+                return
+            time.sleep(POLL_S)
+        self.notes.append(f"the query committed no batch within {PROGRESS_TIMEOUT_S:.0f} s after healing "
+                          f"(last committed: {before})")
+
     def _finish(self) -> int | None:
         """Stop the source, let the query finish (restarting it if a late failure killed it), stop it; returns
         the last batch its commit log holds."""
@@ -255,13 +301,23 @@ class _SparkRun:
         raise LedgerError(f"the streaming query did not finish within {FINISH_TIMEOUT_S:.0f} s after healing")
 
     def _read_back(self) -> list[str]:
-        frame = (self.spark.read.format("ledger").option("metadataServiceUri", self.cluster.metadata_uri)
+        frame = (self.spark.read.format("ledger").option("metadataServiceUri", self.uri)
                  .option("stream", STREAM).load().select("id"))
         return [str(value) for value in frame.toArrow().column("id").to_pylist()]
 
     # --- faults -----------------------------------------------------------------------------
     def _play(self, steps) -> None:
-        play(steps, lambda step: actions.apply(step, self.cluster.hosts, self.cluster.network), self.log, self.config.duration_s)
+        hooks = {"zk_expiry": self._expire_job_sessions}
+        play(steps, lambda step: actions.apply(step, self.cluster.hosts, self.cluster.network, hooks), self.log,
+             self.config.duration_s)
+
+    def _heal_all(self) -> None:
+        self.cluster.heal_all()
+        if self.job_proxy is not None:
+            self.job_proxy.heal()
+
+    def _expire_job_sessions(self, host):
+        return cut_until_expired(self.job_proxy)
 
     def _wait_for_bookies(self) -> None:
         store = self.cluster.open_store()
@@ -274,6 +330,28 @@ class _SparkRun:
                 pass
             time.sleep(0.1)
         self.notes.append(f"not every bookie was writable again within {SETTLE_TIMEOUT_S:.0f} s after healing")
+
+
+def cut_until_expired(proxy: FaultProxy, cut_s: float = EXPIRY_CUT_S):
+    """``zk-expiry`` of the job: its proxy to ZooKeeper refuses and resets every connection, and the returned heal
+    lifts that no sooner than ``cut_s`` after the cut (longer than the job's session timeout, however short the
+    step), so the server has expired every session that came through the proxy."""
+    proxy.block("both")
+    proxy.reset_all()
+    until = time.monotonic() + cut_s
+
+    def heal() -> None:
+        time.sleep(max(0.0, until - time.monotonic()))
+        proxy.heal()
+    return heal
+
+
+def _job_uri(uri: str, server: str, proxy: str) -> str:
+    """The cluster's URI with the job's proxy for the server and the job's session timeout."""
+    job = uri.replace(server, proxy, 1).replace(f"session_timeout={ZK_SESSION_S}", f"session_timeout={JOB_SESSION_S}", 1)
+    if proxy not in job or f"session_timeout={JOB_SESSION_S}" not in job:
+        raise LedgerError(f"cannot make the job's ZooKeeper URI from {uri!r}")
+    return job
 
 
 def _last(directory: Path) -> int | None:
