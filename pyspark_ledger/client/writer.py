@@ -300,8 +300,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
             adds.append((entry_id, frame))
             write_sets.append(plan.targets)
         self._lac_flusher.entry_sent(items[-1][2], now)
-        distinct = set(write_sets)
-        if len({frozenset(targets) for targets in distinct}) == 1:
+        if len({frozenset(targets) for targets in set(write_sets)}) == 1:
             # every entry goes to the same bookies (E = Qw: write sets differ only in order): one list for all
             entry_ids = [entry_id for entry_id, _ in adds]
             for bookie in write_sets[0]:
