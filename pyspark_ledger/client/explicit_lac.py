@@ -106,8 +106,12 @@ class LacFlusher:
     def _send(self, lac: int, ensemble: tuple[str, ...]) -> None:
         log.debug("ledger %d: explicit LAC %d to %s", self._ledger_id, lac, ", ".join(ensemble))
         for bookie in ensemble:
-            future = self._ctx.transport.write_lac(bookie, self._ledger_id, self._key, lac,
-                                                   timeout=self._ctx.config.read_timeout_s)
+            try:  # one bookie refusing the call at once must not keep the LAC from the others
+                future = self._ctx.transport.write_lac(bookie, self._ledger_id, self._key, lac,
+                                                       timeout=self._ctx.config.read_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - advisory: logged, as a failed write is
+                log.debug("ledger %d: explicit LAC %d to bookie %s failed: %s", self._ledger_id, lac, bookie, exc)
+                continue
             future.add_done_callback(lambda done, bookie=bookie: self._written(bookie, lac, done))
 
     def _written(self, bookie: str, lac: int, done: Future) -> None:

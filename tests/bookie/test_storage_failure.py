@@ -151,6 +151,9 @@ def test_a_full_disk_turns_the_bookie_read_only_at_once_and_back_and_it_starts_f
             client = BookieClient(full.bookie_id, timeout=30.0)
             assert_reads(client, ledger_id, acked)
             with ledgers.open_ledger(first.ledger_id, b"p", recovery=False) as reader:
+                # entry 4 is readable once the writer's explicit LAC (advisory, 0.1 s after its last add) reached
+                # the bookies; under load it can land after this open
+                wait_until(lambda: reader.read_last_add_confirmed() >= 4, 15, "the explicit LAC of entry 4")
                 assert [e.data for e in reader.read(0, 4)] == [b"after recovery %d" % i for i in range(5)]
         finally:
             client.close()

@@ -1,9 +1,12 @@
 """Explicit LAC over fake bookies: tailing readers see the last entry of a burst; the rule itself."""
 from __future__ import annotations
 
+from concurrent.futures import Future
+from types import SimpleNamespace
+
 import pytest
 
-from pyspark_ledger.client.explicit_lac import ExplicitLac
+from pyspark_ledger.client.explicit_lac import ExplicitLac, LacFlusher
 from pyspark_ledger.entry import EntryCodec
 from tests.client.conftest import PASSWORD, wait_until
 
@@ -90,3 +93,23 @@ def test_rule_with_interval_zero_never_sends():
     rule.add_sent(-1, 1.0)
     assert rule.arm(5, 100.0) is None
     assert rule.check(5, 100.0) == (None, None)
+
+
+def test_one_bookie_refusing_the_call_at_once_does_not_keep_the_lac_from_the_others():
+    class Transport:
+        def __init__(self):
+            self.sent = []
+
+        def write_lac(self, bookie, ledger_id, key, lac, timeout):
+            if bookie == "b1":
+                raise RuntimeError("channel closed")  # e.g. a bookie whose channel was just torn down
+            self.sent.append((bookie, lac))
+            done: Future = Future()
+            done.set_result(SimpleNamespace(ok=True))
+            return done
+
+    ctx = SimpleNamespace(transport=Transport(), config=SimpleNamespace(explicit_lac_interval_s=0.1,
+                                                                          read_timeout_s=1.0))
+    flusher = LacFlusher(ctx, 7, b"k" * 20, post=lambda event: event(), snapshot=lambda: None)
+    flusher._send(4, ("b1", "b2", "b3"))
+    assert ctx.transport.sent == [("b2", 4), ("b3", 4)]
