@@ -24,13 +24,13 @@ BLOCK = re.compile(r"(<!-- bench-table:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-
 
 def regenerate(text: str, session: dict) -> str:
     """``text`` with every marked block replaced by its table from ``session``; unknown names are an error."""
-    tables = report.build_tables(session)
+    found = report.blocks(session)
 
     def replace(match: re.Match) -> str:
         name = match.group("name")
-        if name not in tables:
-            raise ValueError(f"README marker bench-table:{name} names no table; known: {', '.join(tables)}")
-        return f"{match.group(1)}{report.table_block(session, tables[name])}\n{match.group(4)}"
+        if name not in found:
+            raise ValueError(f"README marker bench-table:{name} names no table; known: {', '.join(found)}")
+        return f"{match.group(1)}{found[name]}\n{match.group(4)}"
     return BLOCK.sub(replace, text)
 
 

@@ -180,3 +180,39 @@ def test_a_rerun_of_some_benchmarks_replaces_only_their_records_and_says_so():
     tables = report.build_tables(merged)
     assert "tls rerun 2026-11-25T23:00:00+00:00" in report.table_block(merged, tables["tls"])
     assert "rerun" not in report.table_block(merged, tables["replication"])
+
+
+def test_goals_are_judged_from_the_tables_ratios_and_say_what_was_not_measured():
+    from bench import goals
+    data = session()
+    tables = report.build_tables(data)
+    verdicts = {goal.text: goals.judge(goal, tables, report.ratio) for goal in goals.GOALS}
+    # 1 KiB: ours ÷ NATS paired 2.0 (exactly the bound: met), ours ÷ floor 0.5 (missed)
+    assert verdicts[goals.GOALS[0].text] == (pytest.approx(2.0), goals.MET)
+    assert verdicts[goals.GOALS[1].text] == (pytest.approx(0.5), goals.MISSED)
+    # paced p50 2.0 ms against NATS's 1.0 ms: an at-most goal of 1 missed; p99 9.0 ÷ fan-out 4.5 = 2.0 met
+    paced_p50 = next(goal for goal in goals.GOALS if goal.text.startswith("paced 1,000/s: p50"))
+    paced_fanout = next(goal for goal in goals.GOALS if "fan-out's p99" in goal.text)
+    assert verdicts[paced_p50.text] == (pytest.approx(2.0), goals.MISSED)
+    assert verdicts[paced_fanout.text] == (pytest.approx(2.0), goals.MET)
+    # striped_reads was skipped and spark_io not run: not measured, never met
+    for goal in goals.GOALS:
+        if goal.table in ("striped_reads", "spark_io", "recovery", "replay", "streaming_latency"):
+            assert verdicts[goal.text] == (None, goals.NOT_MEASURED)
+    text = report.blocks(data)["goals"]
+    assert "| 1 KiB appends, 2,000 in flight: ours ÷ NATS JetStream R3 | 2.00 | ≥ 2 | yes |" in text
+    assert "| paced 1,000/s: p50 ours ÷ NATS's p50 | 2.00 | ≤ 1 | **no** |" in text
+    assert "commit 0123456789" in text and "not measured in this run" in text
+    assert "## goals" in report.markdown_document(data, tables)
+
+
+def test_every_goal_names_a_row_and_columns_its_table_has():
+    from bench import goals
+    specs = {spec.name: spec for spec in report.SPECS}
+    for goal in goals.GOALS:
+        spec = specs[goal.table]
+        assert goal.numerator in spec.columns and goal.denominator in spec.columns, goal
+        labels = [figure.label if isinstance(figure.label, str) else figure.label({name: [] for name in
+                                                                                   (spec.sources or (spec.name,))})
+                  for figure in spec.figures]
+        assert sum(label.startswith(goal.row) for label in labels) == 1, (goal, labels)

@@ -1,0 +1,90 @@
+"""Where each speed goal of issue 16 stands in one session: a table made from the other tables' ratios.
+
+Every goal is a ratio of two figures of the same run (``report.ratio``: paired runs where both cells have
+as many values, else the ratio of the medians) held against a bound: at least it (throughput, a read's
+rate) or at most it (latency, time). A goal is *met*, *missed*, or *not measured* when its table has no
+figures in this session (the benchmark was skipped, failed or not run: the table's notes say why). The
+rows are found by the start of their label, so a table may gain rows without moving a goal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.tables import Row, Table
+
+MET, MISSED, NOT_MEASURED = "yes", "**no**", "not measured"
+
+
+@dataclass(frozen=True)
+class Goal:
+    """``numerator ÷ denominator`` of the row of table ``table`` whose label starts with ``row`` held against
+    ``bound`` (≥ it, or ≤ it with ``at_most``)."""
+
+    text: str
+    table: str
+    row: str
+    numerator: str
+    denominator: str
+    bound: float
+    at_most: bool = False
+
+    def target(self) -> str:
+        return f"{'≤' if self.at_most else '≥'} {self.bound:g}"
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal("1 KiB appends, 2,000 in flight: ours ÷ NATS JetStream R3", "replication", "1 KiB appends", "ours",
+         "nats", 2.0),
+    Goal("1 KiB appends: ours ÷ the floor (fan-out + storage CPU)", "replication", "1 KiB appends", "ours",
+         "floor", 0.7),
+    Goal("1 MiB appends, 8 in flight: ours ÷ NATS JetStream R3", "replication", "1 MiB appends", "ours", "nats",
+         3.0),
+    Goal("1 MiB appends: ours ÷ the bare gRPC fan-out", "replication", "1 MiB appends", "ours", "fanout", 0.75),
+    Goal("paced 1,000/s: p50 ours ÷ NATS's p50", "replication", "paced 1,000 × 1 KiB/s, p50", "ours", "nats",
+         1.0, at_most=True),
+    Goal("paced 1,000/s: p99 ours ÷ NATS's p99", "replication", "paced 1,000 × 1 KiB/s, p99", "ours", "nats",
+         1.0, at_most=True),
+    Goal("paced 1,000/s: p99 ours ÷ the bare fan-out's p99", "replication", "paced 1,000 × 1 KiB/s, p99", "ours",
+         "fanout", 2.0, at_most=True),
+    Goal("Spark batch read: ledger ÷ parquet (rows/s)", "spark_io", "read", "ledger", "parquet", 1.0),
+    Goal("Spark batch write: ledger ÷ parquet (seconds)", "spark_io", "write", "ledger", "parquet", 1.0,
+         at_most=True),
+    Goal("striped reads (speculative reads on, the default): E=5/Qw=3 ÷ E=Qw=3", "striped_reads",
+         "whole-ledger reads, speculative reads on", "E5-Qw3", "E3-Qw3", 0.8),
+    Goal("recovery of the 100,000-entry ledger: seconds ÷ 1 s", "recovery", "recovery of", "ours", "goal", 1.0,
+         at_most=True),
+    Goal("journal replay ÷ the plain sequential read", "replay", "journal of", "replay", "plain", 0.5),
+    Goal("streaming end to end: p50 ÷ the trigger interval", "streaming_latency", "p50", "ours", "trigger", 1.5,
+         at_most=True),
+)
+
+
+def find_row(table: Table | None, prefix: str) -> Row | None:
+    if table is None:
+        return None
+    return next((row for row in table.rows if row.label.startswith(prefix)), None)
+
+
+def judge(goal: Goal, tables: dict[str, Table], ratio) -> tuple[float | None, str]:
+    """The goal's ratio in this session (None when not measured) and MET / MISSED / NOT_MEASURED; ``ratio`` is
+    ``report.ratio`` (passed in: this module sits below ``report``)."""
+    row = find_row(tables.get(goal.table), goal.row)
+    value = None if row is None else ratio(row.cells.get(goal.numerator, []), row.cells.get(goal.denominator, []))
+    if value is None:
+        return None, NOT_MEASURED
+    met = value <= goal.bound if goal.at_most else value >= goal.bound
+    return value, MET if met else MISSED
+
+
+def markdown(tables: dict[str, Table], ratio) -> str:
+    lines = ["| goal (issue 16) | measured, this run | target | met |", "| --- | --- | --- | --- |"]
+    counts = {MET: 0, MISSED: 0, NOT_MEASURED: 0}
+    for goal in GOALS:
+        value, verdict = judge(goal, tables, ratio)
+        counts[verdict] += 1
+        shown = "—" if value is None else f"{value:.2f}"
+        lines.append(f"| {goal.text} | {shown} | {goal.target()} | {verdict} |")
+    lines += ["", f"- {counts[MET]} of {len(GOALS)} goals met, {counts[MISSED]} missed, {counts[NOT_MEASURED]} not "
+                  "measured in this run. Each ratio is the one in the ratio column of the benchmark's own table "
+                  "below."]
+    return "\n".join(lines)
