@@ -203,6 +203,14 @@ def test_goals_are_judged_from_the_tables_ratios_and_say_what_was_not_measured()
     assert "| 1 KiB appends, 2,000 in flight: ours ÷ NATS JetStream R3 | 2.00 | ≥ 2 | yes |" in text
     assert "| paced 1,000/s: p50 ours ÷ NATS's p50 | 2.00 | ≤ 1 | **no** |" in text
     assert "commit 0123456789" in text and "not measured in this run" in text
+    # limits: the floor is 4 × NATS (paired 20k/5k, 20k/8k, 20k/3k), so 2 × NATS is within reach; at p99 the bare
+    # fan-out (4.5 ms) is 1.5 × NATS's 3.0 ms, so p99 ≤ NATS's is beyond any client over that transport
+    assert goals.limit_allows(goals.GOALS[0], tables, report.ratio) == (pytest.approx(4.0), True)
+    paced_p99 = next(goal for goal in goals.GOALS if goal.text.startswith("paced 1,000/s: p99 ours ÷ NATS"))
+    assert goals.limit_allows(paced_p99, tables, report.ratio) == (pytest.approx(1.5), False)
+    assert goals.limit_allows(goals.GOALS[1], tables, report.ratio) == (None, None)  # no limit named
+    assert "| the bare gRPC fan-out: 1.50 (the limit itself misses the goal) |" in text
+    assert "- 1 goal cannot be met on this machine" in text
     assert "## goals" in report.markdown_document(data, tables)
 
 
