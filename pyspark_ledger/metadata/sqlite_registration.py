@@ -77,14 +77,16 @@ class SqliteRegistration(Registration):
     def set_read_only(self, read_only: bool) -> None:
         with self._lock:
             self._check_usable()
+            if bool(read_only) == self._read_only:
+                return  # no write that changes nothing (the heartbeat keeps the row)
             with self._db.write() as conn:
                 updated = conn.execute(
                     "UPDATE bookies SET read_only = ?, expires_at = ? WHERE bookie_id = ? AND token = ?",
                     (int(read_only), time.time() + self._lease_seconds, self.bookie_id, self.token),
                 ).rowcount
-                self._read_only = bool(read_only)
                 if not updated:
-                    self._reclaim(conn)
+                    self._reclaim(conn, read_only=bool(read_only))
+            self._read_only = bool(read_only)  # once committed: a failed switch is written again when retried
             if self._lost:
                 raise MetadataError(self._lost_message())
 
@@ -92,13 +94,15 @@ class SqliteRegistration(Registration):
         data = encode_bookie_info(self.bookie_id, info)
         with self._lock:
             self._check_usable()
+            if data == self._info:
+                return  # no write that changes nothing (the heartbeat keeps the row)
             with self._db.write() as conn:
                 updated = conn.execute(
                     "UPDATE bookies SET info = ?, expires_at = ? WHERE bookie_id = ? AND token = ?",
                     (data, time.time() + self._lease_seconds, self.bookie_id, self.token)).rowcount
-                self._info = data
                 if not updated:
-                    self._reclaim(conn)
+                    self._reclaim(conn, info=data)
+            self._info = data  # once committed: a failed update is written again when retried
             if self._lost:
                 raise MetadataError(self._lost_message())
 
@@ -127,9 +131,11 @@ class SqliteRegistration(Registration):
                 if not updated:
                     self._reclaim(conn)
 
-    def _reclaim(self, conn: sqlite3.Connection) -> None:
-        holder = claim_bookie_row(conn, self.bookie_id, self.token, self._info,
-                                  self._read_only, self._lease_seconds)
+    def _reclaim(self, conn: sqlite3.Connection, *, info: bytes | None = None,
+                 read_only: bool | None = None) -> None:
+        """Re-create the row (with ``info``/``read_only`` if being changed) unless another live owner holds it."""
+        holder = claim_bookie_row(conn, self.bookie_id, self.token, self._info if info is None else info,
+                                  self._read_only if read_only is None else read_only, self._lease_seconds)
         if holder is None:
             log.warning("registration of bookie %s had vanished from %s; re-created it",
                         self.bookie_id, self._db.uri)
