@@ -94,8 +94,12 @@ class SqliteMetadataStore(MetadataStore):
         if expected_version is not None:
             names.check_version(expected_version)
         with self._db.write() as conn:
-            self._check_ledger_version(conn, ledger_id, expected_version)
-            conn.execute("DELETE FROM ledgers WHERE ledger_id = ?", (ledger_id,))
+            deleted = conn.execute("DELETE FROM ledgers WHERE ledger_id = ? AND (? IS NULL OR version = ?)",
+                                   (ledger_id, expected_version, expected_version)).rowcount
+            if not deleted:
+                self._check_ledger_version(conn, ledger_id, expected_version)
+                raise InternalError(f"ledger {ledger_id} in {self.uri}: its delete matched no row although "
+                                    f"it is at version {expected_version}")
 
     def list_ledgers(self) -> Iterator[int]:
         after = -1

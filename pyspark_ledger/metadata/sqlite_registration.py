@@ -35,14 +35,17 @@ def claim_bookie_row(conn: sqlite3.Connection, bookie_id: str, token: str, info:
     Returns None on success, or ``(token, expires_at)`` of the live holder.
     """
     now = time.time()
-    row = conn.execute("SELECT token, expires_at FROM bookies WHERE bookie_id = ?",
-                       (bookie_id,)).fetchone()
-    if row is not None and row[1] > now and row[0] != token:
-        return str(row[0]), float(row[1])
-    conn.execute(
-        "INSERT OR REPLACE INTO bookies (bookie_id, read_only, info, expires_at, token) "
-        "VALUES (?, ?, ?, ?, ?)", (bookie_id, int(read_only), info, now + lease_seconds, token))
-    return None
+    # one statement: insert, or take over a row that is expired or already ours; else nothing changes
+    claimed = conn.execute(
+        "INSERT INTO bookies (bookie_id, read_only, info, expires_at, token) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (bookie_id) DO UPDATE SET read_only = excluded.read_only, info = excluded.info, "
+        "expires_at = excluded.expires_at, token = excluded.token "
+        "WHERE bookies.expires_at <= ? OR bookies.token = excluded.token",
+        (bookie_id, int(read_only), info, now + lease_seconds, token, now)).rowcount
+    if claimed:
+        return None
+    row = conn.execute("SELECT token, expires_at FROM bookies WHERE bookie_id = ?", (bookie_id,)).fetchone()
+    return str(row[0]), float(row[1])
 
 
 class SqliteRegistration(Registration):
