@@ -2,7 +2,7 @@
 
 One connection per store object, shared by its threads under a lock. Several
 processes share the file safely: WAL journal, ``synchronous=FULL`` (a commit
-is on disk when it returns), a busy timeout, and ``BEGIN IMMEDIATE`` for every
+is on disk when it returns; lease renewals excepted, see ``write``), a busy timeout, and ``BEGIN IMMEDIATE`` for every
 read-modify-write so compare-and-set checks and writes are atomic across
 processes. Every sqlite3/OS error leaves as a ``MetadataError`` naming the URI.
 
@@ -111,24 +111,34 @@ class SqliteDatabase:
             yield conn
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self, *, synced: bool = True) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error.
 
         The file's write lock is held from ``BEGIN IMMEDIATE`` to the end of ``COMMIT`` (which
         syncs the WAL): callers prepare everything before (encoding, checks that need no lock)
         and run only their statements inside. The file's identity is checked before the lock
         is taken and again after the commit, before anything is acknowledged: a commit that went
-        into a removed file raises instead of returning."""
+        into a removed file raises instead of returning.
+
+        ``synced=False`` (lease renewals only) commits without syncing the WAL: the commit is
+        atomic and seen by every process at once, but a power cut may undo it, which only
+        shortens a lease that ended with the machine anyway. The next synced commit syncs it."""
         with self._lock, self._translated("write"):
             conn = self._open_connection()
             self.check_file()
-            conn.execute("BEGIN IMMEDIATE")
+            if not synced:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                yield conn
-            except BaseException:
-                _rollback_quietly(conn)
-                raise
-            _commit(conn)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    _rollback_quietly(conn)
+                    raise
+                _commit(conn)
+            finally:
+                if not synced:
+                    conn.execute("PRAGMA synchronous = FULL")
             self.check_file()  # a commit into a removed file would be acknowledged and lost
 
     def check_file(self) -> None:

@@ -152,3 +152,12 @@ def test_a_mode_or_info_that_does_not_change_is_not_written(db_path):
         finally:
             other.close()
         assert store.bookies()["b1"] == BookieRegistration("b1", True, {"port": 2})
+
+
+def test_lease_renewals_leave_the_connection_syncing_every_other_commit(sqlite_store, db_path):
+    """Renewals commit without syncing the WAL (synchronous=NORMAL); every other commit stays FULL (2)."""
+    sqlite_store.register_bookie("b1")
+    first = _query(db_path, "SELECT expires_at FROM bookies")[0][0]
+    wait_until(lambda: _query(db_path, "SELECT expires_at FROM bookies")[0][0] > first, what="a renewal")
+    with sqlite_store._db.read() as conn:  # the store's own connection, between renewals
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
