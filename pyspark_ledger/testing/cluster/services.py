@@ -38,6 +38,11 @@ SPARK_MASTER_UI_PORT = 8080
 SPARK_WORKER_UI_PORT = 8081
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 MODES = ("Mode: leader", "Mode: follower")
+# each server's log (zookeeper.log in its data dir) tells how its elections went, with times: the quorum
+# package (election, connections between servers, leader and learner phases) logs at info
+ELECTION_LOGGING = ("-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.quorum=info",
+                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
 
 
 def zookeeper_connect_string(hosts: list[Host]) -> str:
@@ -60,7 +65,7 @@ def zookeeper_ensemble(hosts: list[Host], base: Path, heap: str, timeout_s: floa
         (home / "zoo.cfg").write_text("\n".join(config) + "\n")
         process = HostProcess("zookeeper", host.netns,
                               ["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
-                               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *ELECTION_LOGGING,
                                "-cp", f"{ZOOKEEPER_JAR}:{LOGGING_JAR}", QUORUM_MAIN, str(home / "zoo.cfg")],
                               home / "zookeeper.log", cwd=home)
         host.processes["zookeeper"] = process
