@@ -31,6 +31,8 @@ ZK_CLIENT_PORT = 2181
 ZK_PEER_PORT = 2888
 ZK_ELECTION_PORT = 3888
 ZK_TICK_MS = 500
+ZK_INIT_LIMIT = 40   # ticks a new leader waits for a quorum of followers to connect and sync (20 s)
+ZK_SYNC_LIMIT = 20   # ticks a follower may lag before the leader drops it (10 s)
 BOOKIE_PORT = 3181
 BOOKIE_METRICS_PORT = 8000
 SPARK_MASTER_PORT = 7077
@@ -59,7 +61,7 @@ def zookeeper_ensemble(hosts: list[Host], base: Path, heap: str, timeout_s: floa
         (home / "data").mkdir(parents=True, exist_ok=True)
         (home / "data" / "myid").write_text(f"{index + 1}\n")
         config = [f"dataDir={home / 'data'}", f"clientPort={ZK_CLIENT_PORT}", f"clientPortAddress={host.address}",
-                  f"tickTime={ZK_TICK_MS}", "initLimit=40", "syncLimit=20", "minSessionTimeout=1000",
+                  f"tickTime={ZK_TICK_MS}", f"initLimit={ZK_INIT_LIMIT}", f"syncLimit={ZK_SYNC_LIMIT}", "minSessionTimeout=1000",
                   "maxSessionTimeout=60000", "admin.enableServer=false", "4lw.commands.whitelist=ruok,srvr,stat,mntr",
                   "maxClientCnxns=0", *servers]
         (home / "zoo.cfg").write_text("\n".join(config) + "\n")
