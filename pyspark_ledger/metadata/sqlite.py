@@ -18,8 +18,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
-from pyspark_ledger.errors import (MetadataError, MetadataExistsError, MetadataVersionConflictError,
-                                   NoSuchKeyError, NoSuchLedgerError)
+from pyspark_ledger.errors import (InternalError, MetadataError, MetadataExistsError,
+                                   MetadataVersionConflictError, NoSuchKeyError, NoSuchLedgerError)
 from pyspark_ledger.metadata import names
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.sqlite_db import SqliteDatabase
@@ -54,11 +54,14 @@ class SqliteMetadataStore(MetadataStore):
 
     def create_ledger(self, metadata: LedgerMetadata) -> int:
         ledger_id = names.check_ledger_id(metadata.ledger_id)
+        data = names.encode_ledger(metadata)  # before the write lock is taken
         with self._db.write() as conn:
-            if conn.execute("SELECT 1 FROM ledgers WHERE ledger_id = ?", (ledger_id,)).fetchone():
+            inserted = conn.execute(
+                "INSERT INTO ledgers (ledger_id, data, version, modified) VALUES (?, ?, 0, ?) "
+                "ON CONFLICT (ledger_id) DO NOTHING",
+                (ledger_id, data, self._db.next_counter(conn, "modified"))).rowcount
+            if not inserted:
                 raise MetadataExistsError(f"ledger {ledger_id} already exists in {self.uri}")
-            conn.execute("INSERT INTO ledgers (ledger_id, data, version, modified) VALUES (?, ?, 0, ?)",
-                         (ledger_id, names.encode_ledger(metadata), self._db.next_counter(conn, "modified")))
         return 0
 
     def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
@@ -73,11 +76,17 @@ class SqliteMetadataStore(MetadataStore):
     def write_ledger(self, metadata: LedgerMetadata, expected_version: int) -> int:
         ledger_id = names.check_ledger_id(metadata.ledger_id)
         names.check_version(expected_version)
+        data = names.encode_ledger(metadata)  # before the write lock is taken
         with self._db.write() as conn:
-            self._check_ledger_version(conn, ledger_id, expected_version)
-            conn.execute("UPDATE ledgers SET data = ?, version = version + 1, modified = ? "
-                         "WHERE ledger_id = ?",
-                         (names.encode_ledger(metadata), self._db.next_counter(conn, "modified"), ledger_id))
+            # compare and set in one statement; only when it matched no row is the reason looked up
+            updated = conn.execute("UPDATE ledgers SET data = ?, version = version + 1, modified = ? "
+                                   "WHERE ledger_id = ? AND version = ?",
+                                   (data, self._db.next_counter(conn, "modified"), ledger_id,
+                                    expected_version)).rowcount
+            if not updated:
+                self._check_ledger_version(conn, ledger_id, expected_version)
+                raise InternalError(f"ledger {ledger_id} in {self.uri}: its compare-and-set matched no row "
+                                    f"although it is at version {expected_version}")
         return expected_version + 1
 
     def delete_ledger(self, ledger_id: int, expected_version: int | None = None) -> None:
@@ -85,8 +94,12 @@ class SqliteMetadataStore(MetadataStore):
         if expected_version is not None:
             names.check_version(expected_version)
         with self._db.write() as conn:
-            self._check_ledger_version(conn, ledger_id, expected_version)
-            conn.execute("DELETE FROM ledgers WHERE ledger_id = ?", (ledger_id,))
+            deleted = conn.execute("DELETE FROM ledgers WHERE ledger_id = ? AND (? IS NULL OR version = ?)",
+                                   (ledger_id, expected_version, expected_version)).rowcount
+            if not deleted:
+                self._check_ledger_version(conn, ledger_id, expected_version)
+                raise InternalError(f"ledger {ledger_id} in {self.uri}: its delete matched no row although "
+                                    f"it is at version {expected_version}")
 
     def list_ledgers(self) -> Iterator[int]:
         after = -1
@@ -191,8 +204,13 @@ class SqliteMetadataStore(MetadataStore):
         value = names.check_value(value, key)
         names.check_version(expected_version)
         with self._db.write() as conn:
-            self._check_key_version(conn, key, expected_version)
-            conn.execute("UPDATE kv SET value = ?, version = version + 1 WHERE key = ?", (value, key))
+            # compare and set in one statement; only when it matched no row is the reason looked up
+            updated = conn.execute("UPDATE kv SET value = ?, version = version + 1 WHERE key = ? AND version = ?",
+                                   (value, key, expected_version)).rowcount
+            if not updated:
+                self._check_key_version(conn, key, expected_version)
+                raise InternalError(f"metadata key {key!r} in {self.uri}: its compare-and-set matched no row "
+                                    f"although it is at version {expected_version}")
         return expected_version + 1
 
     def delete(self, key: str, expected_version: int | None = None) -> None:

@@ -2,9 +2,17 @@
 
 One connection per store object, shared by its threads under a lock. Several
 processes share the file safely: WAL journal, ``synchronous=FULL`` (a commit
-is on disk when it returns), a busy timeout, and ``BEGIN IMMEDIATE`` for every
+is on disk when it returns; lease renewals excepted, see ``write``), a busy timeout, and ``BEGIN IMMEDIATE`` for every
 read-modify-write so compare-and-set checks and writes are atomic across
 processes. Every sqlite3/OS error leaves as a ``MetadataError`` naming the URI.
+
+The file has one write lock for all processes: a process stopped (SIGSTOP) or
+hung while it holds it stops every metadata change on the host. So it is held
+as briefly as possible: only from ``BEGIN IMMEDIATE`` to the end of ``COMMIT``,
+with the work that needs no lock done before; opening a file that already has
+the schema takes no write lock, and reads never do (WAL), so both go on while a
+holder is stopped. A write that waited the busy timeout names the holding
+process and what to do (``sqlite_lock_holder``).
 
 Only an opening with ``create=True`` (bookies, the sandbox) creates the file
 and its directories; any other opening of a missing or empty file raises
@@ -35,6 +43,7 @@ from typing import Iterator
 from urllib.parse import quote
 
 from pyspark_ledger.errors import MetadataError, NoSuchMetadataStoreError
+from pyspark_ledger.metadata import sqlite_lock_holder
 from pyspark_ledger.metadata.instance import INSTANCE_KEY, new_instance_id
 
 log = logging.getLogger(__name__)
@@ -102,19 +111,35 @@ class SqliteDatabase:
             yield conn
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+    def write(self, *, synced: bool = True) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error.
+
+        The file's write lock is held from ``BEGIN IMMEDIATE`` to the end of ``COMMIT`` (which
+        syncs the WAL): callers prepare everything before (encoding, checks that need no lock)
+        and run only their statements inside. The file's identity is checked before the lock
+        is taken and again after the commit, before anything is acknowledged: a commit that went
+        into a removed file raises instead of returning.
+
+        ``synced=False`` (lease renewals only) commits without syncing the WAL: the commit is
+        atomic and seen by every process at once, but a power cut may undo it, which only
+        shortens a lease that ended with the machine anyway. The next synced commit syncs it."""
         with self._lock, self._translated("write"):
             conn = self._open_connection()
             self.check_file()
-            conn.execute("BEGIN IMMEDIATE")
+            if not synced:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                yield conn
-                self.check_file()  # a commit into a removed file would be acknowledged and lost
-            except BaseException:
-                _rollback_quietly(conn)
-                raise
-            _commit(conn)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    _rollback_quietly(conn)
+                    raise
+                _commit(conn)
+            finally:
+                if not synced:
+                    conn.execute("PRAGMA synchronous = FULL")
+            self.check_file()  # a commit into a removed file would be acknowledged and lost
 
     def check_file(self) -> None:
         """MetadataError if the path no longer names the file this database opened (removed or replaced)."""
@@ -179,11 +204,15 @@ class SqliteDatabase:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
         if not create and conn.execute("PRAGMA user_version").fetchone()[0] == 0:
             raise self._missing("the file exists but is not (yet) a pyspark-ledger metadata store")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":  # only a new file needs the switch (which takes the lock)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise MetadataError(f"{self.path} cannot use the WAL journal (got {mode!r}); "
                                 "put the metadata file on a local file system")
         conn.execute("PRAGMA synchronous = FULL")
+        if self._schema_is_current(conn):
+            return  # nothing to create or upgrade: opening takes no write lock (a stopped writer cannot block it)
         conn.execute("BEGIN IMMEDIATE")
         try:
             self._check_schema_version(conn)
@@ -196,6 +225,12 @@ class SqliteDatabase:
             _rollback_quietly(conn)
             raise
         _commit(conn)
+
+    def _schema_is_current(self, conn: sqlite3.Connection) -> bool:
+        """Whether the file already has this schema version and its instance id (read without a lock)."""
+        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            return False
+        return conn.execute("SELECT 1 FROM kv WHERE key = ?", (INSTANCE_KEY,)).fetchone() is not None
 
     def _check_schema_version(self, conn: sqlite3.Connection) -> None:
         found = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -212,8 +247,9 @@ class SqliteDatabase:
             if "locked" not in str(exc):
                 raise self._unusable(action, exc) from exc
             raise MetadataError(
-                f"metadata store {self.uri}: {action} failed: another process held {self.path} "
-                f"locked for over {BUSY_TIMEOUT_SECONDS:g} s; retry, or find the stuck process") from exc
+                f"metadata store {self.uri}: {action} failed: another process held the write lock of "
+                f"{self.path} for over {BUSY_TIMEOUT_SECONDS:g} s (the busy timeout); "
+                f"{sqlite_lock_holder.describe(self.path)}") from exc
         except sqlite3.Error as exc:
             raise self._unusable(action, exc) from exc
         except OSError as exc:

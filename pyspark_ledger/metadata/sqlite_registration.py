@@ -35,14 +35,17 @@ def claim_bookie_row(conn: sqlite3.Connection, bookie_id: str, token: str, info:
     Returns None on success, or ``(token, expires_at)`` of the live holder.
     """
     now = time.time()
-    row = conn.execute("SELECT token, expires_at FROM bookies WHERE bookie_id = ?",
-                       (bookie_id,)).fetchone()
-    if row is not None and row[1] > now and row[0] != token:
-        return str(row[0]), float(row[1])
-    conn.execute(
-        "INSERT OR REPLACE INTO bookies (bookie_id, read_only, info, expires_at, token) "
-        "VALUES (?, ?, ?, ?, ?)", (bookie_id, int(read_only), info, now + lease_seconds, token))
-    return None
+    # one statement: insert, or take over a row that is expired or already ours; else nothing changes
+    claimed = conn.execute(
+        "INSERT INTO bookies (bookie_id, read_only, info, expires_at, token) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (bookie_id) DO UPDATE SET read_only = excluded.read_only, info = excluded.info, "
+        "expires_at = excluded.expires_at, token = excluded.token "
+        "WHERE bookies.expires_at <= ? OR bookies.token = excluded.token",
+        (bookie_id, int(read_only), info, now + lease_seconds, token, now)).rowcount
+    if claimed:
+        return None
+    row = conn.execute("SELECT token, expires_at FROM bookies WHERE bookie_id = ?", (bookie_id,)).fetchone()
+    return str(row[0]), float(row[1])
 
 
 class SqliteRegistration(Registration):
@@ -77,14 +80,16 @@ class SqliteRegistration(Registration):
     def set_read_only(self, read_only: bool) -> None:
         with self._lock:
             self._check_usable()
+            if bool(read_only) == self._read_only:
+                return  # no write that changes nothing (the heartbeat keeps the row)
             with self._db.write() as conn:
                 updated = conn.execute(
                     "UPDATE bookies SET read_only = ?, expires_at = ? WHERE bookie_id = ? AND token = ?",
                     (int(read_only), time.time() + self._lease_seconds, self.bookie_id, self.token),
                 ).rowcount
-                self._read_only = bool(read_only)
                 if not updated:
-                    self._reclaim(conn)
+                    self._reclaim(conn, read_only=bool(read_only))
+            self._read_only = bool(read_only)  # once committed: a failed switch is written again when retried
             if self._lost:
                 raise MetadataError(self._lost_message())
 
@@ -92,13 +97,15 @@ class SqliteRegistration(Registration):
         data = encode_bookie_info(self.bookie_id, info)
         with self._lock:
             self._check_usable()
+            if data == self._info:
+                return  # no write that changes nothing (the heartbeat keeps the row)
             with self._db.write() as conn:
                 updated = conn.execute(
                     "UPDATE bookies SET info = ?, expires_at = ? WHERE bookie_id = ? AND token = ?",
                     (data, time.time() + self._lease_seconds, self.bookie_id, self.token)).rowcount
-                self._info = data
                 if not updated:
-                    self._reclaim(conn)
+                    self._reclaim(conn, info=data)
+            self._info = data  # once committed: a failed update is written again when retried
             if self._lost:
                 raise MetadataError(self._lost_message())
 
@@ -120,16 +127,18 @@ class SqliteRegistration(Registration):
         with self._lock:
             if self._closed or self._lost:
                 return
-            with self._db.write() as conn:
+            with self._db.write(synced=False) as conn:  # a renewal need not survive a power cut
                 updated = conn.execute(
                     "UPDATE bookies SET expires_at = ? WHERE bookie_id = ? AND token = ?",
                     (time.time() + self._lease_seconds, self.bookie_id, self.token)).rowcount
                 if not updated:
                     self._reclaim(conn)
 
-    def _reclaim(self, conn: sqlite3.Connection) -> None:
-        holder = claim_bookie_row(conn, self.bookie_id, self.token, self._info,
-                                  self._read_only, self._lease_seconds)
+    def _reclaim(self, conn: sqlite3.Connection, *, info: bytes | None = None,
+                 read_only: bool | None = None) -> None:
+        """Re-create the row (with ``info``/``read_only`` if being changed) unless another live owner holds it."""
+        holder = claim_bookie_row(conn, self.bookie_id, self.token, self._info if info is None else info,
+                                  self._read_only if read_only is None else read_only, self._lease_seconds)
         if holder is None:
             log.warning("registration of bookie %s had vanished from %s; re-created it",
                         self.bookie_id, self._db.uri)

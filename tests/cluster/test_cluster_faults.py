@@ -32,7 +32,9 @@ import pytest
 from pyspark_ledger.errors import InvalidArgumentError, InvalidConfigurationError, InvalidStateError
 from pyspark_ledger.testing.bookies import child_env
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns
+from pyspark_ledger.testing.cluster import fault_hosts
 from pyspark_ledger.testing.cluster.fault_cluster import NetnsFaultCluster
+from pyspark_ledger.testing.cluster.fault_hosts import ZooKeeperLeaderHost
 from pyspark_ledger.testing.cluster.fault_run import cut_label, schedule
 from pyspark_ledger.testing.cluster.network import Network
 from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
@@ -228,6 +230,53 @@ def test_a_cluster_file_becomes_fault_hosts():
     assert sorted(cluster.network.hosts) == ["bk1", "driver", "zk1"]     # the driver can be partitioned too
     with pytest.raises(InvalidConfigurationError, match="zk://"):
         NetnsFaultCluster({**description, "metadata_uri": "sqlite:///tmp/m.db"})
+
+
+
+class _Server:
+    """A ZooKeeper server as ZooKeeperLeaderHost sees it: a name, a ``srvr`` mode, kill and restart."""
+
+    def __init__(self, name: str, mode: str, log: list) -> None:
+        self.name, self.answer, self.log = name, mode, log
+
+    def mode(self) -> str:
+        return self.answer
+
+    def pids(self) -> list[int]:
+        return [1] if self.answer else []
+
+    def kill(self) -> None:
+        self.answer = ""
+        self.log.append(f"{self.name} killed")
+
+    def restart(self) -> None:
+        self.answer = "Mode: follower"
+        self.log.append(f"{self.name} restarted")
+
+
+def test_a_killed_zookeeper_leader_is_restarted_only_once_another_server_leads(monkeypatch):
+    """Under load the restart raced the survivors' election and won it (seed 2, load 22-35): it says nothing
+    about two of three servers electing. The heal now waits for the election (or ZooKeeper's own limit)."""
+    log: list[str] = []
+    servers = [_Server("zk1", "Mode: follower", log), _Server("zk2", "Mode: follower", log),
+               _Server("zk3", "Mode: leader", log)]
+    leader = ZooKeeperLeaderHost(servers)
+    leader.kill()
+    elect = threading.Timer(0.5, lambda: (setattr(servers[1], "answer", "Mode: leader"), log.append("zk2 leads")))
+    elect.start()
+    leader.restart()              # returns once zk2 leads
+    elect.join()
+    assert log == ["zk3 killed", "zk2 leads", "zk3 restarted"]
+    wait_until(lambda: leader.successors, what="the election timing")
+    assert leader.successors == ["zk2"] and 0.4 < leader.elections_s[0] < 30
+    monkeypatch.setattr(fault_hosts, "ELECTION_WAIT_S", 0.3)
+    monkeypatch.setattr(fault_hosts, "ELECTION_TIMEOUT_S", 5.0)
+    servers[1].answer = "Mode: follower"
+    servers[2].answer = "Mode: leader"
+    leader.kill()                 # no one else leads: the restart still comes, after ELECTION_WAIT_S
+    started = time.monotonic()
+    leader.restart()
+    assert log[-1] == "zk3 restarted" and time.monotonic() - started >= 0.3
 
 
 RUN_TIMEOUT_S = 600

@@ -8,6 +8,7 @@ import pytest
 
 from pyspark_ledger.errors import MetadataError, NoSuchMetadataStoreError
 from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.metadata.store import BookieRegistration
 from tests.metadata.helpers import ledger, wait_until
 
 
@@ -133,3 +134,30 @@ def test_an_empty_file_is_not_taken_for_a_store_nor_made_into_one(tmp_path):
     with pytest.raises(NoSuchMetadataStoreError, match="not \\(yet\\) a pyspark-ledger metadata store"):
         open_metadata_store(f"sqlite://{path}")
     assert path.stat().st_size == 0 and [p.name for p in tmp_path.iterdir()] == ["metadata.db"]
+
+
+def test_a_mode_or_info_that_does_not_change_is_not_written(db_path):
+    """Only the heartbeat (here every 200 s) writes a registration whose mode and info stay as they are."""
+    with open_metadata_store(f"sqlite://{db_path}?lease_seconds=600", create=True) as store:
+        registration = store.register_bookie("b1", {"port": 1})
+        other = sqlite3.connect(db_path)
+        try:
+            written = other.execute("PRAGMA data_version").fetchone()[0]  # changes when another connection commits
+            registration.set_read_only(False)
+            registration.update_info({"port": 1})
+            assert other.execute("PRAGMA data_version").fetchone()[0] == written
+            registration.set_read_only(True)
+            registration.update_info({"port": 2})
+            assert other.execute("PRAGMA data_version").fetchone()[0] != written
+        finally:
+            other.close()
+        assert store.bookies()["b1"] == BookieRegistration("b1", True, {"port": 2})
+
+
+def test_lease_renewals_leave_the_connection_syncing_every_other_commit(sqlite_store, db_path):
+    """Renewals commit without syncing the WAL (synchronous=NORMAL); every other commit stays FULL (2)."""
+    sqlite_store.register_bookie("b1")
+    first = _query(db_path, "SELECT expires_at FROM bookies")[0][0]
+    wait_until(lambda: _query(db_path, "SELECT expires_at FROM bookies")[0][0] > first, what="a renewal")
+    with sqlite_store._db.read() as conn:  # the store's own connection, between renewals
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2

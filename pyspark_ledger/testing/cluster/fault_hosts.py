@@ -15,6 +15,11 @@ so signals reach them by pid:
   found by the ``srvr`` four-letter word (the cluster's zoo.cfg whitelists it) asked of every server;
   the fault and its heal act on that server. After a kill, ``elections_s`` gets the seconds until
   a server answered as leader again and ``successors`` which one (measured by a thread, so the schedule goes on meanwhile).
+  The heal restarts the killed server only once another one leads, or after ``ELECTION_WAIT_S`` (ZooKeeper's
+  own limit for a new leader to gather its quorum, initLimit x tickTime, plus 10 s): otherwise, under load, the
+  killed server's restart races the survivors' election, and a restart that wins it (it rejoins an ensemble
+  still electing, and with the highest id or the latest zxid it is elected again) says nothing about whether
+  two of three servers elect.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from pyspark_ledger.testing.faults.hosts import Host
 KILL_WAIT_S = 20.0
 RESTART_TIMEOUT_S = 180.0
 ELECTION_TIMEOUT_S = 120.0
+ELECTION_WAIT_S = services.ZK_INIT_LIMIT * services.ZK_TICK_MS / 1000 + 10.0
 LEADER = "Mode: leader"
 SERVING = ("Mode: leader", "Mode: follower")
 PORTS = {"bookie": services.BOOKIE_PORT, "zookeeper": services.ZK_CLIENT_PORT}
@@ -137,6 +143,8 @@ class ZooKeeperLeaderHost(Host):
         self.history: list[str] = []     # the servers that led when a fault began, in order
         self.elections_s: list[float] = []   # after each kill: seconds until a server led again
         self.successors: list[str] = []      # ... and which one ("" if none within ELECTION_TIMEOUT_S)
+        self._elected = threading.Event()    # clear from a kill until the election after it is decided
+        self._elected.set()
 
     @property
     def address(self) -> str:
@@ -172,6 +180,7 @@ class ZooKeeperLeaderHost(Host):
     def kill(self) -> None:
         """SIGKILL the leader; a thread measures how long until another server leads (``elections_s``)."""
         killed = time.monotonic()
+        self._elected.clear()
         self._take().kill()
         threading.Thread(target=self._time_election, args=(killed,), daemon=True).start()
 
@@ -182,7 +191,12 @@ class ZooKeeperLeaderHost(Host):
         except ClusterError:
             self.successors.append("")
             self.elections_s.append(float("inf"))
+        finally:
+            self._elected.set()
 
     def restart(self) -> None:
+        """Restart the killed leader, once another server leads (or ``ELECTION_WAIT_S`` passed)."""
         if self.current is not None:
+            if not self.current.pids():
+                self._elected.wait(ELECTION_WAIT_S)
             self.current.restart()

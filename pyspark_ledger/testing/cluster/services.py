@@ -31,6 +31,8 @@ ZK_CLIENT_PORT = 2181
 ZK_PEER_PORT = 2888
 ZK_ELECTION_PORT = 3888
 ZK_TICK_MS = 500
+ZK_INIT_LIMIT = 40   # ticks a new leader waits for a quorum of followers to connect and sync (20 s)
+ZK_SYNC_LIMIT = 20   # ticks a follower may lag before the leader drops it (10 s)
 BOOKIE_PORT = 3181
 BOOKIE_METRICS_PORT = 8000
 SPARK_MASTER_PORT = 7077
@@ -38,6 +40,11 @@ SPARK_MASTER_UI_PORT = 8080
 SPARK_WORKER_UI_PORT = 8081
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 MODES = ("Mode: leader", "Mode: follower")
+# each server's log (zookeeper.log in its data dir) tells how its elections went, with times: the quorum
+# package (election, connections between servers, leader and learner phases) logs at info
+ELECTION_LOGGING = ("-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.quorum=info",
+                    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
 
 
 def zookeeper_connect_string(hosts: list[Host]) -> str:
@@ -54,13 +61,13 @@ def zookeeper_ensemble(hosts: list[Host], base: Path, heap: str, timeout_s: floa
         (home / "data").mkdir(parents=True, exist_ok=True)
         (home / "data" / "myid").write_text(f"{index + 1}\n")
         config = [f"dataDir={home / 'data'}", f"clientPort={ZK_CLIENT_PORT}", f"clientPortAddress={host.address}",
-                  f"tickTime={ZK_TICK_MS}", "initLimit=40", "syncLimit=20", "minSessionTimeout=1000",
+                  f"tickTime={ZK_TICK_MS}", f"initLimit={ZK_INIT_LIMIT}", f"syncLimit={ZK_SYNC_LIMIT}", "minSessionTimeout=1000",
                   "maxSessionTimeout=60000", "admin.enableServer=false", "4lw.commands.whitelist=ruok,srvr,stat,mntr",
                   "maxClientCnxns=0", *servers]
         (home / "zoo.cfg").write_text("\n".join(config) + "\n")
         process = HostProcess("zookeeper", host.netns,
                               ["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
-                               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *ELECTION_LOGGING,
                                "-cp", f"{ZOOKEEPER_JAR}:{LOGGING_JAR}", QUORUM_MAIN, str(home / "zoo.cfg")],
                               home / "zookeeper.log", cwd=home)
         host.processes["zookeeper"] = process

@@ -11,7 +11,6 @@ the schedule, the faults injected and the figures (JSON-ready).
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -200,11 +199,9 @@ class _Run:
 
     # --- the writer process -------------------------------------------------------------
     def _start_process_writer(self) -> None:
-        addresses = self.base_dir / "addresses.json"
-        addresses.write_text(json.dumps(self.cluster.addresses))
         self.process_history = path_of(self.base_dir, PROCESS_WRITER)
         command = [sys.executable, "-m", "pyspark_ledger.testing.jepsen.writer_process", "--metadata",
-                   self.cluster.metadata_uri, "--addresses", str(addresses), "--history", str(self.process_history),
+                   self.cluster.metadata_uri, "--history", str(self.process_history),
                    "--name", PROCESS_WRITER, "--seed", str(self.config.seed),
                    "--quorums", ",".join(map(str, self.config.quorums)),
                    # longer than the pause: on waking, its adds time out on no bookie, so what stops it is

@@ -1,16 +1,16 @@
 """A writer in its own process, for faults that stop a whole writer (SIGSTOP) while others recover its ledger.
 
-``python -m pyspark_ledger.testing.jepsen.writer_process --metadata URI --addresses FILE --history FILE
---name NAME`` creates one ledger and appends to it (a few adds in flight) until an add fails, then tries
+``python -m pyspark_ledger.testing.jepsen.writer_process --metadata URI --history FILE --name NAME``
+creates one ledger and appends to it (a few adds in flight) until an add fails, then tries
 ``--after-failure`` more adds (a fenced writer must see each one fail), closes the client and exits 0. Every
 operation goes to the history file at once (JSON lines, flushed), so nothing is lost if it is killed.
 It prints ``ledger N`` once the ledger exists and ``stopped: ERROR`` at the end. Bounded by
-``--max-entries`` and ``--max-seconds``.
+``--max-entries`` and ``--max-seconds``. It opens the metadata store as any client does: the fault
+clusters' bookies register the addresses clients dial (``faults.cluster_base``).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -19,7 +19,6 @@ from concurrent.futures import wait
 from pyspark_ledger.client import ClientConfig, LedgerClient
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.metadata import open_metadata_store
-from pyspark_ledger.testing.faults.hosts import AdvertisedStore
 from pyspark_ledger.testing.jepsen.history import History
 from pyspark_ledger.testing.jepsen.workers import PASSWORD, payload
 
@@ -27,7 +26,6 @@ from pyspark_ledger.testing.jepsen.workers import PASSWORD, payload
 def parse(argv):
     parser = argparse.ArgumentParser(prog="writer_process")
     parser.add_argument("--metadata", required=True)
-    parser.add_argument("--addresses", required=True, help="JSON file: bookie id -> address")
     parser.add_argument("--history", required=True)
     parser.add_argument("--name", default="pw")
     parser.add_argument("--seed", type=int, default=0)
@@ -45,9 +43,7 @@ def parse(argv):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    with open(args.addresses) as handle:
-        addresses = json.load(handle)
-    store = AdvertisedStore(open_metadata_store(args.metadata), addresses)
+    store = open_metadata_store(args.metadata)
     rng = random.Random(args.seed)
     quorums = tuple(int(part) for part in args.quorums.split(","))
     config = ClientConfig(add_timeout_s=args.add_timeout, read_timeout_s=args.add_timeout)
