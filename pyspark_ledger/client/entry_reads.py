@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.read_stats import ReadStats
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import BookieUnavailableError, CorruptEntryError, NoSuchEntryError
@@ -51,8 +52,9 @@ class RangeFetch:
 
     def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
                  write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, stats: ReadStats | None = None) -> None:
         self._ctx = ctx
+        self._stats = ReadStats() if stats is None else stats
         self._max_bytes = ctx.config.read_batch_bytes if max_bytes is None else max_bytes
         self._key = master_key
         self._copy = copy
@@ -91,6 +93,7 @@ class RangeFetch:
                                           self.batch.last_entry_id, master_key=self._key,
                                           max_bytes=self._max_bytes, timeout=config.read_timeout_s,
                                           entry_step=self.batch.step)
+        self._stats.count("range_reads")
         if self._timed:
             self._arm(bookie)
         future.add_done_callback(lambda done: self._on_answer(bookie, done))
@@ -108,13 +111,16 @@ class RangeFetch:
             if following is not None:
                 log.debug("ledger %d entry %d: speculative read to %s after %s was slow", self._ledger_id,
                           self.batch.first_entry_id, following, bookie)
+                self._stats.count("speculative_reads")
                 self._ask(following)
 
     def _on_answer(self, bookie: str, done: Future) -> None:
         if self.result.done():  # a late (e.g. speculative) answer: verifying and copying it would be wasted
+            self._stats.count("late_answers")
             return
         with self._lock:
             if self._decided:
+                self._stats.count("late_answers")
                 return
             self._plan.arrived(bookie)  # from now on the time is ours (verifying), not the replica's: L7
         entries, answer = self._classify(bookie, done)

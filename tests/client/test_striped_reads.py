@@ -6,7 +6,7 @@ import pytest
 from pyspark_ledger.errors import BookieUnavailableError, CorruptEntryError, NoSuchEntryError
 from pyspark_ledger.protocol.read_rules import ReadBatch
 from pyspark_ledger.protocol.schedule import write_set_bookies
-from tests.client.conftest import PASSWORD
+from tests.client.conftest import PASSWORD, wait_until
 
 pytestmark = pytest.mark.bookies(5)
 
@@ -148,7 +148,9 @@ def test_a_slow_bookie_gets_speculative_reads(client, make_client, cluster):
         writer.ledger_id, PASSWORD)
     assert [e.data for e in reader.read()] == [data(i) for i in range(100)]
     assert hang.parked, "the slow bookie answered: no speculative read was needed"
+    assert reader.read_stats == {"range_reads": 6, "speculative_reads": 1, "late_answers": 0}  # 5 stripes + 1
     hang.release()
+    wait_until(lambda: reader.read_stats["late_answers"] == 1)  # the slow bookie's answer, unused
 
 
 def test_an_open_ledger_reads_to_its_last_add_confirmed(client, make_client, cluster):
