@@ -1,4 +1,5 @@
-"""Reads of striped ledgers (E > Qw) over fake bookies: one strided read per write set, fallback, order, errors."""
+"""Reads of striped ledgers (E > Qw) over fake bookies: one strided read per write set, fallback, order, errors,
+speculative reads (docs/protocol.md L7)."""
 from __future__ import annotations
 
 import pytest
