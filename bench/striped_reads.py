@@ -10,7 +10,9 @@ with ``LedgerReader.read`` (the path of ``ledger ledgers read`` and of Spark's r
 read of each that checks every byte. The timed reads alternate between the ledgers (E=Qw=3, E=5/Qw=3,
 E=3/Qw=2, E=Qw=3, ...) so that all see the same machine, ``--repetitions`` times each, with speculative
 reads on (the client's default delay) and then off. Each read opens the ledger anew on one client per mode.
-Reported per mode and ledger: the median and the range (min..max) of entries/s; per mode the ratio of each
+Reported per mode and ledger: the median and the range (min..max) of entries/s, and each timed read's
+counts of range reads sent, of those sent speculatively and of answers that came too late to be used
+(``LedgerReader.read_stats``); per mode the ratio of each
 striped ledger's median to the baseline's (goal: E=5/Qw=3 at least 0.8 x E=Qw=3). Bookies and client share
 this machine's cores: the load averages (and ``uptime``) at the start and the end say what else ran.
 Prints one JSON document (and writes it with ``--out``). ``--quick``: 2,000 entries, 1 repetition (a smoke
@@ -73,15 +75,15 @@ def check_read(client: LedgerClient, ledger_id: int, entries: int, size: int) ->
         raise RuntimeError(f"ledger {ledger_id} ends at {reader.last_add_confirmed}, not {entries - 1}")
 
 
-def timed_read(client: LedgerClient, ledger_id: int, entries: int) -> float:
-    """Entries/s of one whole read (opening the ledger included)."""
+def timed_read(client: LedgerClient, ledger_id: int, entries: int) -> tuple[float, dict[str, int]]:
+    """Entries/s of one whole read (opening the ledger included), and the reader's ``read_stats``."""
     started = time.perf_counter()
     reader = client.open_ledger(ledger_id, PASSWORD, recovery=False)
     count = sum(1 for _ in reader.read(copy=False))
     seconds = time.perf_counter() - started
     if count != entries:
         raise RuntimeError(f"read {count} entries of ledger {ledger_id}, not {entries}")
-    return entries / seconds
+    return entries / seconds, reader.read_stats
 
 
 def summary(rates: list[float]) -> dict:
@@ -95,13 +97,22 @@ def one_mode(uri: str, ids: dict[str, int], entries: int, size: int, repetitions
         for ledger_id in ids.values():  # untimed: every byte checked, connections and caches warm
             check_read(client, ledger_id, entries, size)
         rates: dict[str, list[float]] = {name: [] for name in ids}
+        stats: dict[str, list[dict[str, int]]] = {name: [] for name in ids}
         for _ in range(repetitions):
             for name, ledger_id in ids.items():
-                rates[name].append(timed_read(client, ledger_id, entries))
+                rate, counts = timed_read(client, ledger_id, entries)
+                rates[name].append(rate)
+                stats[name].append(counts)
     summarized = {name: summary(done) for name, done in rates.items()}
     base = summarized[BASELINE]["median"]
     ratios = {f"{name} / {BASELINE}": round(summarized[name]["median"] / base, 2) for name in ids if name != BASELINE}
-    return {"speculative_read_delay_s": speculative, "entries_per_s": summarized, "median_ratios": ratios}
+    return {"speculative_read_delay_s": speculative, "entries_per_s": summarized, "median_ratios": ratios,
+            "range_reads_per_read": {name: per_read(done) for name, done in stats.items()}}
+
+
+def per_read(stats: list[dict[str, int]]) -> dict[str, list[int]]:
+    """Each counter of ``LedgerReader.read_stats`` as a list over the timed reads, in their order."""
+    return {name: [counts[name] for counts in stats] for name in stats[0]}
 
 
 def run(entries: int, size: int, repetitions: int) -> dict:

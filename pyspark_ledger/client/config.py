@@ -34,7 +34,8 @@ class ClientConfig:
     #: A read not answered after this long is also sent to the entry's next
     #: replica (speculative read); ``None`` turns speculative reads off. One clock
     #: per range read, started when the reader waits for it (not when it was read
-    #: ahead) and stopped when an answer arrives (docs/protocol.md L7).
+    #: ahead), started again whenever an answer of any of the reader's reads
+    #: arrives, and stopped when an answer of this read arrives (docs/protocol.md L7).
     speculative_read_delay_s: float | None = 0.05
     #: Adds of one writer that may be unconfirmed at once; ``append`` blocks beyond it.
     max_inflight_adds: int = 4000

@@ -5,7 +5,9 @@ entry: the plan says which replica to ask (first the start of the write set;
 the next one when an answer is an error, a "no such entry" or a corrupt
 entry, or -- speculatively -- when no answer came within
 ``speculative_read_delay_s``, counted from when the reader waits for the
-batch, ``time_it``, and stopped by the arrival of an answer: docs/protocol.md L7).
+batch, ``time_it``, stopped by the arrival of an answer, and started again
+whenever an answer of any of the reader's reads arrives or is verified
+(``ReadStats.answered``, ``read_rules.slow_after``): docs/protocol.md L7).
 A replica's answer is used from its first
 entry on for as long as the entries verify (digest, ledger and entry ids);
 the first corrupt one ends it, so the caller continues from there with a new
@@ -24,11 +26,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_ledger.client.context import ClientContext
+from pyspark_ledger.client.read_stats import ReadStats
 from pyspark_ledger.client.rpc_errors import BookieStatus
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import BookieUnavailableError, CorruptEntryError, NoSuchEntryError
 from pyspark_ledger.protocol.answers import ReadAnswer
-from pyspark_ledger.protocol.read_rules import ReadBatch
+from pyspark_ledger.protocol.read_rules import ReadBatch, slow_after
 from pyspark_ledger.protocol.reads import ReadPlan, ReadStepKind
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,9 @@ class RangeFetch:
 
     def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
                  write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, stats: ReadStats | None = None) -> None:
         self._ctx = ctx
+        self._stats = ReadStats() if stats is None else stats
         self._max_bytes = ctx.config.read_batch_bytes if max_bytes is None else max_bytes
         self._key = master_key
         self._copy = copy
@@ -91,33 +95,46 @@ class RangeFetch:
                                           self.batch.last_entry_id, master_key=self._key,
                                           max_bytes=self._max_bytes, timeout=config.read_timeout_s,
                                           entry_step=self.batch.step)
+        self._stats.count("range_reads")
         if self._timed:
             self._arm(bookie)
         future.add_done_callback(lambda done: self._on_answer(bookie, done))
 
-    def _arm(self, bookie: str) -> None:
+    def _arm(self, bookie: str, timed_at: float | None = None, wait: float | None = None) -> None:
         delay = self._ctx.config.speculative_read_delay_s
         if delay is not None:
-            self._timers.append(self._ctx.scheduler.call_later(delay, lambda: self._speculate(bookie)))
+            timed_at = self._stats.clock() if timed_at is None else timed_at
+            self._timers.append(self._ctx.scheduler.call_later(
+                delay if wait is None else wait, lambda: self._speculate(bookie, timed_at)))
 
-    def _speculate(self, bookie: str) -> None:
+    def _speculate(self, bookie: str, timed_at: float) -> None:
         with self._lock:
-            if self._decided:
+            if self._decided or bookie not in self._plan.unanswered():
+                return
+            wait = slow_after(self._ctx.config.speculative_read_delay_s, timed_at, self._stats.last_answer,
+                              self._stats.clock())
+            if wait > 0:  # the reader's reads made progress meanwhile: its own load, not this replica (L7)
+                self._arm(bookie, timed_at, wait)
                 return
             following = self._plan.speculative_replica_after(bookie)
             if following is not None:
                 log.debug("ledger %d entry %d: speculative read to %s after %s was slow", self._ledger_id,
                           self.batch.first_entry_id, following, bookie)
+                self._stats.count("speculative_reads")
                 self._ask(following)
 
     def _on_answer(self, bookie: str, done: Future) -> None:
+        self._stats.answered()
         if self.result.done():  # a late (e.g. speculative) answer: verifying and copying it would be wasted
+            self._stats.count("late_answers")
             return
         with self._lock:
             if self._decided:
+                self._stats.count("late_answers")
                 return
             self._plan.arrived(bookie)  # from now on the time is ours (verifying), not the replica's: L7
         entries, answer = self._classify(bookie, done)
+        self._stats.answered()  # verifying was the client's own work (L7)
         with self._lock:
             if self._decided:  # another answer decided it (its thread may not have set ``result`` yet)
                 return

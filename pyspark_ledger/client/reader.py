@@ -20,6 +20,7 @@ from typing import Iterator
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.entry_reads import LedgerEntry, RangeFetch
 from pyspark_ledger.client.lac_reads import poll_lac, read_lac
+from pyspark_ledger.client.read_stats import ReadStats
 from pyspark_ledger.client.recovery_op import recover_ledger
 from pyspark_ledger.client.striped_reads import StripedFetch
 from pyspark_ledger.entry import EntryCodec, master_key
@@ -53,6 +54,7 @@ class LedgerReader:
         self._codec = EntryCodec(md.digest_type, password)
         self._key = master_key(password)  # every read and LAC read carries it: bookies refuse them without
         self._lac = md.last_entry_id if md.is_closed else lac_floor(md)
+        self._stats = ReadStats()
 
     @property
     def ledger_id(self) -> int:
@@ -65,6 +67,11 @@ class LedgerReader:
     @property
     def is_closed(self) -> bool:
         return self._md.is_closed
+
+    @property
+    def read_stats(self) -> dict[str, int]:
+        """This reader's range reads so far: sent, sent speculatively, answers too late to use (``read_stats``)."""
+        return self._stats.snapshot()
 
     @property
     def last_add_confirmed(self) -> int:
@@ -168,7 +175,7 @@ class LedgerReader:
         md = self._md
         kind = RangeFetch if len(batch.ensemble) == md.write_quorum else StripedFetch
         return kind(self._ctx, self.ledger_id, self._codec, batch, md.write_quorum, md.ack_quorum,
-                    copy=copy, master_key=self._key).start(timed=False)
+                    copy=copy, master_key=self._key, stats=self._stats).start(timed=False)
 
 
 def _outcome(fetch: RangeFetch | StripedFetch, wait_s: float) -> list[LedgerEntry]:

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.client.entry_reads import LedgerEntry, RangeFetch
+from pyspark_ledger.client.read_stats import ReadStats
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.protocol.read_rules import ReadBatch
 from pyspark_ledger.protocol.stripes import merged_prefix, split_batch, stripe_rest
@@ -31,8 +32,10 @@ class StripedFetch:
     """Reads the entries of one ``ReadBatch`` of a striped ledger (see the module docstring)."""
 
     def __init__(self, ctx: ClientContext, ledger_id: int, codec: EntryCodec, batch: ReadBatch,
-                 write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes) -> None:
+                 write_quorum: int, ack_quorum: int, *, copy: bool = True, master_key: bytes,
+                 stats: ReadStats | None = None) -> None:
         self._ctx = ctx
+        self._stats = ReadStats() if stats is None else stats
         self._ledger_id = ledger_id
         self._codec = codec
         self._quorums = (write_quorum, ack_quorum)
@@ -73,7 +76,7 @@ class StripedFetch:
     def _fetch(self, index: int, stripe: ReadBatch) -> None:
         write_quorum, ack_quorum = self._quorums
         fetch = RangeFetch(self._ctx, self._ledger_id, self._codec, stripe, write_quorum, ack_quorum,
-                           copy=self._copy, master_key=self._key, max_bytes=self._max_bytes)
+                           copy=self._copy, master_key=self._key, max_bytes=self._max_bytes, stats=self._stats)
         fetch.result.add_done_callback(lambda done: self._on_stripe(index, stripe, done))
         with self._lock:
             self._fetches[index] = fetch

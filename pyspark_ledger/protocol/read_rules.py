@@ -14,6 +14,9 @@
   by the writer, which only writes LACs it had confirmed: a single such answer
   is a safe lower bound (tailing readers), while the *maximum* needs coverage
   (``reads.LacRead``). A reader's LAC never goes back (L3).
+* ``slow_after`` -- when a replica asked counts as slow (a speculative read):
+  its clock runs while the reader waits for it and none of the reader's reads
+  makes progress (L7).
 """
 from __future__ import annotations
 
@@ -87,3 +90,13 @@ def plan_batches(md: LedgerMetadata, first_entry_id: int, last_entry_id: int,
 def advance_lac(known: int, reported: int) -> int:
     """The reader's LAC after a bookie reported ``reported`` (never lower than ``known``)."""
     return max(known, reported)
+
+
+def slow_after(delay: float, timed_at: float, last_answer_at: float, now: float) -> float:
+    """Seconds until a replica asked (its clock started at ``timed_at``) counts as slow, <= 0 once it does.
+
+    The clock runs only while none of the reader's reads makes progress: it starts again at
+    ``last_answer_at``, when an answer of any of them last arrived or was verified (docs/protocol.md L7).
+    """
+    return max(timed_at, last_answer_at) + delay - now
+

@@ -1,4 +1,5 @@
-"""Reads of striped ledgers (E > Qw) over fake bookies: one strided read per write set, fallback, order, errors."""
+"""Reads of striped ledgers (E > Qw) over fake bookies: one strided read per write set, fallback, order, errors,
+speculative reads (docs/protocol.md L7)."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from pyspark_ledger.errors import BookieUnavailableError, CorruptEntryError, NoSuchEntryError
 from pyspark_ledger.protocol.read_rules import ReadBatch
 from pyspark_ledger.protocol.schedule import write_set_bookies
-from tests.client.conftest import PASSWORD
+from tests.client.conftest import PASSWORD, wait_until
 
 pytestmark = pytest.mark.bookies(5)
 
@@ -148,7 +149,20 @@ def test_a_slow_bookie_gets_speculative_reads(client, make_client, cluster):
         writer.ledger_id, PASSWORD)
     assert [e.data for e in reader.read()] == [data(i) for i in range(100)]
     assert hang.parked, "the slow bookie answered: no speculative read was needed"
+    stats = reader.read_stats
+    assert stats["speculative_reads"] >= 1 and stats["range_reads"] == 5 + stats["speculative_reads"], stats
     hang.release()
+    wait_until(lambda: reader.read_stats["late_answers"] >= 1)  # the slow bookie's answer, unused
+
+
+def test_L7_no_speculative_read_while_the_other_stripes_keep_answering(client, make_client, cluster):
+    writer = closed_ledger(client, 100)
+    for index, bookie in enumerate(writer.metadata.current_fragment.bookies):  # stripe r asks bookie r first
+        cluster.delay(bookie, op="read", seconds=0.2 * (index + 1))  # one answer every 0.2 s, the last at 1 s
+    reader = make_client(seed=2, speculative_read_delay_s=0.3, read_timeout_s=30.0).open_ledger(
+        writer.ledger_id, PASSWORD)
+    assert [e.data for e in reader.read()] == [data(i) for i in range(100)]
+    assert reader.read_stats["speculative_reads"] == 0, "the reader's own answers arriving counted as slowness"
 
 
 def test_an_open_ledger_reads_to_its_last_add_confirmed(client, make_client, cluster):

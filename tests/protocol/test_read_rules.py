@@ -1,5 +1,5 @@
 """The reader rules (pyspark_ledger.protocol.read_rules): readable end, range batches, LAC advance
-(docs/protocol.md L3, L4)."""
+and when a replica is slow (docs/protocol.md L3, L4, L7)."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from pyspark_ledger.errors import InvalidArgumentError, NoSuchEntryError
 from pyspark_ledger.metadata.model import CLOSED, Fragment, LedgerMetadata
 from pyspark_ledger.protocol.read_rules import (advance_lac, check_read_range, fragment_last_entry, lac_floor,
-                                                plan_batches, readable_last_entry)
+                                                plan_batches, readable_last_entry, slow_after)
 
 
 def metadata(*firsts: int, state: str = "OPEN", last: int = -1) -> LedgerMetadata:
@@ -54,3 +54,10 @@ def test_batches_never_cross_a_fragment_and_respect_the_size():
 def test_lac_never_goes_back():
     assert advance_lac(5, 3) == 5
     assert advance_lac(5, 9) == 9
+
+
+def test_L7_a_replica_is_slow_only_after_the_delay_without_progress():
+    assert slow_after(0.05, timed_at=10.0, last_answer_at=float("-inf"), now=10.02) == pytest.approx(0.03)
+    assert slow_after(0.05, timed_at=10.0, last_answer_at=9.0, now=10.05) <= 0  # an answer before the wait
+    assert slow_after(0.05, timed_at=10.0, last_answer_at=10.04, now=10.06) == pytest.approx(0.03)  # restarted
+    assert slow_after(0.05, timed_at=10.0, last_answer_at=10.04, now=10.09) <= 0

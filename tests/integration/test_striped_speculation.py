@@ -1,0 +1,40 @@
+"""A striped ledger (E > Qw) read with a bookie of its ensemble stopped (SIGSTOP), real bookie processes: its
+connection stays open and answers nothing, so only speculative reads get past it (docs/protocol.md L5, L7)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.integration.conftest import PASSWORD, payload
+
+pytestmark = pytest.mark.bookies(5)
+ENTRIES = 2_000
+
+
+@pytest.fixture
+def metadata_uri(tmp_path) -> str:
+    """SQLite; leases outlast a bookie stopped for a few seconds (it stays registered, just silent)."""
+    return f"sqlite:///{tmp_path}/metadata.db?lease_seconds=30&poll_interval=0.1"
+
+
+def test_L7_a_stopped_bookie_of_a_striped_ledger_is_read_around_by_speculative_reads(bookies, make_client):
+    with make_client().create_ledger(5, 3, 2, password=PASSWORD) as writer:
+        futures = [writer.append_async(payload(index, 64)) for index in range(ENTRIES)]
+        [future.result(60) for future in futures]
+    ensemble = writer.metadata.current_fragment.bookies
+    stopped = next(bookie for bookie in bookies if bookie.bookie_id == ensemble[2])  # first replica of stripe 2
+    reader = make_client(speculative_read_delay_s=0.2, read_timeout_s=20.0, read_batch_entries=100)
+    os.kill(stopped.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        opened = reader.open_ledger(writer.ledger_id, PASSWORD, recovery=False)
+        assert [entry.data for entry in opened.read()] == [payload(i, 64) for i in range(ENTRIES)]
+        took = time.monotonic() - started
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    assert took < 6, f"the read waited {took:.0f} s for the stopped bookie (its read timeout is 20 s)"
+    stats = opened.read_stats
+    assert stats["speculative_reads"] >= 4, stats  # the stopped bookie's stripe of each of the 4 batches
