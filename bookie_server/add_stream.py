@@ -1,7 +1,8 @@
 """One AddStream call: adds read on a dedicated thread, answered as they become durable.
 
 The gRPC handler thread runs ``AddStreamSession.responses``: it starts a
-reader thread that takes each AddBatch, checks it (adds per batch, then each
+reader thread that takes each AddBatch (decoded by ``add_wire.decode_add_batch``: large bodies are views of
+the received bytes, never copied), checks it (adds per batch, then each
 add's ids, master key and size: ``limits``), admits up to
 ``max_inflight_adds`` adds whose bytes fit the bookie-wide in-flight byte
 budget (``--max-inflight-bytes``; past it they are answered
@@ -34,6 +35,7 @@ from typing import Callable, Iterator
 
 import grpc
 
+from bookie_server.add_wire import ReceivedBatch
 from bookie_server.authorization import missing_key, wrong_key
 from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
                                    InflightLimiter, StreamLimits, add_cost, check_add, check_batch,
@@ -82,7 +84,7 @@ class AddStreamSession:
         self.reader: threading.Thread | None = None
 
     # --- the handler thread --------------------------------------------------------
-    def responses(self, request_iterator: Iterator[pb.AddBatch], context: grpc.ServicerContext
+    def responses(self, request_iterator: Iterator[ReceivedBatch], context: grpc.ServicerContext
                   ) -> Iterator[pb.AddResultBatch]:
         """Yield result batches until the stream is over; starts the reader thread."""
         if not context.add_callback(self._on_rpc_done):
@@ -219,7 +221,7 @@ class AddStreamSession:
             self._room.notify_all()
 
     # --- the reader thread ---------------------------------------------------------
-    def _read_requests(self, request_iterator: Iterator[pb.AddBatch]) -> None:
+    def _read_requests(self, request_iterator: Iterator[ReceivedBatch]) -> None:
         try:
             for batch in request_iterator:
                 self._last_batch = time.monotonic()
@@ -228,7 +230,7 @@ class AddStreamSession:
                     self._metrics.adds_refused(pb.BAD_REQUEST, len(batch.adds))
                     self._abort = problem
                     if self._on_bytes_freed is not None:
-                        self._on_bytes_freed(add_cost(batch.ByteSize(), len(batch.adds)))
+                        self._on_bytes_freed(add_cost(batch.nbytes, len(batch.adds)))
                     return
                 self._take_batch(batch)
                 del batch
@@ -251,16 +253,18 @@ class AddStreamSession:
                    and not self._limiter.drained()):
                 self._room.wait(BACKPRESSURE_POLL_S)
 
-    def _take_batch(self, batch: pb.AddBatch) -> None:
+    def _take_batch(self, batch: ReceivedBatch) -> None:
         """Check each add, admit the well-formed ones and submit them as one storage batch.
 
         The whole decoded batch is charged to the bookie-wide byte budget while it is checked (all its adds
         are answered TOO_MANY_REQUESTS when it does not fit); the admitted adds keep their part until answered.
         Adds become plain (ledger id, entry id, master key, body, recovery) tuples: this loop runs once
-        per entry, and the cheap checks of ``check_add`` are inlined (it only runs to explain a refusal)."""
+        per entry, and the cheap checks of ``check_add`` are inlined (it only runs to explain a refusal).
+        Bodies decoded in place keep the whole received batch alive: when only some of its adds are admitted,
+        theirs are copied out, so that what the admitted adds hold is what they are charged."""
         started = time.monotonic()
         adds = batch.adds
-        whole = add_cost(batch.ByteSize(), len(adds))
+        whole = add_cost(batch.nbytes, len(adds))
         if not self._bookie_bytes.try_take(whole):
             message = refusal_over_budget("bytes of adds not yet durable", self._bookie_bytes.limit,
                                           "--max-inflight-bytes")
@@ -296,6 +300,8 @@ class AddStreamSession:
                 if len(kept) < len(ops):
                     ops, size = kept, sum(len(op[3]) for op in kept)
             ops, cost = self._admit(ops, refused, size)
+            if batch.in_place and 0 < len(ops) < len(adds):
+                ops = [(op[0], op[1], op[2], bytes(op[3]), op[4]) for op in ops]
         finally:
             self._bookie_bytes.give_back(whole - cost)  # the admitted adds keep ``cost`` until answered
         if refused:

@@ -34,6 +34,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import pyspark_ledger
+from bookie_server.add_wire import register_bookie_service
 from bookie_server.authorization import Authority
 from bookie_server.config import ServerConfig
 from bookie_server.cookie import plan_cookie
@@ -45,7 +46,6 @@ from bookie_server.registration import bookie_info, deregister, register
 from bookie_server.service import BookieServicer
 from pyspark_ledger.errors import InvalidConfigurationError, JournalCorruptError, LedgerError, StorageError
 from pyspark_ledger.metadata.bookie_location import Location
-from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
 _log = logging.getLogger(__name__)
 BOOKIE_SERVICE_NAME = "pyspark_ledger.wire.v1.Bookie"
@@ -207,7 +207,7 @@ class BookieServer:
                                         version=pyspark_ledger.__version__, limits=limits, budgets=budgets,
                                         is_read_only=self._is_read_only, on_bytes_freed=self._trimmer.bytes_freed,
                                         authority=Authority(config.admin_identities))
-        pb_grpc.add_BookieServicer_to_server(self._servicer, self._grpc)
+        register_bookie_service(self._servicer, self._grpc)  # AddStream's batches decoded by add_wire
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
