@@ -1,7 +1,8 @@
 """The Spark streaming exactly-once fault run on the namespace cluster (issue 17 part 5; docs/jepsen.md, "The
 Spark run on the namespace cluster"; docs/protocol.md S1).
 
-Quick (no cluster): the schedule is seeded and holds what the run must inject.
+Quick (no cluster): the schedule is seeded and holds what the run must inject; the executor kill finds a
+worker's executors among its descendants, kills them and heals once the worker runs a new one.
 
 Slow (minutes per seed; only with ``LEDGER_CLUSTER_TESTS=1``): the whole cluster (3 ZooKeeper servers, 5 bookies
 in 2 zones, a Spark master, 2 workers, a driver host), then ``cluster.spark_fault_run`` on the driver host: a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,11 +30,12 @@ from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.testing.bookies import child_env
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns
 from pyspark_ledger.testing.cluster.cluster import DRIVER_NICE
-from pyspark_ledger.testing.cluster.spark_fault_run import EXECUTOR_KILL, schedule
+from pyspark_ledger.testing.cluster.spark_fault_run import EXECUTOR_KILL, ExecutorKiller, schedule
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.spark_run import DRIVER_CRASH
 from tests.cluster.conftest import cluster_tests, jepsen_seeds, skip_unless_services
+from tests.waiting import wait_until
 
 BOOKIES = [f"bk{index}" for index in range(1, 6)]
 WORKERS = ["worker1", "worker2"]
@@ -62,6 +65,32 @@ def test_the_spark_cluster_schedule_is_seeded_and_injects_every_kind():
         schedule(1, BOOKIES[:3], WORKERS)
     with pytest.raises(InvalidArgumentError, match="duration_s"):
         schedule(1, BOOKIES, WORKERS, duration_s=10.0)
+
+
+RESPAWNING_WORKER = """
+import subprocess, sys, time
+while True:   # like a Spark worker: an executor that dies is replaced
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "CoarseGrainedExecutorBackend"])
+    child.wait()
+"""
+
+
+def test_executor_kill_kills_the_workers_executor_and_heals_once_a_new_one_runs():
+    worker = subprocess.Popen([sys.executable, "-c", RESPAWNING_WORKER], start_new_session=True)
+    try:
+        killer = ExecutorKiller({"hosts": [{"name": "worker1", "processes": {"spark-worker": {"pid": worker.pid}}},
+                                           {"name": "bk1", "processes": {"bookie": {"pid": 1}}}]})
+        wait_until(lambda: len(killer.executors("worker1")) == 1, timeout=30, what="the executor to start")
+        first = killer.executors("worker1")
+        heal = killer(sched.Step(0.0, EXECUTOR_KILL, "worker1", 1.0))
+        assert killer.killed == first
+        heal()    # returns once another executor runs
+        assert killer.executors("worker1") and first[0] not in killer.executors("worker1")
+        with pytest.raises(InvalidArgumentError, match="runs no Spark worker"):
+            killer.executors("bk1")
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(10)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 900)
