@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns_unavailable_reason
 from pyspark_ledger.testing.spark import spark_unavailable_reason
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
@@ -23,6 +24,20 @@ def cluster_tests() -> str:
     if value not in ("", "0", "1"):
         raise pytest.UsageError(f"LEDGER_CLUSTER_TESTS must be 0, 1 or unset, not {value!r}")
     return {"": "main", "0": "off", "1": "all"}[value]
+
+
+MAX_SCHEDULES = 10_000
+
+
+def jepsen_seeds() -> list[int]:
+    """The seeds of a cluster fault test: ``LEDGER_JEPSEN_SEED=S``: only S; ``LEDGER_JEPSEN_SCHEDULES=N``: seeds
+    1..N (default 1), each on a cluster of its own."""
+    if os.environ.get("LEDGER_JEPSEN_SEED"):
+        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
+    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "1"))
+    if not 1 <= count <= MAX_SCHEDULES:
+        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
+    return list(range(1, count + 1))
 
 
 def skip_unless_netns() -> None:

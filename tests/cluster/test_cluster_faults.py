@@ -41,7 +41,7 @@ from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
-from tests.cluster.conftest import cluster_tests, skip_unless_netns
+from tests.cluster.conftest import cluster_tests, jepsen_seeds, skip_unless_netns
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(1800)
@@ -283,23 +283,9 @@ RUN_TIMEOUT_S = 600
 CLUSTER_TESTS = cluster_tests() == "all"
 
 
-MAX_SCHEDULES = 10_000
-
-
-def _seeds() -> list[int]:
-    """``LEDGER_JEPSEN_SEED=S``: only S; ``LEDGER_JEPSEN_SCHEDULES=N``: seeds 1..N (default 1), each on a cluster
-    of its own."""
-    if os.environ.get("LEDGER_JEPSEN_SEED"):
-        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
-    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "1"))
-    if not 1 <= count <= MAX_SCHEDULES:
-        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
-    return list(range(1, count + 1))
-
-
 @pytest.mark.skipif(not CLUSTER_TESTS, reason="a fault run on the namespace cluster takes minutes: set "
                                               "LEDGER_CLUSTER_TESTS=1 to run it")
-@pytest.mark.parametrize("seed", _seeds() if CLUSTER_TESTS else [1])
+@pytest.mark.parametrize("seed", jepsen_seeds() if CLUSTER_TESTS else [1])
 def test_a_fault_schedule_on_the_namespace_cluster(seed, tmp_path):
     """ZooKeeper ensemble and five bookies in namespaces; writers on the driver host while two bookies are
     partitioned from the driver, a third cut one way, the ZooKeeper leader killed, a fourth paused and the

@@ -17,7 +17,9 @@ server directly), so ``zk-expiry`` cuts the job -- the driver's and Spark's Pyth
 ZooKeeper for longer than its session timeout: the server expires their sessions, and the job has to notice
 on reconnecting. Returns a ``SparkRunOutcome`` with the failures and
 the figures, in the JSON shape of the other runs (``figures.run_figures``) plus ``duplicated`` and
-``restarts``.
+``restarts``. ``SparkRun`` is the run itself, against any fault cluster: the namespace cluster's variant
+(``cluster/spark_fault_run.py``, Spark standalone) gives it the cluster, the session, a schedule of its own
+(``SparkRunConfig.schedule``) and the fault kinds only it knows (``extra_faults``).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ STREAM = "jepsen-spark"
 WRITER_ID = "jepsen-spark-writer"
 KINDS = (sched.KILL, sched.PARTITION, sched.PAUSE, sched.RESET)
 ZK_KINDS = KINDS + sched.ZK_KINDS
-METADATA = ("sqlite", "zookeeper")
+METADATA = ("sqlite", "zookeeper", "netns")   # netns: the namespace cluster (cluster/spark_fault_run.py)
 DRIVER_CRASH = "driver-crash"
 DRIVER = "spark-driver"
 MAX_DRIVER_CRASHES = 20
@@ -52,6 +54,7 @@ SETTLE_TIMEOUT_S = 60.0
 FINISH_TIMEOUT_S = 90.0
 WARMUP_TIMEOUT_S = 90.0
 PROGRESS_TIMEOUT_S = 60.0
+MAX_WAIT_S = 900.0
 POLL_S = 0.2
 # The job's sessions: the longest the test server grants (20 ticks of 200 ms). With the cluster's 2 s, a Python
 # worker busy with a batch on a loaded machine (load 16-20 on 2 cores) missed its pings (kazoo waits 2/3 of the
@@ -72,11 +75,17 @@ class SparkRunConfig:
     max_restarts: int = 6
     driver_crashes: int = 1
     metadata: str = "sqlite"
+    schedule: tuple = ()     # steps to play instead of the ones generate() draws from the seed and kinds
+    warmup_timeout_s: float = WARMUP_TIMEOUT_S
+    progress_timeout_s: float = PROGRESS_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.metadata not in METADATA:
             raise InvalidArgumentError(f"metadata must be one of {', '.join(METADATA)}, got {self.metadata!r}")
-        if self.metadata != "zookeeper" and set(self.kinds) & set(sched.ZK_KINDS):
+        if not (0 < self.warmup_timeout_s <= MAX_WAIT_S and 0 < self.progress_timeout_s <= MAX_WAIT_S):
+            raise InvalidArgumentError(f"warmup_timeout_s and progress_timeout_s must be in (0, {MAX_WAIT_S:g}] s, got "
+                                       f"{self.warmup_timeout_s} and {self.progress_timeout_s}")
+        if self.metadata == "sqlite" and set(self.kinds) & set(sched.ZK_KINDS):
             raise InvalidArgumentError(f"kinds {sorted(set(self.kinds) & set(sched.ZK_KINDS))} need metadata='zookeeper'")
         if not 1 <= self.rows_per_batch <= MAX_ROWS_PER_BATCH:
             raise InvalidArgumentError(f"rows_per_batch must be in 1..{MAX_ROWS_PER_BATCH}, got {self.rows_per_batch}")
@@ -93,6 +102,7 @@ class SparkRunOutcome:
     steps: list
     figures: dict
     notes: list[str] = field(default_factory=list)
+    history: History | None = None    # one "add" per committed batch (entry_id: the batch), for a failure's report
 
     @property
     def ok(self) -> bool:
@@ -118,6 +128,9 @@ class _Exactly:
 
 
 def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
+    if config.metadata not in ("sqlite", "zookeeper"):
+        raise InvalidArgumentError(f"run() starts a local cluster (sqlite or zookeeper), not {config.metadata!r}: "
+                                   "the namespace cluster's run is pyspark_ledger.testing.cluster.spark_fault_run")
     base_dir = Path(base_dir)
     started = time.monotonic()
     with LocalFaultCluster(base_dir / "cluster", 5, config.metadata, seed=config.seed,
@@ -128,7 +141,7 @@ def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
             job_proxy = FaultProxy(cluster.zookeeper.connect_string, seed=config.seed)
             uri = _job_uri(uri, cluster.zookeeper.connect_string, job_proxy.address)
         try:
-            return _SparkRun(config, cluster, base_dir, spark, started, uri, job_proxy).go()
+            return SparkRun(config, cluster, base_dir, spark, started, uri, job_proxy).go()
         finally:
             from pyspark_ledger.spark import executor
 
@@ -137,11 +150,16 @@ def run(config: SparkRunConfig, base_dir: str | Path, spark) -> SparkRunOutcome:
                 job_proxy.close()
 
 
-class _SparkRun:
+class SparkRun:
+    """One run of the job against ``cluster`` (a ``LocalFaultCluster`` or the namespace cluster's
+    ``NetnsFaultCluster``: ``hosts``, ``network``, ``heal_all``, ``open_store``, ``addresses``) through ``uri``.
+    ``extra_faults`` (kind -> ``apply(step)`` returning its heal) plays fault kinds ``actions.apply`` does not
+    know, e.g. the namespace cluster's executor kill."""
+
     def __init__(self, config: SparkRunConfig, cluster, base_dir: Path, spark, started: float, uri: str,
-                 job_proxy: FaultProxy | None) -> None:
+                 job_proxy: FaultProxy | None = None, extra_faults=None) -> None:
         self.config, self.cluster, self.base_dir, self.spark, self.started = config, cluster, base_dir, spark, started
-        self.uri, self.job_proxy = uri, job_proxy
+        self.uri, self.job_proxy, self.extra_faults = uri, job_proxy, dict(extra_faults or {})
         self.checkpoint = str(base_dir / "checkpoint")
         self.stop_file = str(base_dir / "stop")
         self.log = actions.FaultLog()
@@ -156,8 +174,8 @@ class _SparkRun:
 
     def go(self) -> SparkRunOutcome:
         config = self.config
-        roles = self.cluster.roles()
-        steps = sched.generate(config.seed, roles, duration_s=config.duration_s, steps=config.steps, kinds=config.kinds)
+        steps = list(config.schedule) or sched.generate(config.seed, self.cluster.roles(), duration_s=config.duration_s,
+                                                        steps=config.steps, kinds=config.kinds)
         rng = random.Random(config.seed * 7919 + 1)
         crashes = sorted(sched.Step(round(rng.uniform(0.1, 0.9) * config.duration_s, 2), DRIVER_CRASH, DRIVER, 0.0)
                          for _ in range(config.driver_crashes))
@@ -199,7 +217,7 @@ class _SparkRun:
                                       time.monotonic() - self.started, steps)
         numbers.update(notes=list(self.notes), restarts=len(self.restarts), batches=last_batch + 1 if
                        last_batch is not None else 0, restart_reasons=self.restarts[:10], replayed_batches=self.replayed, phases_s=self.phases)
-        return SparkRunOutcome(config, failures, steps, numbers, self.notes)
+        return SparkRunOutcome(config, failures, steps, numbers, self.notes, self.history)
 
     # --- the query ------------------------------------------------------------------------
     def _start(self):
@@ -223,10 +241,10 @@ class _SparkRun:
     def _warm_up(self) -> None:
         """Wait until the query committed its first batch (Spark and its Python workers are up), so the faults
         hit a running query rather than its start."""
-        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        deadline = time.monotonic() + self.config.warmup_timeout_s
         while _last(Path(self.checkpoint) / "commits") is None:
             if time.monotonic() > deadline:
-                raise LedgerError(f"the streaming query committed no batch within {WARMUP_TIMEOUT_S:.0f} s")
+                raise LedgerError(f"the streaming query committed no batch within {self.config.warmup_timeout_s:.0f} s")
             self._restart_if_failed()
             time.sleep(POLL_S)
         self._phase("warm-up")
@@ -274,14 +292,14 @@ class _SparkRun:
         """Once everything healed, the query must commit a new batch (bounded): a query that never recovers after
         ZooKeeper or the bookies heal is a failure even when what it wrote is exactly once."""
         before = _last(Path(self.checkpoint) / "commits")
-        deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+        deadline = time.monotonic() + self.config.progress_timeout_s
         while time.monotonic() < deadline:
             self._restart_if_failed()
             newest = _last(Path(self.checkpoint) / "commits")
             if newest is not None and (before is None or newest > before):
                 return
             time.sleep(POLL_S)
-        self.notes.append(f"the query committed no batch within {PROGRESS_TIMEOUT_S:.0f} s after healing "
+        self.notes.append(f"the query committed no batch within {self.config.progress_timeout_s:.0f} s after healing "
                           f"(last committed: {before})")
 
     def _finish(self) -> int | None:
@@ -308,8 +326,12 @@ class _SparkRun:
     # --- faults -----------------------------------------------------------------------------
     def _play(self, steps) -> None:
         hooks = {"zk_expiry": self._expire_job_sessions}
-        play(steps, lambda step: actions.apply(step, self.cluster.hosts, self.cluster.network, hooks), self.log,
-             self.config.duration_s)
+
+        def apply(step):
+            if step.kind in self.extra_faults:
+                return self.extra_faults[step.kind](step)
+            return actions.apply(step, self.cluster.hosts, self.cluster.network, hooks)
+        play(steps, apply, self.log, self.config.duration_s)
 
     def _heal_all(self) -> None:
         self.cluster.heal_all()
