@@ -56,6 +56,7 @@ class ServerConfig:
     skip_journal_corruption: bool = False
     journal_write_data: bool = False
     journal_inline_max_bytes: int = 64 * 1024
+    journal_preallocate_bytes: int = 4 * MiB
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
@@ -131,6 +132,7 @@ class ServerConfig:
             skip_journal_corruption=self.skip_journal_corruption,
             journal_write_data=self.journal_write_data,
             journal_inline_max_bytes=self.journal_inline_max_bytes,
+            journal_preallocate_bytes=self.journal_preallocate_bytes,
         )
 
 
@@ -234,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--journal-inline-max-bytes", type=_non_negative_int, default=64 * 1024,
         help="without --journal-write-data, still copy bodies up to this size into the journal: a group "
              "commit of small entries then needs one fsync, not two (0: references only)")
+    add("--journal-preallocate-bytes", type=_non_negative_int, default=4 * MiB,
+        help="extend the journal file with zeros this many bytes ahead of its records, so a group commit's "
+             "fdatasync changes no file metadata (0: plain appends)")
     add("--disk-usage-threshold", type=_fraction, default=0.95,
         help="turn read-only (refuse adds, register as read-only) when a disk of the bookie is fuller than this")
     add("--disk-usage-lwm", type=_fraction, default=0.90,

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 JOURNAL_SUFFIX = ".txn"
 _DROP_STEP = 1024 * 1024
+_ZERO_CHUNK = 1 << 20  # zeros written per pwrite when the file is preallocated
 _PAGE = 4096
 # Test hook: with this set to N, the fsync of the (N+1)-th group commit of the process fails with EIO, as a
 # failing disk's would (there is no failing block device to test with; see tests/bookie/test_storage_failure.py).
@@ -80,6 +81,8 @@ class Journal:
         self._max_records = config.journal_max_batch_records
         self._max_bytes = config.journal_max_batch_bytes
         self._file_size = config.journal_file_size
+        self._prealloc = config.journal_preallocate_bytes
+        self._allocated = 0  # the current file's size: zeros from ``_offset`` on, if preallocated
         self._on_sync = on_sync
         self._before_write = before_write
         self._cond = threading.Condition()
@@ -88,6 +91,7 @@ class Journal:
         self._failure: StorageError | None = None
         self._file_id = first_file_id
         self._fd, self._offset = self._create_file(first_file_id)
+        self._allocated = self._offset
         self._dropped = 0  # page cache of the current file dropped below this offset
         self._synced = JournalMark(first_file_id, self._offset)
         self._submitted = 0  # submissions accepted so far; they are written in this order
@@ -165,6 +169,10 @@ class Journal:
             self._cond.notify()
         self._thread.join()
         if self._fd >= 0:
+            try:
+                self._cut_preallocation()
+            except OSError as exc:  # the zeros stay: the next start's replay truncates them
+                log.warning("journal file %d: cannot cut its preallocated tail: %s", self._file_id, exc)
             os.close(self._fd)
             self._fd = -1
 
@@ -210,6 +218,7 @@ class Journal:
             chunks = [chunk for item in batch for chunk in item.chunks]
             if nbytes:  # an empty group (flushes only) writes nothing
                 chunks.append(encode_commit(sum(item.nrecords for item in batch), nbytes))
+                self._preallocate(self._offset + sum(len(chunk) for chunk in chunks))
             written = write_all(self._fd, chunks)
             started = time.monotonic()
             if _FAULT_FSYNC_AFTER is not None and self._commits_before_fault() <= 0:
@@ -241,14 +250,41 @@ class Journal:
             log.debug("cannot drop cached pages of journal file %d: %s", self._file_id, exc)
         self._dropped = upto
 
+    def _preallocate(self, end: int) -> None:
+        """Zeros written (not synced: the group commit's fdatasync covers them) from the file's end up to at least
+        ``end`` plus ``journal_preallocate_bytes``, when ``end`` is past what the file has."""
+        if not self._prealloc or end <= self._allocated:
+            return
+        target = end + self._prealloc
+        zeros = bytes(min(_ZERO_CHUNK, target - self._allocated))
+        position = self._allocated
+        try:
+            while position < target:
+                position += os.pwrite(self._fd, zeros[:target - position], position)
+        except OSError as exc:  # e.g. a disk nearly full: the records are written without (all of) it
+            log.warning("journal file %d: cannot preallocate %d bytes at offset %d (%s); writing without",
+                        self._file_id, target - position, position, exc)
+        self._allocated = position
+
+    def _cut_preallocation(self) -> None:
+        """Cut the current file to its records (a closed file ends with its last group commit) and sync it."""
+        if self._allocated > self._offset:
+            os.ftruncate(self._fd, self._offset)
+            os.fdatasync(self._fd)
+        self._allocated = self._offset
+
     def _rotate(self) -> None:
+        self._cut_preallocation()
         fd, offset = self._create_file(self._file_id + 1)
         os.close(self._fd)
         self._fd, self._file_id, self._offset, self._dropped = fd, self._file_id + 1, offset, 0
+        self._allocated = offset
 
     def _create_file(self, file_id: int) -> tuple[int, int]:
-        """A new file holding its FILE_HEADER record, durable with its directory entry: (fd, its size)."""
-        fd = os.open(journal_path(self._dir, file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        """A new file holding its FILE_HEADER record, durable with its directory entry: (fd, its size). Records are
+        written at the file's offset (``write_all`` from the position ``lseek`` left), not appended: the file may
+        hold preallocated zeros past them."""
+        fd = os.open(journal_path(self._dir, file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             header = encode_file_header()
             write_all(fd, [header])

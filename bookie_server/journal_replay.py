@@ -105,9 +105,16 @@ def _replay_file(path: Path, start: int, newest: bool, skip_corruption: bool, ap
             start = bad
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             torn_at = _replay_mapped(path, buf, start, size, newest, skip_corruption, apply, result)
+            zeros_only = torn_at is not None and _all_zeros(buf, torn_at, size)
     if torn_at is not None:
-        _truncate(path, torn_at, size)
+        _truncate(path, torn_at, size, zeros_only)
         result.truncated_bytes += size - torn_at
+
+
+def _all_zeros(buf, start: int, end: int) -> bool:
+    """Whether ``buf[start:end]`` holds only zero bytes (the journal's preallocated space), a megabyte at a time."""
+    step = 1 << 20
+    return all(not buf[offset:min(end, offset + step)].strip(b"\0") for offset in range(start, end, step))
 
 
 def _quick_version(fd: int, size: int) -> int | None:
@@ -161,9 +168,13 @@ def _why_acknowledged(buf, size: int, newest: bool, resume: int | None, commit: 
     return "it is not the newest journal file" if not newest else "it is not the journal's tail"
 
 
-def _truncate(path: Path, length: int, size: int) -> None:
-    log.warning("journal %s: ignoring a torn tail of %d bytes at offset %d (left by a crash); truncating it",
-                path, size - length, length)
+def _truncate(path: Path, length: int, size: int, zeros_only: bool = False) -> None:
+    if zeros_only:  # what a running journal preallocates (``journal_preallocate_bytes``), left by a stop or a crash
+        log.info("journal %s: cutting %d preallocated bytes after its last record (offset %d)", path, size - length,
+                 length)
+    else:
+        log.warning("journal %s: ignoring a torn tail of %d bytes at offset %d (left by a crash); truncating it",
+                    path, size - length, length)
     fd = os.open(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, length)

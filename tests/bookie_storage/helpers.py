@@ -81,12 +81,15 @@ def stream_then_kill(directory: Path, min_acks: int, *args: str, min_churn: int 
 
 
 def journal_records(directory: Path) -> list[tuple[Path, int, JournalRecord]]:
-    """Every (file, offset, record) of the journal, parsed with the journal's own format."""
+    """Every (file, offset, record) of the journal, parsed with the journal's own format (a running or killed
+    journal's file ends with preallocated zeros: ``journal_preallocate_bytes``)."""
     found = []
     for _, path in journal_files(directory / "journal"):
         data = path.read_bytes()
         offset = 0
         while offset < len(data):
+            if not data[offset:].strip(b"\0"):
+                break
             record = parse_record(data, offset, len(data))
             assert isinstance(record, JournalRecord), f"{path}@{offset}: {record}"
             found.append((path, offset, record))
