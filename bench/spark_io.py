@@ -70,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arrow_memory_source  # noqa: E402
 from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
-from cpu_usage import cpu_seconds, machine_busy_seconds  # noqa: E402
+from cpu_usage import ProcessGroups, cpu_seconds, machine_busy_seconds  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
@@ -93,33 +93,50 @@ def make_input(spark, rows: int, partitions: int):
 
 
 class Run(NamedTuple):
-    """One timed action: wall seconds, and CPU seconds the whole machine spent meanwhile."""
+    """One timed action: wall seconds, CPU seconds the whole machine spent meanwhile, and (when measured)
+    those seconds split by process group (``cpu_usage.ProcessGroups``)."""
 
     seconds: float
     machine_cpu_s: float
+    cpu_by_process: dict | None = None
 
 
-def timed(action) -> Run:
+def timed(action, groups: ProcessGroups | None = None) -> Run:
+    before = groups.sample() if groups is not None else None
     busy, started = machine_busy_seconds(), time.perf_counter()
     action()
-    return Run(time.perf_counter() - started, machine_busy_seconds() - busy)
+    seconds, machine = time.perf_counter() - started, machine_busy_seconds() - busy
+    return Run(seconds, machine, None if groups is None else ProcessGroups.split(before, groups.sample()))
 
 
-def timed_runs(action, repeats: int) -> list[Run]:
+def timed_runs(action, repeats: int, groups: ProcessGroups | None = None) -> list[Run]:
     """``repeats`` runs of a read or write; ``figures`` reports their median."""
-    return [timed(action) for _ in range(repeats)]
+    return [timed(action, groups) for _ in range(repeats)]
+
+
+def process_groups(spark, sandbox: Sandbox) -> ProcessGroups | None:
+    """Spark's JVM alone, the Python processes it started (executors' workers, the driver's planners), the
+    bookies, and this process (the Spark driver's Python side); None if the JVM's process is unknown."""
+    process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if process is None:
+        return None
+    return ProcessGroups({"jvm": (process.pid, False), "python_workers": (process.pid, True),
+                          **{f"bookie-{index}": (bookie.pid, False) for index, bookie in enumerate(sandbox.bookies)},
+                          "bench_driver": (os.getpid(), False)})
 
 
 def figures(rows: int, timing: Run | list[Run]) -> dict:
     """Throughput of the median run, and what share of the machine's cores it kept busy: near 1 means the
     run was bound by CPU (of any process: the JVM, Python workers, bookies), well below 1 by waiting."""
-    runs = sorted(timing if isinstance(timing, list) else [timing])
+    runs = sorted(timing if isinstance(timing, list) else [timing], key=lambda run: run.seconds)
     median = runs[(len(runs) - 1) // 2]
     cores = os.cpu_count() or 1
     result = {"seconds": round(median.seconds, 3), "rows_per_s": round(rows / median.seconds),
               "mb_per_s": round(rows * ROW_BYTES / median.seconds / 1e6, 1),
               "machine_cpu_seconds": round(median.machine_cpu_s, 2),
               "share_of_all_cores_busy": round(median.machine_cpu_s / (median.seconds * cores), 2)}
+    if median.cpu_by_process is not None:
+        result["cpu_by_process"] = median.cpu_by_process
     return result if len(runs) == 1 else dict(result, runs=[round(run.seconds, 3) for run in timing])
 
 
@@ -130,6 +147,7 @@ class Paths:
         self.spark, self.sandbox, self.workdir = spark, sandbox, workdir
         self.read_repeats, self.write_repeats = read_repeats, write_repeats
         self._streams = 0
+        self.groups: ProcessGroups | None = None  # set by measure()
 
     def new_stream(self) -> str:
         self._streams += 1
@@ -145,9 +163,9 @@ class Paths:
 
 def run_parquet(paths: Paths, frame, rows: int, name: str) -> dict:
     path = paths.parquet_path(name)
-    write = timed_runs(lambda: frame.write.mode("overwrite").parquet(path), paths.write_repeats)
+    write = timed_runs(lambda: frame.write.mode("overwrite").parquet(path), paths.write_repeats, paths.groups)
     read = timed_runs(lambda: paths.spark.read.parquet(path).write.format("noop").mode("overwrite").save(),
-                       paths.read_repeats)
+                       paths.read_repeats, paths.groups)
     size = sum(file.stat().st_size for file in Path(path).glob("*.parquet"))
     return {"write": figures(rows, write), "read": figures(rows, read), "bytes_on_disk": size}
 
@@ -160,11 +178,11 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
         streams_written.append(paths.new_stream())
         frame.write.format("ledger").mode("append").options(**options).save(streams_written[-1])
 
-    write = timed_runs(write_stream, paths.write_repeats)
+    write = timed_runs(write_stream, paths.write_repeats, paths.groups)
     stream = streams_written[-1]
     reading = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
     sent_before = bookie_bytes_read(paths.sandbox)
-    read = timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats)
+    read = timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats, paths.groups)
     sent = (bookie_bytes_read(paths.sandbox) - sent_before) / paths.read_repeats
     if reading.count() != rows:
         raise RuntimeError(f"stream {stream} holds {reading.count()} rows, not {rows}")
@@ -239,12 +257,13 @@ def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
         reading = (paths.spark.read.format(arrow_memory_source.NAME)
                    .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES,
                             payloadType=payload_type).load())
-        return timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats)
+        return timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats,
+                          paths.groups)
 
     read, read_string = read_as("binary"), read_as("string")
     result = paths.workdir / "arrow-memory-write.json"
     write = timed_runs(lambda: frame.write.format(arrow_memory_source.NAME).mode("append")
-                       .option("resultPath", str(result)).save(), paths.write_repeats)
+                       .option("resultPath", str(result)).save(), paths.write_repeats, paths.groups)
     if json.loads(result.read_text())["rows"] != rows:
         raise RuntimeError("the in-memory Arrow sink did not receive every row")
     return {"read": figures(rows, read), "read_string": figures(rows, read_string), "write": figures(rows, write)}
@@ -253,6 +272,7 @@ def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
 def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1,
             write_repeats: int = 1) -> dict:
     paths = Paths(spark, sandbox, workdir)
+    paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
     warm = make_input(spark, WARM_UP_ROWS, partitions)
     run_parquet(paths, warm, WARM_UP_ROWS, "warm-up")
