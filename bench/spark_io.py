@@ -143,8 +143,9 @@ def figures(rows: int, timing: Run | list[Run]) -> dict:
 class Paths:
     """Where each sink writes; ``stream`` names a new ledger stream per call."""
 
-    def __init__(self, spark, sandbox: Sandbox, workdir: Path, read_repeats: int = 1, write_repeats: int = 1) -> None:
-        self.spark, self.sandbox, self.workdir = spark, sandbox, workdir
+    def __init__(self, spark, sandbox: Sandbox, workdir: Path, read_repeats: int = 1, write_repeats: int = 1,
+                 compression: str = "none") -> None:
+        self.spark, self.sandbox, self.workdir, self.compression = spark, sandbox, workdir, compression
         self.read_repeats, self.write_repeats = read_repeats, write_repeats
         self._streams = 0
         self.groups: ProcessGroups | None = None  # set by measure()
@@ -155,6 +156,8 @@ class Paths:
 
     def ledger_options(self, *, write: bool = False) -> dict:
         replication = {"ensembleSize": "3", "writeQuorum": "3", "ackQuorum": "2"} if write else {}
+        if write and self.compression != "none":
+            replication["compression"] = self.compression
         return {"metadataServiceUri": self.sandbox.metadata_uri, **replication}
 
     def parquet_path(self, name: str) -> str:
@@ -270,8 +273,8 @@ def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
 
 
 def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1,
-            write_repeats: int = 1) -> dict:
-    paths = Paths(spark, sandbox, workdir)
+            write_repeats: int = 1, compression: str = "none") -> dict:
+    paths = Paths(spark, sandbox, workdir, compression=compression)
     paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
     warm = make_input(spark, WARM_UP_ROWS, partitions)
@@ -323,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--write-repeats", int, 3, help="times each write is run (a new stream each time); its median is "
                                                   "reported (the first write of a path may start Spark's Python "
                                                   "processes again)")
+    parser.add_argument("--compression", default="none", choices=("none", "lz4", "zstd"),
+                        help="the ledger write's option compression (default none)")
     parser.add_argument("--client-read", metavar="URI", help=argparse.SUPPRESS)  # the child of client_read()
     parser.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--bookie-pids", default="{}", help=argparse.SUPPRESS)
@@ -337,14 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Sandbox(bookies=3) as sandbox:
             results = measure(spark, sandbox, workdir, args.rows, args.partitions, args.read_repeats,
-                              args.write_repeats)
+                              args.write_repeats, args.compression)
             executor.close_all(sandbox.metadata_uri)
     finally:
         stop_spark_session(spark)
         shutil.rmtree(workdir, ignore_errors=True)
     document = {"benchmark": "spark_io", "rows": args.rows, "row": f"id bigint + payload of {PAYLOAD_BYTES} bytes",
                 "partitions": args.partitions, "read_repeats": args.read_repeats,
-                "write_repeats": args.write_repeats,
+                "write_repeats": args.write_repeats, "ledger_compression": args.compression,
                 "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, **results,
                 "ratios": ratios(results), "goals": GOALS,
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
