@@ -1,7 +1,7 @@
 """Benchmark Spark I/O through ``format("ledger")`` against parquet and an in-memory Arrow source, in one run.
 
 Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--read-repeats 5] [--write-repeats 3]
-[--out FILE]``.
+[--compression none] [--out FILE]``.
 
 The data: ``--rows`` rows of ``id bigint`` and ``payload string`` (100 random
 hex characters per row, made of ``uuid()`` values, so no column compresses
@@ -34,7 +34,10 @@ figure. The
 (``bookie_bytes_read``, from their metrics) beside the stream's entry bytes:
 more means entries were fetched twice (e.g. speculative reads). Every timed
 run also reports the CPU seconds the whole machine spent meanwhile and the
-share of its cores that kept busy (near 1: CPU-bound). ``client_read`` fetches
+share of its cores that kept busy (near 1: CPU-bound), and those seconds split
+by process (``cpu_by_process``: Spark's JVM, the Python processes it started,
+each bookie, this driver, the rest of the machine; ``cpu_usage.ProcessGroups``).
+``--compression`` sets the ``ledger`` write's option ``compression``. ``client_read`` fetches
 the same entries again with a plain ``LedgerReader`` in a fresh Python
 process, no Spark, and gives the CPU of the client and of each bookie per MiB
 (of its cheapest run). A ledger
