@@ -13,7 +13,7 @@ compression (``encode_batch(batch, "zstd")``, the sink's option
 ``compression``) is off by default: it costs the writer and every reader CPU
 per entry and pays only where the data compresses; where it does, it saves the
 bookies' and the client's per-byte work (docs/measurements.md, "Spark I/O on 2
-shared cores"). Decoding needs no setting: Arrow's IPC reader decompresses.
+shared cores, issue 16"). Decoding needs no setting: Arrow's IPC reader decompresses.
 
 Decoding is zero-copy for uncompressed entries: the batch's buffers point into the payload. Cutting
 (``entry_batches``) slices large batches without copying and fills each entry
