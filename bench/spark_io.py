@@ -1,7 +1,7 @@
 """Benchmark Spark I/O through ``format("ledger")`` against parquet and an in-memory Arrow source, in one run.
 
 Usage: ``python bench/spark_io.py [--rows 5000000] [--partitions 2] [--read-repeats 5] [--write-repeats 3]
-[--out FILE]``.
+[--compression none] [--out FILE]``.
 
 The data: ``--rows`` rows of ``id bigint`` and ``payload string`` (100 random
 hex characters per row, made of ``uuid()`` values, so no column compresses
@@ -34,7 +34,10 @@ figure. The
 (``bookie_bytes_read``, from their metrics) beside the stream's entry bytes:
 more means entries were fetched twice (e.g. speculative reads). Every timed
 run also reports the CPU seconds the whole machine spent meanwhile and the
-share of its cores that kept busy (near 1: CPU-bound). ``client_read`` fetches
+share of its cores that kept busy (near 1: CPU-bound), and those seconds split
+by process (``cpu_by_process``: Spark's JVM, the Python processes it started,
+each bookie, this driver, the rest of the machine; ``cpu_usage.ProcessGroups``).
+``--compression`` sets the ``ledger`` write's option ``compression``. ``client_read`` fetches
 the same entries again with a plain ``LedgerReader`` in a fresh Python
 process, no Spark, and gives the CPU of the client and of each bookie per MiB
 (of its cheapest run). A ledger
@@ -70,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arrow_memory_source  # noqa: E402
 from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
-from cpu_usage import cpu_seconds, machine_busy_seconds  # noqa: E402
+from cpu_usage import ProcessGroups, cpu_seconds, machine_busy_seconds  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
@@ -93,43 +96,62 @@ def make_input(spark, rows: int, partitions: int):
 
 
 class Run(NamedTuple):
-    """One timed action: wall seconds, and CPU seconds the whole machine spent meanwhile."""
+    """One timed action: wall seconds, CPU seconds the whole machine spent meanwhile, and (when measured)
+    those seconds split by process group (``cpu_usage.ProcessGroups``)."""
 
     seconds: float
     machine_cpu_s: float
+    cpu_by_process: dict | None = None
 
 
-def timed(action) -> Run:
+def timed(action, groups: ProcessGroups | None = None) -> Run:
+    before = groups.sample() if groups is not None else None
     busy, started = machine_busy_seconds(), time.perf_counter()
     action()
-    return Run(time.perf_counter() - started, machine_busy_seconds() - busy)
+    seconds, machine = time.perf_counter() - started, machine_busy_seconds() - busy
+    return Run(seconds, machine, None if groups is None else ProcessGroups.split(before, groups.sample()))
 
 
-def timed_runs(action, repeats: int) -> list[Run]:
+def timed_runs(action, repeats: int, groups: ProcessGroups | None = None) -> list[Run]:
     """``repeats`` runs of a read or write; ``figures`` reports their median."""
-    return [timed(action) for _ in range(repeats)]
+    return [timed(action, groups) for _ in range(repeats)]
+
+
+def process_groups(spark, sandbox: Sandbox) -> ProcessGroups | None:
+    """Spark's JVM alone, the Python processes it started (executors' workers, the driver's planners), the
+    bookies, and this process (the Spark driver's Python side); None if the JVM's process is unknown."""
+    process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if process is None:
+        return None
+    return ProcessGroups({"jvm": (process.pid, False), "python_workers": (process.pid, True),
+                          **{f"bookie-{index}": (bookie.pid, False) for index, bookie in enumerate(sandbox.bookies)},
+                          "bench_driver": (os.getpid(), False)})
 
 
 def figures(rows: int, timing: Run | list[Run]) -> dict:
     """Throughput of the median run, and what share of the machine's cores it kept busy: near 1 means the
     run was bound by CPU (of any process: the JVM, Python workers, bookies), well below 1 by waiting."""
-    runs = sorted(timing if isinstance(timing, list) else [timing])
+    runs = sorted(timing if isinstance(timing, list) else [timing], key=lambda run: run.seconds)
     median = runs[(len(runs) - 1) // 2]
     cores = os.cpu_count() or 1
     result = {"seconds": round(median.seconds, 3), "rows_per_s": round(rows / median.seconds),
               "mb_per_s": round(rows * ROW_BYTES / median.seconds / 1e6, 1),
               "machine_cpu_seconds": round(median.machine_cpu_s, 2),
               "share_of_all_cores_busy": round(median.machine_cpu_s / (median.seconds * cores), 2)}
+    if median.cpu_by_process is not None:
+        result["cpu_by_process"] = median.cpu_by_process
     return result if len(runs) == 1 else dict(result, runs=[round(run.seconds, 3) for run in timing])
 
 
 class Paths:
     """Where each sink writes; ``stream`` names a new ledger stream per call."""
 
-    def __init__(self, spark, sandbox: Sandbox, workdir: Path, read_repeats: int = 1, write_repeats: int = 1) -> None:
-        self.spark, self.sandbox, self.workdir = spark, sandbox, workdir
+    def __init__(self, spark, sandbox: Sandbox, workdir: Path, read_repeats: int = 1, write_repeats: int = 1,
+                 compression: str = "none") -> None:
+        self.spark, self.sandbox, self.workdir, self.compression = spark, sandbox, workdir, compression
         self.read_repeats, self.write_repeats = read_repeats, write_repeats
         self._streams = 0
+        self.groups: ProcessGroups | None = None  # set by measure()
 
     def new_stream(self) -> str:
         self._streams += 1
@@ -137,6 +159,8 @@ class Paths:
 
     def ledger_options(self, *, write: bool = False) -> dict:
         replication = {"ensembleSize": "3", "writeQuorum": "3", "ackQuorum": "2"} if write else {}
+        if write and self.compression != "none":
+            replication["compression"] = self.compression
         return {"metadataServiceUri": self.sandbox.metadata_uri, **replication}
 
     def parquet_path(self, name: str) -> str:
@@ -145,9 +169,9 @@ class Paths:
 
 def run_parquet(paths: Paths, frame, rows: int, name: str) -> dict:
     path = paths.parquet_path(name)
-    write = timed_runs(lambda: frame.write.mode("overwrite").parquet(path), paths.write_repeats)
+    write = timed_runs(lambda: frame.write.mode("overwrite").parquet(path), paths.write_repeats, paths.groups)
     read = timed_runs(lambda: paths.spark.read.parquet(path).write.format("noop").mode("overwrite").save(),
-                       paths.read_repeats)
+                       paths.read_repeats, paths.groups)
     size = sum(file.stat().st_size for file in Path(path).glob("*.parquet"))
     return {"write": figures(rows, write), "read": figures(rows, read), "bytes_on_disk": size}
 
@@ -160,11 +184,11 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
         streams_written.append(paths.new_stream())
         frame.write.format("ledger").mode("append").options(**options).save(streams_written[-1])
 
-    write = timed_runs(write_stream, paths.write_repeats)
+    write = timed_runs(write_stream, paths.write_repeats, paths.groups)
     stream = streams_written[-1]
     reading = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
     sent_before = bookie_bytes_read(paths.sandbox)
-    read = timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats)
+    read = timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats, paths.groups)
     sent = (bookie_bytes_read(paths.sandbox) - sent_before) / paths.read_repeats
     if reading.count() != rows:
         raise RuntimeError(f"stream {stream} holds {reading.count()} rows, not {rows}")
@@ -239,20 +263,22 @@ def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
         reading = (paths.spark.read.format(arrow_memory_source.NAME)
                    .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES,
                             payloadType=payload_type).load())
-        return timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats)
+        return timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats,
+                          paths.groups)
 
     read, read_string = read_as("binary"), read_as("string")
     result = paths.workdir / "arrow-memory-write.json"
     write = timed_runs(lambda: frame.write.format(arrow_memory_source.NAME).mode("append")
-                       .option("resultPath", str(result)).save(), paths.write_repeats)
+                       .option("resultPath", str(result)).save(), paths.write_repeats, paths.groups)
     if json.loads(result.read_text())["rows"] != rows:
         raise RuntimeError("the in-memory Arrow sink did not receive every row")
     return {"read": figures(rows, read), "read_string": figures(rows, read_string), "write": figures(rows, write)}
 
 
 def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1,
-            write_repeats: int = 1) -> dict:
-    paths = Paths(spark, sandbox, workdir)
+            write_repeats: int = 1, compression: str = "none") -> dict:
+    paths = Paths(spark, sandbox, workdir, compression=compression)
+    paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
     warm = make_input(spark, WARM_UP_ROWS, partitions)
     run_parquet(paths, warm, WARM_UP_ROWS, "warm-up")
@@ -303,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--write-repeats", int, 3, help="times each write is run (a new stream each time); its median is "
                                                   "reported (the first write of a path may start Spark's Python "
                                                   "processes again)")
+    parser.add_argument("--compression", default="none", choices=("none", "lz4", "zstd"),
+                        help="the ledger write's option compression (default none)")
     parser.add_argument("--client-read", metavar="URI", help=argparse.SUPPRESS)  # the child of client_read()
     parser.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--bookie-pids", default="{}", help=argparse.SUPPRESS)
@@ -317,14 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Sandbox(bookies=3) as sandbox:
             results = measure(spark, sandbox, workdir, args.rows, args.partitions, args.read_repeats,
-                              args.write_repeats)
+                              args.write_repeats, args.compression)
             executor.close_all(sandbox.metadata_uri)
     finally:
         stop_spark_session(spark)
         shutil.rmtree(workdir, ignore_errors=True)
     document = {"benchmark": "spark_io", "rows": args.rows, "row": f"id bigint + payload of {PAYLOAD_BYTES} bytes",
                 "partitions": args.partitions, "read_repeats": args.read_repeats,
-                "write_repeats": args.write_repeats,
+                "write_repeats": args.write_repeats, "ledger_compression": args.compression,
                 "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, **results,
                 "ratios": ratios(results), "goals": GOALS,
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -9,10 +9,13 @@ entry framing"). The self-describing stream buys a lot: any entry decodes
 alone (no schema lookup before the first read of a ledger, the CLI can dump an
 entry), a ledger needs no schema in its metadata, and a stream's schema can
 change between entries without breaking old ones. So the stream it is. Buffer
-compression saves bytes, but its CPU cost per entry outweighs what it saves in
-replication, so it is left off.
+compression (``encode_batch(batch, "zstd")``, the sink's option
+``compression``) is off by default: it costs the writer and every reader CPU
+per entry and pays only where the data compresses; where it does, it saves the
+bookies' and the client's per-byte work (docs/measurements.md, "Spark I/O on 2
+shared cores, issue 16"). Decoding needs no setting: Arrow's IPC reader decompresses.
 
-Decoding is zero-copy: the batch's buffers point into the payload. Cutting
+Decoding is zero-copy for uncompressed entries: the batch's buffers point into the payload. Cutting
 (``entry_batches``) slices large batches without copying and fills each entry
 with ``rows_per_entry`` rows (concatenating small batches), keeping it under
 ``max_entry_bytes``.
@@ -24,7 +27,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from pyspark_ledger.errors import CorruptEntryError, EntryTooLargeError, InvalidArgumentError
-from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY
+from pyspark_ledger.spark.options import COMPRESSIONS, DEFAULT_ROWS_PER_ENTRY
 from pyspark_ledger.spark.schema import child_fields
 
 MiB = 1024 * 1024
@@ -32,12 +35,22 @@ MiB = 1024 * 1024
 DEFAULT_MAX_ENTRY_BYTES = 4 * MiB
 
 
-def encode_batch(batch: pa.RecordBatch) -> bytes:
-    """The entry payload holding ``batch``: an Arrow IPC stream (schema, batch, end)."""
+#: IPC options per buffer compression (the sink's option ``compression``); Arrow's IPC reader decompresses
+#: any of them, so readers need no setting.
+_WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=None if name == "none" else name, use_threads=False)
+                  for name in COMPRESSIONS}
+
+
+def encode_batch(batch: pa.RecordBatch, compression: str = "none") -> bytes:
+    """The entry payload holding ``batch``: an Arrow IPC stream (schema, batch, end), its buffers
+    compressed with ``compression`` (one of ``COMPRESSIONS``)."""
     if not isinstance(batch, pa.RecordBatch):
         raise InvalidArgumentError(f"an entry holds a pyarrow.RecordBatch, got {type(batch).__name__}")
+    options = _WRITE_OPTIONS.get(compression)
+    if options is None:
+        raise InvalidArgumentError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
 

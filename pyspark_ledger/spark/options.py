@@ -24,6 +24,7 @@ writeQuorum                            yes       yes       3
 ackQuorum                              yes       yes       2
 digest                                 yes       yes       crc32c (or hmac-sha256)
 rowsPerEntry                           yes       yes       10000
+compression                            yes       yes       none (or lz4, zstd)
 minAckQuorumZones                      yes       yes       1 (no demand); 1 to 16
 writerId                                         yes       from checkpointLocation
 tlsCa                yes      yes      yes       yes       $LEDGER_TLS_CA on each process
@@ -86,6 +87,7 @@ WRITES = frozenset({BATCH_WRITE, STREAM_WRITE})
 ALL_MODES = READS | WRITES
 DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM, DEFAULT_ACK_QUORUM = 3, 3, 2
 DEFAULT_ROWS_PER_ENTRY = 10_000
+COMPRESSIONS = ("none", "lz4", "zstd")  # of an entry's Arrow buffers (arrow_codec)
 MAX_INT32 = 2**31 - 1
 SPARK_PATH = "path"
 IGNORED = frozenset({"queryname"})
@@ -129,6 +131,7 @@ class WriteOptions:
     ack_quorum: int = DEFAULT_ACK_QUORUM
     digest: str = DIGEST_CRC32C
     rows_per_entry: int = DEFAULT_ROWS_PER_ENTRY
+    compression: str = "none"  # of each entry's Arrow buffers: one of COMPRESSIONS
     password: str = field(default="", repr=False)
     writer_id: str | None = None  # streaming: the writerId option, if given
     checkpoint_location: str | None = None  # streaming: Spark's checkpointLocation, if given
@@ -208,6 +211,12 @@ def _digest(name: str, raw: str) -> str:
         raise _invalid(name, raw, "crc32c or hmac-sha256") from exc
 
 
+def _compression(name: str, raw: str) -> str:
+    if raw.strip().lower() not in COMPRESSIONS:
+        raise _invalid(name, raw, ", ".join(COMPRESSIONS))
+    return raw.strip().lower()
+
+
 def _text(name: str, raw: str) -> str:
     return raw
 
@@ -253,6 +262,7 @@ _OPTIONS = {option.name.lower(): option for option in (
     _Option("ackQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
     _Option("digest", WRITES, _digest, "a reader uses the digest each ledger was written with"),
     _Option("rowsPerEntry", WRITES, _positive_int, "a reader gets the entries as written"),
+    _Option("compression", WRITES, _compression, "a reader decompresses whatever each entry used"),
     _Option("minAckQuorumZones", WRITES, _ack_zones, "bookies are placed when a stream is written"),
     _Option("writerId", frozenset({STREAM_WRITE}), _writer_id,
             "a batch write is committed once, under an id of its own"),
@@ -294,6 +304,7 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool = False) 
         ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
         digest=values.get("digest", DIGEST_CRC32C),
         rows_per_entry=values.get("rowsperentry", DEFAULT_ROWS_PER_ENTRY),
+        compression=values.get("compression", "none"),
         password=values.get("password", ""), writer_id=values.get("writerid"),
         checkpoint_location=values.get("checkpointlocation") if streaming else None, tls=_tls(values),
         min_ack_quorum_zones=values.get("minackquorumzones", 1))

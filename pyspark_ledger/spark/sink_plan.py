@@ -63,6 +63,7 @@ class SinkPlan:
     overwrite: bool = False
     rows_per_entry: int = DEFAULT_ROWS_PER_ENTRY
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    compression: str = "none"  # of each entry's Arrow buffers (option compression)
     password: bytes = field(default=b"", repr=False)
     tls: ClientTls | None = None  # the write's TLS options (None: each process's LEDGER_TLS_*)
     min_ack_quorum_zones: int = 1  # the write's minAckQuorumZones option, for the tasks' clients
@@ -90,16 +91,16 @@ def plan_sink(options: WriteOptions, spark_schema, *, overwrite: bool) -> SinkPl
     schema = target_schema(streams, options.stream, info.arrow_schema(), incoming)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=schema,
                     replication=info.replication, partition_count=info.partitions, exists=True,
-                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes,
-                    tls=options.tls, min_ack_quorum_zones=options.min_ack_quorum_zones)
+                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, compression=options.compression,
+                    password=options.password_bytes, tls=options.tls, min_ack_quorum_zones=options.min_ack_quorum_zones)
 
 
 def _new_stream_plan(options: WriteOptions, incoming: pa.Schema, overwrite: bool) -> SinkPlan:
     replication = Replication(options.ensemble_size, options.write_quorum, options.ack_quorum, options.digest)
     return SinkPlan(uri=options.metadata_service_uri, stream=options.stream, schema=incoming,
                     replication=replication, partition_count=options.partitions, exists=False,
-                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, password=options.password_bytes,
-                    tls=options.tls, min_ack_quorum_zones=options.min_ack_quorum_zones)
+                    overwrite=overwrite, rows_per_entry=options.rows_per_entry, compression=options.compression,
+                    password=options.password_bytes, tls=options.tls, min_ack_quorum_zones=options.min_ack_quorum_zones)
 
 
 def target_schema(streams, stream: str, stored: pa.Schema | None, incoming: pa.Schema) -> pa.Schema:

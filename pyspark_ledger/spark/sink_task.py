@@ -96,7 +96,7 @@ class _TaskLedger:
             self._writer = create_stream_ledger(client, self._plan.replication, self._plan.password,
                                                 self._plan.stream, self.partition)
             self._pipeline = _Pipeline(self._writer, MAX_INFLIGHT_BYTES)
-        payload = encode_batch(batch)
+        payload = encode_batch(batch, self._plan.compression)
         self._pipeline.append(payload)
         self.rows, self.entries, self.bytes = self.rows + batch.num_rows, self.entries + 1, self.bytes + len(payload)
 

@@ -70,6 +70,21 @@ def test_a_slice_encodes_only_its_rows():
     assert decode_batch(encode_batch(batch.slice(5000, 1000))).equals(batch.slice(5000, 1000))
 
 
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_entries_are_smaller_and_decode_without_a_setting(compression):
+    batch = sample_batch(10_000, text_size=40)  # zero-padded numbers: compressible
+    plain, packed = encode_batch(batch), encode_batch(batch, compression)
+    assert len(packed) < len(plain) * 0.7
+    assert encode_batch(batch, "none") == plain
+    decoded = decode_batch(packed, full_validation=True)
+    assert decoded.equals(batch) and decoded.schema.equals(batch.schema, check_metadata=True)
+
+
+def test_an_unknown_compression_is_refused_naming_the_choices():
+    with pytest.raises(InvalidArgumentError, match="compression must be one of none, lz4, zstd, got 'gzip'"):
+        encode_batch(sample_batch(3), "gzip")
+
+
 def test_encode_refuses_non_batches():
     with pytest.raises(InvalidArgumentError, match="pyarrow.RecordBatch, got Table"):
         encode_batch(pa.table({"a": [1]}))

@@ -102,6 +102,19 @@ def test_rows_of_a_partition_are_read_in_the_order_written(spark, cluster, strea
         assert {row.task for row in back if row._partition == partition} == {partition}
 
 
+def test_compressed_entries_hold_fewer_bytes_and_read_back_alike(spark, cluster, streams, stream):
+    frame = spark.range(0, 20_000, numPartitions=2).selectExpr("id", "repeat(cast(id % 7 AS string), 50) AS text")
+    sizes = {}
+    for compression in ("none", "zstd"):
+        writer(frame, cluster, compression=compression).save(f"{stream}-{compression}")
+        back = load(spark, cluster, f"{stream}-{compression}")
+        assert sorted(map(tuple, back.collect())) == sorted(map(tuple, frame.collect()))
+        logs = streams.partition_logs(f"{stream}-{compression}").values()
+        sizes[compression] = sum(span.length for log in logs for span in log.spans)
+    assert sizes["zstd"] < sizes["none"] / 5, sizes
+    assert not orphans(streams)
+
+
 def test_append_twice_keeps_both_and_overwrite_replaces(spark, cluster, streams, stream):
     writer(spark.range(0, 100, numPartitions=2), cluster).save(stream)
     writer(spark.range(100, 250, numPartitions=3), cluster, partitions=9).save(stream)
@@ -163,6 +176,7 @@ def test_incompatible_schema_fails_before_any_task(spark, cluster, streams, stre
     ({"rowsPerEntry": "0"}, "option rowsPerEntry='0' is invalid"),
     ({"ensembleSize": "2"}, "ensembleSize=2, writeQuorum=3 (default)"),
     ({"digest": "sha1"}, "option digest='sha1' is invalid"),
+    ({"compression": "gzip"}, "option compression='gzip' is invalid"),
     ({"startingOffsets": "latest"}, "option startingOffsets does not apply to a batch write"),
     ({"writerId": "x"}, "option writerId does not apply to a batch write"),
     ({"partitons": "3"}, "did you mean partitions?"),
