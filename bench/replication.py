@@ -10,6 +10,9 @@ run, on the same machine, it measures two limits for the same bytes:
 
 * ``fsync``: 3 threads, each appending the entries to its own file with one
   fsync per write of up to 1 MiB (an ideal group-committing journal);
+* ``paced_1KiB_1000_per_s.fsync``: the paced fsync floor (``paced_fsync.py``): 1 KiB records paced at
+  1,000/s to 3 files, each with a group-committing writer thread (append, fdatasync), latency to the
+  second durable copy -- what an add fsync'd on 2 of 3 bookies before its ack cannot beat on this disk;
 * ``grpc_fanout``: the encoded entries sent with the client's AddStream to 3
   servers of the same proto that store nothing (``noop_bookies.py``),
   each entry done once all 3 acknowledged; for 1 KiB also paced at 1,000
@@ -29,7 +32,12 @@ microseconds per entry of the client process (with this driver) and of each
 bookie, and ``where_the_time_goes`` the rate that CPU would allow if every
 core did nothing else; the paced run is repeated against bookies started with
 ``--journal-write-data`` (every body copied into the journal; by default only
-bodies up to 64 KiB are, larger ones are journaled by reference). Prints one JSON document (and writes it with ``--out``). Everything
+bodies up to 64 KiB are, larger ones are journaled by reference), and, where /dev/shm is a tmpfs, against 3
+fresh bookies whose directories are there (``paced_1KiB_1000_per_s_tmpfs``: fdatasync costs nothing, so
+nothing is durable; a labelled extra row, what the disk adds to the real run). Each paced run against bookies
+also reports what their journals did meanwhile (``journals``, from their /metrics: commits/s, records per
+commit, fsync time, the bookie's own received-to-durable latency; ``bookie_journal.py``). Prints one JSON
+document (and writes it with ``--out``). Everything
 shares the machine: bookies, client, servers and whatever else runs there
 (see the load averages).
 """
@@ -49,7 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
 
+from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
+from paced_fsync import paced_group_commits  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from bookie_server.storage import AddOp, BookieStorage, StorageConfig  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
@@ -65,6 +75,7 @@ KiB, MiB = 1024, 1024 * 1024
 SIZES = {"1KiB": (KiB, 2_000), "1MiB": (MiB, 8)}  # payload bytes, adds in flight
 GOALS = {"1KiB_entries_per_s": 20_000, "1MiB_ratio_to_lower_limit": 0.6, "paced_p99_ms": 5.0}
 PASSWORD = b"bench"
+TMPFS = Path("/dev/shm")  # where Linux mounts a tmpfs: fdatasync there returns at once
 
 
 # --- measurements ---------------------------------------------------------------------------------
@@ -115,13 +126,17 @@ def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float |
 
 
 def client_run(uri: str, size: int, seconds: float, inflight: int, rate: float | None = None,
-               servers: dict[str, int] | None = None) -> dict:
-    """One writer's run; with ``servers`` (name -> pid) also the CPU per entry of each and of this process."""
+               servers: dict[str, int] | None = None, bookies=None) -> dict:
+    """One writer's run; with ``servers`` (name -> pid) also the CPU per entry of each and of this process; with
+    ``bookies`` (a ``BookieCluster``) also what their journals did meanwhile (``bookie_journal``)."""
     with LedgerClient(uri, ClientConfig(max_inflight_adds=max(inflight, 1))) as client:
         writer = client.create_ledger(3, 3, 2, password=PASSWORD)
         meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
+        watch = JournalWatch(bookies).start() if bookies is not None else None
         result = drive_writer(writer, size, seconds, inflight, rate)
         result.update(meter.per_item(result["entries"]))
+        if watch is not None:
+            result["journals"] = watch.stop(result["seconds"])
         writer.close()
     return result
 
@@ -261,6 +276,15 @@ def client_over_noop(ports: list[int], directory: Path, size: int, seconds: floa
         return client_run(uri, size, seconds, inflight, rate, servers)
 
 
+def is_tmpfs(path: Path) -> bool:
+    """Whether ``path`` is the mount point of a tmpfs (from /proc/mounts)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    return any(fields[1:3] == [str(path), "tmpfs"] for fields in (line.split() for line in mounts))
+
+
 def ratio(value: float, limit: float) -> float:
     return round(value / limit, 2) if limit else float("nan")
 
@@ -292,18 +316,26 @@ def run(seconds: float) -> dict:
             for process, _ in servers:
                 process.kill()
                 process.wait()
+        result["limits"]["paced_1KiB_1000_per_s"]["fsync"] = paced_group_commits(directory, seconds=seconds)
         result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, KiB, 60_000)}
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
         with BookieCluster(3, directory / "bookies", uri) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
             for name, (size, inflight) in SIZES.items():
                 result["runs"][name] = client_run(uri, size, seconds, inflight, servers=pids)
-            result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids)
+            result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids, cluster)
         uri = f"sqlite:///{directory}/metadata-write-data.db?lease_seconds=5"
         with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
             result["runs"]["paced_1KiB_1000_per_s_journal_write_data"] = client_run(uri, KiB, seconds, 1_000,
-                                                                                    1000.0, pids)
+                                                                                    1000.0, pids, cluster)
+    if is_tmpfs(TMPFS):  # the same paced run where fdatasync costs nothing: what the disk adds (not durable)
+        with tempfile.TemporaryDirectory(prefix="bench-replication-", dir=TMPFS) as tmp:
+            uri = f"sqlite:///{tmp}/metadata.db?lease_seconds=5"
+            with BookieCluster(3, Path(tmp) / "bookies", uri) as cluster:
+                pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
+                result["runs"]["paced_1KiB_1000_per_s_tmpfs"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids,
+                                                                           cluster)
     result["where_the_time_goes"] = {name: cpu_bound(run) for name, run in result["runs"].items()}
     result["where_the_time_goes"]["1KiB_floor"] = floor_1kib(result)
     result["where_the_time_goes"]["paced_1KiB_1000_per_s_grpc_fanout_alone"] = cpu_bound(

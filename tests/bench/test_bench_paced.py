@@ -1,0 +1,76 @@
+"""The paced-latency limits of bench/replication.py: the paced fsync floor and the bookies' journal figures."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from bench import bookie_journal, paced_fsync  # noqa: E402
+from bench import replication as rep  # noqa: E402
+
+METRICS_BEFORE = """# HELP bookie_journal_fsync_latency_seconds Journal group-commit fsync time
+# TYPE bookie_journal_fsync_latency_seconds histogram
+bookie_journal_fsync_latency_seconds_bucket{le="0.001"} 10.0
+bookie_journal_fsync_latency_seconds_bucket{le="0.0025"} 10.0
+bookie_journal_fsync_latency_seconds_bucket{le="+Inf"} 10.0
+bookie_journal_fsync_latency_seconds_count 10.0
+bookie_journal_fsync_latency_seconds_sum 0.005
+bookie_journal_batch_records_count 10.0
+bookie_journal_batch_records_sum 10.0
+"""
+METRICS_AFTER = """bookie_journal_fsync_latency_seconds_bucket{le="0.001"} 10.0
+bookie_journal_fsync_latency_seconds_bucket{le="0.0025"} 110.0
+bookie_journal_fsync_latency_seconds_bucket{le="+Inf"} 210.0
+bookie_journal_fsync_latency_seconds_count 210.0
+bookie_journal_fsync_latency_seconds_sum 0.805
+bookie_journal_batch_records_count 210.0
+bookie_journal_batch_records_sum 610.0
+bookie_add_latency_seconds_bucket{le="0.001"} 0.0
+bookie_add_latency_seconds_bucket{le="+Inf"} 0.0
+bookie_add_latency_seconds_count 0.0
+bookie_add_latency_seconds_sum 0.0
+"""
+
+
+def test_the_paced_floor_makes_every_record_durable_on_two_of_three_files_and_removes_them(tmp_path):
+    result = paced_fsync.paced_group_commits(tmp_path, seconds=0.3)
+    assert 250 <= result["records"] <= 310  # 1,000/s for 0.3 s
+    assert 0 < result["p50_ms_to_copy_2"] <= result["p99_ms_to_copy_2"]
+    assert result["records_per_fsync"] >= 1 and result["fsyncs_per_s_per_file"] > 0
+    assert "copy 2 of 3" in result["method"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_paced_floor_refuses_a_quorum_larger_than_the_files(tmp_path):
+    with pytest.raises(ValueError, match="quorum must be between 1 and files"):
+        paced_fsync.paced_group_commits(tmp_path, files=2, quorum=3, seconds=0.1)
+
+
+def test_journal_figures_are_the_change_between_two_scrapes():
+    before, after = bookie_journal.parse(METRICS_BEFORE), bookie_journal.parse(METRICS_AFTER)
+    window = bookie_journal.window(before, after, 2.0)
+    assert window["commits_per_s"] == 100.0  # 200 fsyncs in 2 s
+    assert window["records_per_commit"] == 3.0
+    assert window["fsync_mean_ms"] == 4.0  # 0.8 s over 200
+    assert window["fsync_p50_ms"] == 2.5  # the 100th of 200 ends the (1, 2.5] ms bucket
+    assert window["fsync_p99_ms"] == 2.5  # in +Inf: the largest finite bound
+    assert window["add_batches"] == 0 and window["received_to_durable_mean_ms"] is None
+
+
+def test_a_quantile_is_interpolated_inside_its_bucket():
+    assert bookie_journal.quantile([(1.0, 0.0), (3.0, 10.0), (float("inf"), 10.0)], 0.5) == 2.0
+    assert bookie_journal.quantile([(1.0, 0.0), (float("inf"), 0.0)], 0.5) is None
+
+
+def test_tmpfs_is_told_from_the_mount_table():
+    assert not rep.is_tmpfs(Path("/no/such/mount"))
+    assert rep.is_tmpfs(Path("/dev/shm")) == any(
+        line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in Path("/proc/mounts").read_text().splitlines())
+
+
+def test_the_preallocated_floor_overwrites_zeros_and_removes_its_files(tmp_path):
+    result = paced_fsync.paced_group_commits(tmp_path, files=2, seconds=0.2, preallocated=True)
+    assert result["preallocated"] is True and result["p50_ms_to_copy_2"] > 0
+    assert list(tmp_path.iterdir()) == []
