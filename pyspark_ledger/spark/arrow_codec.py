@@ -27,7 +27,8 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from pyspark_ledger.errors import CorruptEntryError, EntryTooLargeError, InvalidArgumentError
-from pyspark_ledger.spark.options import COMPRESSIONS, DEFAULT_ROWS_PER_ENTRY
+from pyspark_ledger.spark.option_values import COMPRESSIONS
+from pyspark_ledger.spark.options import DEFAULT_ROWS_PER_ENTRY
 from pyspark_ledger.spark.schema import child_fields
 
 MiB = 1024 * 1024
