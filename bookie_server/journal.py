@@ -218,7 +218,7 @@ class Journal:
             chunks = [chunk for item in batch for chunk in item.chunks]
             if nbytes:  # an empty group (flushes only) writes nothing
                 chunks.append(encode_commit(sum(item.nrecords for item in batch), nbytes))
-                self._preallocate(self._offset + sum(len(chunk) for chunk in chunks))
+                self._preallocate(self._offset + nbytes + len(chunks[-1]))  # the records, then COMMIT
             written = write_all(self._fd, chunks)
             started = time.monotonic()
             if _FAULT_FSYNC_AFTER is not None and self._commits_before_fault() <= 0:

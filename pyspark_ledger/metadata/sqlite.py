@@ -85,8 +85,7 @@ class SqliteMetadataStore(MetadataStore):
                                     expected_version)).rowcount
             if not updated:
                 self._check_ledger_version(conn, ledger_id, expected_version)
-                raise InternalError(f"ledger {ledger_id} in {self.uri}: its compare-and-set matched no row "
-                                    f"although it is at version {expected_version}")
+                raise self._matched_nothing(f"ledger {ledger_id}", "compare-and-set", expected_version)
         return expected_version + 1
 
     def delete_ledger(self, ledger_id: int, expected_version: int | None = None) -> None:
@@ -98,8 +97,7 @@ class SqliteMetadataStore(MetadataStore):
                                    (ledger_id, expected_version, expected_version)).rowcount
             if not deleted:
                 self._check_ledger_version(conn, ledger_id, expected_version)
-                raise InternalError(f"ledger {ledger_id} in {self.uri}: its delete matched no row although "
-                                    f"it is at version {expected_version}")
+                raise self._matched_nothing(f"ledger {ledger_id}", "delete", expected_version)
 
     def list_ledgers(self) -> Iterator[int]:
         after = -1
@@ -117,6 +115,12 @@ class SqliteMetadataStore(MetadataStore):
                      callback: Callable[[Versioned[LedgerMetadata] | None], None]) -> Watch:
         names.check_ledger_id(ledger_id)
         return self._poller.watch_ledger(ledger_id, callback)
+
+    def _matched_nothing(self, what: str, statement: str, expected: int | None) -> InternalError:
+        """A conditional statement matched no row although the version check just passed (cannot happen inside
+        one transaction: a bug, not a conflict)."""
+        return InternalError(f"{what} in {self.uri}: its {statement} matched no row although it is at version "
+                             f"{expected}")
 
     def _check_ledger_version(self, conn, ledger_id: int, expected: int | None) -> None:
         row = conn.execute("SELECT version FROM ledgers WHERE ledger_id = ?", (ledger_id,)).fetchone()
@@ -209,8 +213,7 @@ class SqliteMetadataStore(MetadataStore):
                                    (value, key, expected_version)).rowcount
             if not updated:
                 self._check_key_version(conn, key, expected_version)
-                raise InternalError(f"metadata key {key!r} in {self.uri}: its compare-and-set matched no row "
-                                    f"although it is at version {expected_version}")
+                raise self._matched_nothing(f"metadata key {key!r}", "compare-and-set", expected_version)
         return expected_version + 1
 
     def delete(self, key: str, expected_version: int | None = None) -> None:

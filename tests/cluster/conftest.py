@@ -2,11 +2,16 @@
 where this process cannot make namespaces (not root, no ``ip``) or ZooKeeper or Spark is missing."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from pyspark_ledger.errors import InvalidArgumentError
+from pyspark_ledger.testing.bookies import child_env
+from pyspark_ledger.testing.jepsen.seeds import seeds_from_env
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns_unavailable_reason
 from pyspark_ledger.testing.spark import spark_unavailable_reason
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
@@ -30,14 +35,26 @@ MAX_SCHEDULES = 10_000
 
 
 def jepsen_seeds() -> list[int]:
-    """The seeds of a cluster fault test: ``LEDGER_JEPSEN_SEED=S``: only S; ``LEDGER_JEPSEN_SCHEDULES=N``: seeds
-    1..N (default 1), each on a cluster of its own."""
-    if os.environ.get("LEDGER_JEPSEN_SEED"):
-        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
-    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "1"))
-    if not 1 <= count <= MAX_SCHEDULES:
-        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
-    return list(range(1, count + 1))
+    """The seeds of a cluster fault test (``LEDGER_JEPSEN_SEED`` / ``LEDGER_JEPSEN_SCHEDULES``, default 1), each on
+    a cluster of its own."""
+    return seeds_from_env(default=1, limit=MAX_SCHEDULES)
+
+
+def run_on_driver(cluster, module: str, seed: int, run_dir: Path, *, up_s: float, timeout_s: float,
+                  nice: int | None = None) -> tuple[dict, subprocess.CompletedProcess]:
+    """``python -m module --cluster FILE --seed SEED --dir RUN_DIR`` on the cluster's driver host (under ``nice -n``
+    if given): the figures it printed as its last line, with the cluster's start-up (``up_s``) and the run's own
+    seconds added, and the finished process. Fails the test when it printed nothing."""
+    command = ["ip", "netns", "exec", cluster.hosts["driver"].netns,
+               *(["nice", "-n", str(nice)] if nice is not None else []), sys.executable, "-m", module,
+               "--cluster", str(cluster.cluster_file), "--seed", str(seed), "--dir", str(run_dir)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=child_env(),
+                          stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"seed {seed}: the run printed nothing (exit {done.returncode}):\n{done.stderr[-6000:]}"
+    numbers = json.loads(lines[-1])
+    numbers["cluster_up_s"] = round(up_s, 1)
+    return numbers, done
 
 
 def skip_unless_netns() -> None:

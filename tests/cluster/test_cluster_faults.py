@@ -21,7 +21,6 @@ from collections import Counter
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -41,7 +40,7 @@ from pyspark_ledger.testing.cluster.partitions import NetnsNetwork
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.zookeeper import ZooKeeperServer
-from tests.cluster.conftest import cluster_tests, jepsen_seeds, skip_unless_netns
+from tests.cluster.conftest import cluster_tests, jepsen_seeds, run_on_driver, skip_unless_netns
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(1800)
@@ -299,17 +298,9 @@ def test_a_fault_schedule_on_the_namespace_cluster(seed, tmp_path):
     started = time.monotonic()
     with cluster:
         up_s = time.monotonic() - started
-        run_dir = tmp_path / "run"
-        command = ["ip", "netns", "exec", cluster.hosts["driver"].netns, sys.executable, "-m",
-                   "pyspark_ledger.testing.cluster.fault_run", "--cluster", str(cluster.cluster_file),
-                   "--seed", str(seed), "--dir", str(run_dir)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=child_env(),
-                              stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
-        run_s = time.monotonic() - started - up_s
-        lines = done.stdout.strip().splitlines()
-        assert lines, f"the run printed nothing (exit {done.returncode}):\n{done.stderr[-4000:]}"
-        numbers = json.loads(lines[-1])
-        numbers["cluster_up_s"], numbers["run_s"] = round(up_s, 1), round(run_s, 1)
+        numbers, done = run_on_driver(cluster, "pyspark_ledger.testing.cluster.fault_run", seed, tmp_path / "run",
+                                      up_s=up_s, timeout_s=RUN_TIMEOUT_S)
+        numbers["run_s"] = round(time.monotonic() - started - up_s, 1)
         results = os.environ.get("LEDGER_JEPSEN_RESULTS")
         if results:
             figures.write(Path(results) / f"run-netns-{seed}.json", numbers)

@@ -27,14 +27,13 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.errors import InvalidArgumentError
-from pyspark_ledger.testing.bookies import child_env
 from pyspark_ledger.testing.cluster import NetnsCluster, default_spec, netns
 from pyspark_ledger.testing.cluster.cluster import DRIVER_NICE
 from pyspark_ledger.testing.cluster.spark_fault_run import EXECUTOR_KILL, ExecutorKiller, schedule
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.spark_run import DRIVER_CRASH
-from tests.cluster.conftest import cluster_tests, jepsen_seeds, skip_unless_services
+from tests.cluster.conftest import cluster_tests, jepsen_seeds, run_on_driver, skip_unless_services
 from tests.waiting import wait_until
 
 BOOKIES = [f"bk{index}" for index in range(1, 6)]
@@ -103,16 +102,9 @@ def test_a_streaming_write_on_the_cluster_under_faults_is_exactly_once(seed, tmp
     started = time.monotonic()
     with cluster:
         up_s = time.monotonic() - started
-        command = ["ip", "netns", "exec", cluster.hosts["driver"].netns, "nice", "-n", str(DRIVER_NICE),
-                   sys.executable, "-m", "pyspark_ledger.testing.cluster.spark_fault_run", "--cluster",
-                   str(cluster.cluster_file), "--seed", str(seed), "--dir", str(tmp_path / "run")]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=child_env(),
-                              stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
-        run_s = time.monotonic() - started - up_s
-        lines = done.stdout.strip().splitlines()
-        assert lines, f"seed {seed}: the run printed nothing (exit {done.returncode}):\n{done.stderr[-6000:]}"
-        numbers = json.loads(lines[-1])
-        numbers["cluster_up_s"], numbers["run_s"] = round(up_s, 1), round(run_s, 1)
+        numbers, done = run_on_driver(cluster, "pyspark_ledger.testing.cluster.spark_fault_run", seed,
+                                      tmp_path / "run", up_s=up_s, timeout_s=RUN_TIMEOUT_S, nice=DRIVER_NICE)
+        numbers["run_s"] = round(time.monotonic() - started - up_s, 1)
         results = os.environ.get("LEDGER_JEPSEN_RESULTS")
         if results:
             figures.write(Path(results) / f"run-spark-netns-{seed}.json", numbers)

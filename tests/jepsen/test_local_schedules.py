@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.errors import InvalidArgumentError
+from pyspark_ledger.testing.jepsen.seeds import seeds_from_env
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.jepsen.runner import RunConfig, run
@@ -27,12 +28,7 @@ MAX_SCHEDULES = 100_000
 
 
 def _seeds() -> list[int]:
-    if os.environ.get("LEDGER_JEPSEN_SEED"):
-        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
-    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "3"))
-    if not 1 <= count <= MAX_SCHEDULES:
-        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
-    return list(range(1, count + 1))
+    return seeds_from_env(default=3, limit=MAX_SCHEDULES)
 
 
 METADATA = os.environ.get("LEDGER_JEPSEN_METADATA", "sqlite")

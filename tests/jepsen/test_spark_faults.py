@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.errors import InvalidArgumentError
+from pyspark_ledger.testing.jepsen.seeds import seeds_from_env
 from pyspark_ledger.testing.jepsen import figures
 from pyspark_ledger.testing.faults import schedule as sched
 from pyspark_ledger.testing.jepsen.spark_run import KINDS, ZK_KINDS, SparkRunConfig, run
@@ -30,12 +31,7 @@ METADATA = os.environ.get("LEDGER_JEPSEN_METADATA", "sqlite")
 
 
 def _seeds() -> list[int]:
-    if os.environ.get("LEDGER_JEPSEN_SEED"):
-        return [int(os.environ["LEDGER_JEPSEN_SEED"])]
-    count = int(os.environ.get("LEDGER_JEPSEN_SCHEDULES", "1"))
-    if not 1 <= count <= MAX_SCHEDULES:
-        raise InvalidArgumentError(f"LEDGER_JEPSEN_SCHEDULES must be in 1..{MAX_SCHEDULES}, got {count}")
-    return list(range(1, count + 1))
+    return seeds_from_env(default=1, limit=MAX_SCHEDULES)
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,12 @@ import argparse
 import json
 import re
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.testing.jepsen.figures import write
-from pyspark_ledger.testing.jepsen.readme_table import ROOT, seed_ranges
+from pyspark_ledger.testing.jepsen.readme_table import ROOT, latest_date, seed_ranges, write_or_check
 
 RESULTS_PATH = "docs/jepsen-cluster-results.json"
 BLOCK = re.compile(r"(<!-- jepsen-cluster-table -->\n)(?P<body>.*?)(<!-- /jepsen-cluster-table -->)", re.S)
@@ -142,22 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.directory is not None:
         if args.check or not args.commit:
             parser.error("a directory needs --commit and no --check")
-        times = [path.stat().st_mtime for path in args.directory.glob("run-*.json")]
-        date = datetime.fromtimestamp(max(times), timezone.utc).strftime("%Y-%m-%d") if times else "unknown"
         previous = json.loads(args.results.read_text()) if args.results.exists() else None
-        write(args.results, merge(previous, args.directory, args.commit, date))
+        write(args.results, merge(previous, args.directory, args.commit, latest_date([args.directory])))
     if not args.results.exists():
         parser.error(f"no results file at {args.results}: give a results directory")
-    text = args.readme.read_text()
-    fresh = regenerate(text, json.loads(args.results.read_text()))
-    if args.check:
-        if fresh != text:
-            print(f"{args.readme}'s cluster fault table differs from {args.results}: run "
-                  "python -m pyspark_ledger.testing.jepsen.cluster_table", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(fresh)
-    return 0
+    return write_or_check(args.readme, args.results, regenerate, args.check, "cluster fault table",
+                          "pyspark_ledger.testing.jepsen.cluster_table")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pyspark_ledger.errors import InvalidArgumentError
 from pyspark_ledger.testing.faults.schedule import KINDS
@@ -148,7 +148,8 @@ def regenerate(text: str, document: Mapping) -> str:
     return BLOCK.sub(lambda match: f"{match.group(1)}{render(document)}\n{match.group(3)}", text)
 
 
-def _latest_date(directories) -> str:
+def latest_date(directories) -> str:
+    """The UTC day of the newest run file in ``directories``."""
     times = [path.stat().st_mtime for directory in directories for path in Path(directory).glob("run-*.json")]
     return datetime.fromtimestamp(max(times), timezone.utc).strftime("%Y-%m-%d") if times else "unknown"
 
@@ -178,18 +179,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.directories:
         runs = [run for directory in args.directories for run in load_runs(directory)]
         write(args.results, results_document(runs, args.commit or _head_commit(),
-                                             args.date or _latest_date(args.directories), args.load))
+                                             args.date or latest_date(args.directories), args.load))
     if not args.results.exists():
         parser.error(f"no results file at {args.results}: give results directories (LEDGER_JEPSEN_RESULTS)")
-    text = args.readme.read_text()
-    fresh = regenerate(text, json.loads(args.results.read_text()))
-    if args.check:
+    return write_or_check(args.readme, args.results, regenerate, args.check, "fault-suite table",
+                          "pyspark_ledger.testing.jepsen.readme_table")
+
+
+def write_or_check(readme: Path, results: Path, make: Callable[[str, Mapping], str], check: bool, what: str,
+                   module: str) -> int:
+    """README.md's block remade by ``make(text, results document)``: written, or with ``check`` only compared
+    (exit status 1 and a line saying what to run when it differs)."""
+    text = readme.read_text()
+    fresh = make(text, json.loads(results.read_text()))
+    if check:
         if fresh != text:
-            print(f"{args.readme}'s fault-suite table differs from {args.results}: run "
-                  "python -m pyspark_ledger.testing.jepsen.readme_table", file=sys.stderr)
+            print(f"{readme}'s {what} differs from {results}: run python -m {module}", file=sys.stderr)
             return 1
         return 0
-    args.readme.write_text(fresh)
+    readme.write_text(fresh)
     return 0
 
 
