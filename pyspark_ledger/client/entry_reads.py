@@ -7,7 +7,9 @@ entry, or -- speculatively -- when no answer came within
 ``speculative_read_delay_s``, counted from when the reader waits for the
 batch, ``time_it``, stopped by the arrival of an answer, and started again
 whenever an answer of any of the reader's reads arrives or is verified
-(``ReadStats.answered``, ``read_rules.slow_after``): docs/protocol.md L7).
+(``ReadStats.answered``, ``read_rules.slow_after``), and, while the reader
+has other reads out, not before a read sent after the replica was asked has
+been answered: docs/protocol.md L7).
 A replica's answer is used from its first
 entry on for as long as the entries verify (digest, ledger and entry ids);
 the first corrupt one ends it, so the caller continues from there with a new
@@ -66,6 +68,7 @@ class RangeFetch:
         self._plan = ReadPlan(batch.first_entry_id, batch.ensemble, write_quorum, ack_quorum)
         self._lock = threading.RLock()
         self._timers: list = []
+        self._waiting: dict[str, float] = {}  # replica asked -> when, until its answer arrives or the read is decided
         self._timed = False  # whether a replica asked gets a speculative read when slow (L7)
         self._decided = False  # set under the lock before ``result`` is: no timer is armed after it
         self._corrupt = 0
@@ -95,7 +98,8 @@ class RangeFetch:
                                           self.batch.last_entry_id, master_key=self._key,
                                           max_bytes=self._max_bytes, timeout=config.read_timeout_s,
                                           entry_step=self.batch.step)
-        self._stats.count("range_reads")
+        self._waiting[bookie] = self._stats.clock()
+        self._stats.sent(bookie)
         if self._timed:
             self._arm(bookie)
         future.add_done_callback(lambda done: self._on_answer(bookie, done))
@@ -112,8 +116,10 @@ class RangeFetch:
             if self._decided or bookie not in self._plan.unanswered():
                 return
             wait = slow_after(self._ctx.config.speculative_read_delay_s, timed_at, self._stats.last_answer,
-                              self._stats.clock())
-            if wait > 0:  # the reader's reads made progress meanwhile: its own load, not this replica (L7)
+                              self._stats.clock(), sent_at=self._waiting[bookie],
+                              newest_answered_sent_at=self._stats.newest_answered_sent,
+                              others_in_flight=self._stats.others_in_flight(bookie, self._waiting))
+            if wait > 0:  # the reader's reads made progress, or none sent after it answered yet: its own load (L7)
                 self._arm(bookie, timed_at, wait)
                 return
             following = self._plan.speculative_replica_after(bookie)
@@ -133,6 +139,10 @@ class RangeFetch:
                 self._stats.count("late_answers")
                 return
             self._plan.arrived(bookie)  # from now on the time is ours (verifying), not the replica's: L7
+            sent_at = self._waiting.pop(bookie, None)
+            if sent_at is not None:
+                self._stats.left((bookie,))
+                self._stats.answered(sent_at)
         entries, answer = self._classify(bookie, done)
         self._stats.answered()  # verifying was the client's own work (L7)
         with self._lock:
@@ -150,6 +160,8 @@ class RangeFetch:
             self._decided = True
             for timer in self._timers:
                 timer.cancel()
+            self._stats.left(self._waiting)  # their answers no longer matter: not the reader's load (L7)
+            self._waiting.clear()
         if error is not None:
             self.result.set_exception(error)
         else:
@@ -172,6 +184,7 @@ class RangeFetch:
         """Verified entries from the batch's first one on, and what the answer says about the first."""
         error = done.exception()
         if error is not None:
+            self._stats.count("error_answers")
             return [], ReadAnswer.unknown(str(error))
         result = done.result()
         if result.status == BookieStatus.NO_SUCH_ENTRY:

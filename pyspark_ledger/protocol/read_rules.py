@@ -16,7 +16,8 @@
   (``reads.LacRead``). A reader's LAC never goes back (L3).
 * ``slow_after`` -- when a replica asked counts as slow (a speculative read):
   its clock runs while the reader waits for it and none of the reader's reads
-  makes progress (L7).
+  makes progress, and, while others are out, not before a read sent after
+  it was answered (L7).
 """
 from __future__ import annotations
 
@@ -92,11 +93,22 @@ def advance_lac(known: int, reported: int) -> int:
     return max(known, reported)
 
 
-def slow_after(delay: float, timed_at: float, last_answer_at: float, now: float) -> float:
-    """Seconds until a replica asked (its clock started at ``timed_at``) counts as slow, <= 0 once it does.
+def slow_after(delay: float, timed_at: float, last_answer_at: float, now: float, *, sent_at: float,
+               newest_answered_sent_at: float, others_in_flight: int) -> float:
+    """Seconds until a replica asked at ``sent_at`` (its clock started at ``timed_at``) counts as slow, <= 0
+    once it does (docs/protocol.md L7).
 
-    The clock runs only while none of the reader's reads makes progress: it starts again at
-    ``last_answer_at``, when an answer of any of them last arrived or was verified (docs/protocol.md L7).
+    Slow means slower than the others: while the reader has ``others_in_flight`` range reads out to other
+    bookies, the replica is not slow before one of its reads sent at or after ``sent_at`` was answered
+    (``newest_answered_sent_at``: when the newest read answered so far was sent) -- until then the reads
+    ahead of it share the cores with it, and the earliest it could be slow is ``delay`` from now. The clock
+    runs only while none of the reader's reads makes progress: it starts again at ``last_answer_at``, when
+    an answer of any of them last arrived or was verified.
     """
+    if not delay > 0:
+        raise InvalidArgumentError(f"the speculative read delay must be > 0 s, got {delay}")
+    if others_in_flight < 0:
+        raise InvalidArgumentError(f"others_in_flight must be >= 0, got {others_in_flight}")
+    if others_in_flight and newest_answered_sent_at < sent_at:
+        return delay
     return max(timed_at, last_answer_at) + delay - now
-

@@ -165,6 +165,18 @@ def test_L7_no_speculative_read_while_the_other_stripes_keep_answering(client, m
     assert reader.read_stats["speculative_reads"] == 0, "the reader's own answers arriving counted as slowness"
 
 
+def test_L7_no_speculative_read_while_nothing_sent_after_it_has_answered(client, make_client, cluster):
+    """A fresh reader sends its first batch with the batches it reads ahead (here 3 x 5 stripes), on bookies all
+    equally slow: a replica is slow only once a read sent after it was answered, which none was."""
+    writer = closed_ledger(client, 600)
+    cluster.delay(None, op="read", seconds=0.25)  # every bookie, every read: five times the delay
+    reader = make_client(seed=2, speculative_read_delay_s=0.05, read_timeout_s=30.0, read_batch_entries=20,
+                         read_ahead_batches=3).open_ledger(writer.ledger_id, PASSWORD)
+    assert [e.data for e in reader.read()] == [data(i) for i in range(600)]
+    stats = reader.read_stats
+    assert stats["speculative_reads"] == 0 and stats["range_reads"] == 6 * 5, stats
+
+
 def test_an_open_ledger_reads_to_its_last_add_confirmed(client, make_client, cluster):
     writer = client.create_ledger(5, 3, 2, password=PASSWORD)
     for index in range(40):

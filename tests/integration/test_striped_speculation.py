@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -29,12 +28,11 @@ def test_L7_a_stopped_bookie_of_a_striped_ledger_is_read_around_by_speculative_r
     reader = make_client(speculative_read_delay_s=0.2, read_timeout_s=20.0, read_batch_entries=100)
     os.kill(stopped.pid, signal.SIGSTOP)
     try:
-        started = time.monotonic()
         opened = reader.open_ledger(writer.ledger_id, PASSWORD, recovery=False)
         assert [entry.data for entry in opened.read()] == [payload(i, 64) for i in range(ENTRIES)]
-        took = time.monotonic() - started
     finally:
         os.kill(stopped.pid, signal.SIGCONT)
-    assert took < 6, f"the read waited {took:.0f} s for the stopped bookie (its read timeout is 20 s)"
     stats = opened.read_stats
-    assert stats["speculative_reads"] >= 4, stats  # the stopped bookie's stripe of each of the 4 batches
+    # the stopped bookie's stripe of each of the 4 batches was asked of its next replica before its read timed
+    # out (20 s): no answer the read used was an error (a read timeout would be one)
+    assert stats["speculative_reads"] >= 4 and stats["error_answers"] == 0, stats

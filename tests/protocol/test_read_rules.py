@@ -56,8 +56,59 @@ def test_lac_never_goes_back():
     assert advance_lac(5, 9) == 9
 
 
+def slow(delay=0.05, *, timed_at, last_answer_at, now, sent_at=9.0, newest_answered_sent_at=9.5, others=0):
+    return slow_after(delay, timed_at, last_answer_at, now, sent_at=sent_at,
+                      newest_answered_sent_at=newest_answered_sent_at, others_in_flight=others)
+
+
 def test_L7_a_replica_is_slow_only_after_the_delay_without_progress():
-    assert slow_after(0.05, timed_at=10.0, last_answer_at=float("-inf"), now=10.02) == pytest.approx(0.03)
-    assert slow_after(0.05, timed_at=10.0, last_answer_at=9.0, now=10.05) <= 0  # an answer before the wait
-    assert slow_after(0.05, timed_at=10.0, last_answer_at=10.04, now=10.06) == pytest.approx(0.03)  # restarted
-    assert slow_after(0.05, timed_at=10.0, last_answer_at=10.04, now=10.09) <= 0
+    assert slow(timed_at=10.0, last_answer_at=float("-inf"), now=10.02) == pytest.approx(0.03)
+    assert slow(timed_at=10.0, last_answer_at=9.0, now=10.05) <= 0  # an answer before the wait
+    assert slow(timed_at=10.0, last_answer_at=10.04, now=10.06) == pytest.approx(0.03)  # restarted
+    assert slow(timed_at=10.0, last_answer_at=10.04, now=10.09) <= 0
+
+
+def test_L7_with_other_reads_out_a_replica_is_slow_only_once_a_read_sent_after_it_was_answered():
+    never = float("-inf")
+    # a fresh reader's first batch, sent with the batches read ahead: nothing answered yet
+    assert slow(timed_at=10.0, last_answer_at=never, now=11.0, sent_at=10.0, newest_answered_sent_at=never,
+                others=14) == pytest.approx(0.05)  # look again a delay later: an answer could come now
+    # answers came, but only of reads sent before it (queued ahead of it): not overtaken
+    assert slow(timed_at=10.0, last_answer_at=10.9, now=11.0, sent_at=10.0, newest_answered_sent_at=9.9,
+                others=3) == pytest.approx(0.05)
+    # a read sent after it (here: at the same instant) was answered: the clock runs from the last answer
+    assert slow(timed_at=10.0, last_answer_at=10.9, now=11.0, sent_at=10.0, newest_answered_sent_at=10.0,
+                others=3) == pytest.approx(-0.05)
+    assert slow(timed_at=10.0, last_answer_at=10.98, now=11.0, sent_at=10.0, newest_answered_sent_at=10.5,
+                others=3) == pytest.approx(0.03)
+    # alone (no other read out, e.g. the only batch of a small read): nothing to compare with, the delay counts
+    assert slow(timed_at=10.0, last_answer_at=never, now=10.06, sent_at=10.0, newest_answered_sent_at=never,
+                others=0) <= 0
+
+
+@pytest.mark.parametrize("others", [0, 1, 5])
+def test_L7_exhaustively_on_a_grid_of_times(others):
+    """Every combination of times on a 10 ms grid against the rule written out in docs/protocol.md L7."""
+    grid = [float("-inf")] + [round(0.01 * tick, 2) for tick in range(12)]
+    delay = 0.03
+    for sent_at in grid[1:]:
+        for timed_at in (t for t in grid[1:] if t >= sent_at):
+            for last_answer in grid:
+                for newest_sent in (t for t in grid if t <= max(last_answer, sent_at)):
+                    for now in (t for t in grid[1:] if t >= max(timed_at, last_answer)):
+                        wait = slow_after(delay, timed_at, last_answer, now, sent_at=sent_at,
+                                          newest_answered_sent_at=newest_sent, others_in_flight=others)
+                        overtaken = newest_sent >= sent_at
+                        quiet_for = now - max(timed_at, last_answer)
+                        is_slow = (overtaken or others == 0) and quiet_for >= delay - 1e-9
+                        assert (wait <= 1e-9) == is_slow, (sent_at, timed_at, last_answer, newest_sent, now)
+                        assert wait <= delay + 1e-9  # never waits longer than one delay before looking again
+                        if not is_slow and (overtaken or others == 0):
+                            assert now + wait == pytest.approx(max(timed_at, last_answer) + delay)
+
+
+def test_L7_checks_its_arguments():
+    with pytest.raises(InvalidArgumentError, match="delay"):
+        slow(0, timed_at=1.0, last_answer_at=1.0, now=1.0)
+    with pytest.raises(InvalidArgumentError, match="others_in_flight"):
+        slow(timed_at=1.0, last_answer_at=1.0, now=1.0, others=-1)
