@@ -27,7 +27,10 @@ under the paced run against bookies. ``bookie_storage_alone`` is the CPU per
 ``where_the_time_goes["1KiB_floor"]`` adds 3 of those to the fan-out's CPU per
 entry (client and servers): the CPU any client must cost per entry over these
 bookies before any replication logic, and the rate that leaves on these
-cores. Each run against bookies reports the CPU
+cores. For 1 MiB, ``limits["1MiB"]["three_storages"]`` runs 3 bookies' storage engines at once, one process
+each, on this disk with the same entries (``storage_limit.py``), and ``where_the_time_goes["1MiB_floor"]`` is the
+least of the fan-out, those 3 storages, and the rate the CPU of both allows on all cores. Each run against
+bookies reports the CPU
 microseconds per entry of the client process (with this driver) and of each
 bookie, and ``where_the_time_goes`` the rate that CPU would allow if every
 core did nothing else; the paced run is repeated against bookies started with
@@ -60,6 +63,7 @@ from bench.output import emit  # noqa: E402
 from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
 from paced_fsync import paced_group_commits  # noqa: E402
+from storage_limit import floor_1mib, three_storages  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from bookie_server.storage import AddOp, BookieStorage, StorageConfig  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
@@ -318,6 +322,7 @@ def run(seconds: float) -> dict:
                 process.wait()
         result["limits"]["paced_1KiB_1000_per_s"]["fsync"] = paced_group_commits(directory, seconds=seconds)
         result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, KiB, 60_000)}
+        result["limits"]["1MiB"]["three_storages"] = three_storages(directory, MiB, 192, SIZES["1MiB"][1])
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
         with BookieCluster(3, directory / "bookies", uri) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
@@ -338,6 +343,8 @@ def run(seconds: float) -> dict:
                                                                            cluster)
     result["where_the_time_goes"] = {name: cpu_bound(run) for name, run in result["runs"].items()}
     result["where_the_time_goes"]["1KiB_floor"] = floor_1kib(result)
+    result["where_the_time_goes"]["1MiB_floor"] = floor_1mib(result["limits"]["1MiB"]["grpc_fanout"],
+                                                             result["limits"]["1MiB"]["three_storages"], MiB)
     result["where_the_time_goes"]["paced_1KiB_1000_per_s_grpc_fanout_alone"] = cpu_bound(
         result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout"])
     noop_paced = result["client_over_noop_servers"].get("paced_1KiB_1000_per_s")

@@ -35,7 +35,8 @@ APPENDS = Spec(
     {"ours": "ours: 3 bookies, `LedgerClient`", "nats": "NATS JetStream, 3 replicas, file storage",
      "fsync": "limit: 3 files fsync'd", "fanout": "limit: gRPC fan-out to 3 no-op servers",
      "storage": "limit: one bookie's storage alone, in-process",
-     "floor": "limit: the floor (fan-out + 3 × storage CPU per entry, all cores)"},
+     "storage3": "limit: 3 bookies' storage engines at once on this disk, no gRPC",
+     "floor": "limit: the floor (1 KiB: fan-out + 3 × storage CPU per entry, all cores; 1 MiB: see below)"},
     (("ours", "nats", "ours ÷ NATS"), ("ours", "fanout", "ours ÷ fan-out"), ("ours", "floor", "ours ÷ floor"),
      ("ours", "fsync", "ours ÷ fsync")),
     (Figure("1 KiB appends, 2,000 in flight", "entries/s", {
@@ -45,7 +46,9 @@ APPENDS = Spec(
         "floor": At("where_the_time_goes.1KiB_floor.entries_per_s_if_all_cores_did_only_this")}),
      Figure("1 MiB appends, 8 in flight", "MB/s", {
          "ours": At("runs.1MiB.mb_per_s"), "nats": At("runs.1MiB.mb_per_s", source="nats_jetstream"),
-         "fsync": At("limits.1MiB.fsync.mb_per_s"), "fanout": At("limits.1MiB.grpc_fanout.mb_per_s")}),
+         "fsync": At("limits.1MiB.fsync.mb_per_s"), "fanout": At("limits.1MiB.grpc_fanout.mb_per_s"),
+         "storage3": At("limits.1MiB.three_storages.mb_per_s"),
+         "floor": At("where_the_time_goes.1MiB_floor.mb_per_s")}),
      *(Figure(f"paced 1,000 × 1 KiB/s, {quantile} latency", "ms", {
          "ours": At(f"runs.{PACED}.{quantile}_ms"), "nats": At(f"runs.{PACED}.{quantile}_ms", source="nats_jetstream"),
          "fsync": At(f"limits.{PACED}.fsync.{quantile}_ms_to_copy_2"),
@@ -58,9 +61,13 @@ APPENDS = Spec(
        for quantile in ("p50", "p99"))),
     (_nats_note,
      "Goals (issue 16), each a ratio in the same run: 1 KiB ours ÷ floor ≥ 0.7 and ≥ 2 × NATS; 1 MiB ours ÷ fan-out "
-     "≥ 0.75 and ≥ 3 × NATS; paced p99 ours ÷ fan-out ≤ 2 and p50, p99 ≤ NATS's. The floor is the rate the CPU of "
+     "≥ 0.75 and ≥ 3 × NATS; paced p99 ours ÷ fan-out ≤ 2 and p50, p99 ≤ NATS's. The 1 KiB floor is the rate the CPU of "
      "the fan-out plus 3 storage adds per entry allows if every core did only that; storage alone is one bookie's "
-     "engine driven without gRPC. In the paced rows the fsync limit is the paced fsync floor: 1 KiB records "
+     "engine driven without gRPC. For 1 MiB the 3 storage engines run at once, one process each, on this disk with "
+     "the same entries and 8 adds in flight each, durable before an add counts (each byte is written once, to the "
+     "entry log, fsync'd before the journal's reference to it); the 1 MiB floor is the least of the fan-out, those "
+     "3 storages, and the rate the CPU of the fan-out plus 3 storage adds per entry allows on all cores: each is a "
+     "part any writer pays, measured alone, so the floor is an upper bound. In the paced rows the fsync limit is the paced fsync floor: 1 KiB records "
      "paced at 1,000/s to 3 files, each group-committed by its own writer (append, fdatasync), to the second "
      "durable copy; the tmpfs rows run the same paced load on 3 bookies whose directories are on tmpfs, where "
      "fdatasync costs nothing (an extra row: what the disk adds; the real, durable run is the row above)."),

@@ -8,6 +8,7 @@ import pytest
 
 from bench import cpu_usage
 from bench import replication as rep
+from bench import storage_limit
 
 
 def test_paced_numbers_come_in_order_and_not_before_their_time():
@@ -40,6 +41,31 @@ def test_the_1kib_floor_adds_the_fan_out_and_three_storage_adds():
     assert floor["grpc_fanout_cpu_us_per_entry"] == 50.0
     assert floor["cpu_us_per_entry_before_any_replication_logic"] == 86.0
     assert floor["entries_per_s_if_all_cores_did_only_this"] == round((os.cpu_count() or 1) * 1e6 / 86.0)
+
+
+def test_three_storages_store_every_entry_durably_at_once_and_remove_their_directories(tmp_path):
+    limit = storage_limit.three_storages(tmp_path, 64 * 1024, 12, 4)
+    assert limit["entries"] == 12 and limit["storages"] == 3 and limit["inflight_per_storage"] == 4
+    assert limit["mb_per_s"] > 0 and limit["cpu_us_per_entry_per_storage"] > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_1mib_floor_is_the_least_of_the_fan_out_the_three_storages_and_their_cpu():
+    mib, cores = 1024 * 1024, os.cpu_count() or 1
+    fanout = {"mb_per_s": 300.0, "cpu_us_per_entry": {"client": 2000.0, "noop-0": 500.0, "noop-1": 500.0,
+                                                       "noop-2": 1000.0}}
+    storages = {"mb_per_s": 150.0, "cpu_us_per_entry_per_storage": 1000.0}
+    floor = storage_limit.floor_1mib(fanout, storages, mib)
+    cpu_rate = round(cores * 1e6 / 7000.0 * mib / 1e6, 1)  # 4,000 + 3 x 1,000 us per entry
+    assert floor["cpu_us_per_entry_before_any_replication_logic"] == 7000.0
+    assert floor["parts_mb_per_s"] == {"grpc_fanout": 300.0, "three_storages_one_disk": 150.0,
+                                       "cpu_of_both_on_all_cores": cpu_rate}
+    assert floor["mb_per_s"] == min(150.0, cpu_rate)
+    assert floor["bound_by"] == ("three_storages_one_disk" if 150.0 <= cpu_rate else "cpu_of_both_on_all_cores")
+    slow_disk = storage_limit.floor_1mib(fanout, {**storages, "mb_per_s": 20.0}, mib)
+    assert (slow_disk["mb_per_s"], slow_disk["bound_by"]) == (20.0, "three_storages_one_disk")
+    slow_net = storage_limit.floor_1mib({**fanout, "mb_per_s": 10.0}, storages, mib)
+    assert (slow_net["mb_per_s"], slow_net["bound_by"]) == (10.0, "grpc_fanout")
 
 
 def test_cpu_bound_says_the_rate_the_cpu_allows_and_the_share_of_cores_busy():

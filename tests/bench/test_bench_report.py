@@ -20,11 +20,13 @@ def replication_doc(rate: float, fanout: float) -> dict:
             "runs": {"1KiB": {"entries_per_s": rate}, "1MiB": {"mb_per_s": 150.0},
                      "paced_1KiB_1000_per_s": {"p50_ms": 2.0, "p99_ms": 9.0}},
             "limits": {"1KiB": {"fsync": {"entries_per_s": 100_000}, "grpc_fanout": {"entries_per_s": fanout}},
-                       "1MiB": {"fsync": {"mb_per_s": 200.0}, "grpc_fanout": {"mb_per_s": 300.0}},
+                       "1MiB": {"fsync": {"mb_per_s": 200.0}, "grpc_fanout": {"mb_per_s": 300.0},
+                                "three_storages": {"mb_per_s": 180.0}},
                        "paced_1KiB_1000_per_s": {"grpc_fanout": {"p50_ms_to_second_ack": 1.0,
                                                                  "p99_ms_to_second_ack": 4.5}}},
             "bookie_storage_alone": {"1KiB": {"entries_per_s": 50_000}},
-            "where_the_time_goes": {"1KiB_floor": {"entries_per_s_if_all_cores_did_only_this": 20_000}}}
+            "where_the_time_goes": {"1KiB_floor": {"entries_per_s_if_all_cores_did_only_this": 20_000},
+                                    "1MiB_floor": {"mb_per_s": 180.0}}}
 
 
 def nats_doc(rate: float) -> dict:
@@ -72,9 +74,9 @@ def test_markdown_names_the_run_its_load_and_what_is_missing_and_why():
     block = report.table_block(data, tables["replication"])
     assert "commit 0123456789" in block and "load average 1.0–2.0 over its runs (full: a fixed example)" in block
     assert "| 1 KiB appends, 2,000 in flight (entries/s; higher is better) | 10,000 (9,000–12,000) | " \
-           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | 50,000 | 20,000 | 2.00 | 0.50 | 0.50 |" in block
-    assert "| 1 MiB appends, 8 in flight (MB/s; higher is better) | 150 | 75.0 | 200 | 300 | — | — | 2.00 | 0.50 | — |" \
-        in block
+           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | 50,000 | — | 20,000 | 2.00 | 0.50 | 0.50 |" in block
+    assert "| 1 MiB appends, 8 in flight (MB/s; higher is better) | 150 | 75.0 | 200 | 300 | — | 180 | 180 | 2.00 | 0.50 " \
+           "| 0.83 | 0.75 |" in block
     assert "NATS: nats-server v2.9.10. acks from the page cache" in block
     tls = report.table_block(data, tables["tls"])
     assert "`tls` failed: RuntimeError: boom" in tls and "| — | — | — |" in tls
@@ -210,7 +212,22 @@ def test_goals_are_judged_from_the_tables_ratios_and_say_what_was_not_measured()
     assert goals.limit_allows(paced_p99, tables, report.ratio) == (pytest.approx(1.5), False)
     assert goals.limit_allows(goals.GOALS[1], tables, report.ratio) == (None, None)  # no limit named
     assert "| the bare gRPC fan-out: 1.50 (the limit itself misses the goal) |" in text
-    assert "- 1 goal cannot be met on this machine" in text
+    # 1 MiB: the floor (180 MB/s, the 3 storages) is 0.6 × the fan-out (300): ≥ 0.75 × the fan-out is beyond reach
+    large_fanout = next(goal for goal in goals.GOALS if goal.text.startswith("1 MiB appends: ours ÷ the bare"))
+    assert goals.limit_allows(large_fanout, tables, report.ratio) == (pytest.approx(0.6), False)
+    assert verdicts[large_fanout.text] == (pytest.approx(0.5), goals.MISSED)
+    assert "| 1 MiB appends: ours ÷ the bare gRPC fan-out | 0.50 | ≥ 0.75 | **no** | the floor: 0.60 (the limit " \
+           "itself misses the goal) |" in text
+    large_nats = next(goal for goal in goals.GOALS if goal.text.startswith("1 MiB appends, 8 in flight"))
+    assert goals.limit_allows_by(large_nats, tables, report.ratio) == ("floor", pytest.approx(2.4), False)
+    for doc in data["benchmarks"]["replication"]:  # results from before the 1 MiB floor: the fan-out stands in
+        del doc["result"]["where_the_time_goes"]["1MiB_floor"]
+    older = report.build_tables(data)
+    assert goals.limit_allows_by(large_nats, older, report.ratio) == ("fanout", pytest.approx(4.0), True)
+    assert goals.limit_allows(large_fanout, older, report.ratio) == (None, None)
+    large_row = tables["replication"].rows[1]
+    assert large_row.cells["storage3"] == [180.0] * 3 and large_row.cells["floor"] == [180.0] * 3
+    assert "- 3 goals cannot be met on this machine" in text  # paced p99, both 1 MiB goals
     assert "## goals" in report.markdown_document(data, tables)
 
 
