@@ -11,8 +11,8 @@ read of each that checks every byte. The timed reads alternate between the ledge
 E=3/Qw=2, E=Qw=3, ...) so that all see the same machine, ``--repetitions`` times each, with speculative
 reads on (the client's default delay) and then off. Each read opens the ledger anew on one client per mode.
 Reported per mode and ledger: the median and the range (min..max) of entries/s, and each timed read's
-counts of range reads sent, of those sent speculatively and of answers that came too late to be used
-(``LedgerReader.read_stats``); per mode the ratio of each
+counts of range reads sent, of those sent speculatively, of answers that came too late to be used and of
+answers that were errors (``LedgerReader.read_stats``); per mode the ratio of each
 striped ledger's median to the baseline's (goal: E=5/Qw=3 at least 0.8 x E=Qw=3). Bookies and client share
 this machine's cores: the load averages (and ``uptime``) at the start and the end say what else ran.
 Prints one JSON document (and writes it with ``--out``). ``--quick``: 2,000 entries, 1 repetition (a smoke
