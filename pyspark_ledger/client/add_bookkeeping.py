@@ -18,7 +18,9 @@ the loop is closed (the client is shutting down) events run on the poster's
 thread.
 
 ``OrderedCompletions`` completes callers' futures in the order they were
-queued (entry order), by one thread at a time; only the owner pushes.
+queued (entry order), by one thread at a time; only the owner pushes. A future
+its caller cancelled stays cancelled (``add_futures.complete``) and the others
+are still completed.
 (Which bookies are silent for ``add_timeout_s`` is the core's decision:
 ``protocol.add_timeouts``.)
 """
@@ -30,6 +32,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Callable, Protocol
 
+from pyspark_ledger.client.add_futures import complete, fail
 from pyspark_ledger.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
@@ -135,9 +138,9 @@ class OrderedCompletions:
                     future, value, error = self._queue.popleft()
                     done += 1
                     if error is not None:
-                        future.set_exception(error)
+                        fail(future, error)
                     else:
-                        future.set_result(value)
+                        complete(future, value)
             finally:
                 self._lock.release()
         return done
