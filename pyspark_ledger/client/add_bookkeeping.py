@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from itertools import repeat
 from concurrent.futures import Future
 from typing import Callable, Protocol
 
@@ -125,6 +126,10 @@ class OrderedCompletions:
 
     def push(self, future: Future, value: object = None, error: BaseException | None = None) -> None:
         self._queue.append((future, value, error))
+
+    def push_results(self, futures: list[Future], values: list[object]) -> None:
+        """``push(future, value)`` for each pair, in order."""
+        self._queue.extend(zip(futures, values, repeat(None)))
 
     def run(self) -> int:
         """Complete what is queued; how many this call completed (0 at once if another thread is at it:

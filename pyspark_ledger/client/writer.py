@@ -100,6 +100,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._submit = threading.Lock()
         self._inbox: list[tuple[int, int, int, bytes, Future]] = []  # (entry id, size, LAC carried, add, future)
         self._next_id, self._next_length = self._tracker.next_entry_id, self._tracker.length
+        self._lac_hint = self._tracker.last_add_confirmed  # the owner's LAC, read by callers for the header
         self._admitted = 0  # futures handed out (callers, under _submit)
         self._released = 0  # of those, confirmed or failed (owner)
         self._room = threading.Condition(threading.Lock())
@@ -170,7 +171,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                                               f"({entry_format.MAX_ENTRY_ID}): close it and write to a new ledger")
                     # encoded here, in id order: the owner's tracker assigns the same id and length (checked)
                     length = self._next_length + len(payload)
-                    lac = self._tracker.last_add_confirmed  # a confirmed entry (it only grows): the header's hint
+                    lac = self._lac_hint  # a confirmed entry (it only grows): the header's hint
                     frame = self._encoder.encode_pieces(
                         entry_id, self._codec.encode_head(self._ledger_id, entry_id, lac, length, payload), payload)
                     self._next_id, self._next_length = entry_id + 1, length
@@ -286,19 +287,17 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                 self._released += 1
                 self._done.push(item[4], error=error)
             return
-        tracker_add, frames, futures = self._tracker.add, self._frames, self._futures
+        first, write_sets = self._tracker.add_many([item[1] for item in items])
+        if first != items[0][0] or items[-1][0] - first != len(items) - 1:
+            raise InternalError(f"ledger {self._ledger_id}: entries {items[0][0]}..{items[-1][0]} were encoded as "
+                                f"entries {first}..{first + len(write_sets) - 1} of the tracker")
+        frames, futures = self._frames, self._futures
         now = time.monotonic()
         adds: list[tuple[int, bytes]] = []
-        write_sets: list[tuple[str, ...]] = []
-        for entry_id, size, lac, frame, future in items:
-            plan = tracker_add(size)
-            if plan.entry_id != entry_id:
-                raise InternalError(f"ledger {self._ledger_id}: entry {entry_id} was encoded as entry "
-                                    f"{plan.entry_id} of the tracker")
+        for entry_id, _size, _lac, frame, future in items:
             frames[entry_id] = frame
             futures[entry_id] = future
             adds.append((entry_id, frame))
-            write_sets.append(plan.targets)
         self._lac_flusher.entry_sent(items[-1][2], now)
         if len({frozenset(targets) for targets in set(write_sets)}) == 1:
             # every entry goes to the same bookies (E = Qw: write sets differ only in order): one list for all
@@ -337,17 +336,21 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
 
     def _confirm(self, confirmed) -> None:
-        frames, futures, push = self._frames, self._futures, self._done.push
-        released = 0
-        for add in confirmed:
-            frames.pop(add.entry_id, None)
-            future = futures.pop(add.entry_id, None)
+        """The entries of ``confirmed`` (ids, in order) are confirmed: their futures complete, in order."""
+        pop_frame, pop_future = self._frames.pop, self._futures.pop
+        done_ids, done_futures = [], []
+        for entry_id in confirmed:
+            pop_frame(entry_id, None)
+            future = pop_future(entry_id, None)
             if future is not None:
-                released += 1
-                push(future, add.entry_id)
+                done_ids.append(entry_id)
+                done_futures.append(future)
+        if done_futures:
+            self._released += len(done_futures)
+            self._done.push_results(done_futures, done_ids)
         if confirmed:
-            self._released += released
-            self._lac_flusher.lac_moved(self._tracker.last_add_confirmed)
+            self._lac_hint = lac = self._tracker.last_add_confirmed
+            self._lac_flusher.lac_moved(lac)
 
     def _stop(self, error: LedgerError) -> None:
         for entry_id in self._tracker.stop(str(error)):

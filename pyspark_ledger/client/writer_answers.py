@@ -38,12 +38,12 @@ class AddAnswers:
                 acked.append(entry_id)
                 continue
             if acked:  # the acks before this answer count first, as they came first
-                self._confirm(self._tracker.ack_many(acked, bookie))
+                self._confirm(self._tracker.ack_range(acked, bookie))
                 acked = []
             self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
         if acked:
             self._outstanding.acked(bookie)
-            self._confirm(self._tracker.ack_many(acked, bookie))
+            self._confirm(self._tracker.ack_range(acked, bookie))
 
     def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
                    sent_at: float | None) -> None:

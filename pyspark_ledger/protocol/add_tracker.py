@@ -165,6 +165,30 @@ class AddTracker:
             raise InvalidArgumentError(f"payload size must be an integer >= 0, got {payload_size!r}")
         return self._push(self.next_entry_id, self._pushed_length + payload_size)
 
+    def add_many(self, payload_sizes: Sequence[int]) -> tuple[int, list[tuple[str, ...]]]:
+        """``add`` for each of ``payload_sizes`` in order (the writer's turn of new adds): the first entry id
+        given and each entry's targets, without an ``AddPlan`` per entry (the header LAC of all of them is
+        ``last_add_confirmed`` now; the lengths are the running sums)."""
+        if self._stopped_reason:
+            raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
+        for size in payload_sizes:
+            if not isinstance(size, int) or size < 0:
+                raise InvalidArgumentError(f"payload size must be an integer >= 0, got {size!r}")
+        first = entry_id = self.next_entry_id
+        ensemble_size, write_masks, pending = self.quorums.ensemble_size, self._write_masks, self._pending
+        all_targets = self._targets if not self._failed else tuple(
+            tuple(self._ensemble[i] for i in write_set if i not in self._failed) for write_set in self._write_sets)
+        length = self._pushed_length
+        targets = []
+        for size in payload_sizes:
+            residue = entry_id % ensemble_size
+            length += size
+            pending[entry_id] = _Pending(entry_id, length, write_masks[residue])
+            targets.append(all_targets[residue])
+            entry_id += 1
+        self._pushed_length = length
+        return first, targets
+
     def add_recovered(self, entry_id: int, length: int) -> AddPlan:
         """Recovery write-back: push an entry read back, with its header's length."""
         if entry_id != self.next_entry_id or length < self._pushed_length:
@@ -196,29 +220,50 @@ class AddTracker:
         index = self._index_of.get(bookie_id)
         if index is None:
             return ()
+        self._mark(entry_ids, index)
+        return self._release()
+
+    def ack_range(self, entry_ids: Iterable[int], bookie_id: str) -> range:
+        """``ack_many``, but the newly confirmed entries as the range of their ids (W1: they are always the
+        contiguous run after the previous LAC), without a ``ConfirmedAdd`` per entry (the writer's hot path)."""
+        index = self._index_of.get(bookie_id)
+        if index is None:
+            return range(0)
+        self._mark(entry_ids, index)
+        return self._release_range(None)
+
+    def _mark(self, entry_ids: Iterable[int], index: int) -> None:
         bit = 1 << index
         get = self._pending.get
         for entry_id in entry_ids:
             pending = get(entry_id)
             if pending is not None and pending.write_mask & bit:
                 pending.acked |= bit
-        return self._release()
 
     def _release(self) -> tuple[ConfirmedAdd, ...]:
+        lengths: list[int] = []
+        released = self._release_range(lengths)
+        return tuple(map(ConfirmedAdd, released, lengths))
+
+    def _release_range(self, lengths: list[int] | None) -> range:
+        """Confirm the entries after the LAC that have Qa acks, in order (W1, W2); their ids (and, into
+        ``lengths`` if given, their lengths)."""
+        first = entry_id = self._lac + 1
         if self._changing or self._stopped_reason:
-            return ()
-        released = []
+            return range(first, first)
         pending = self._pending
         quorum = self.quorums.ack_quorum
-        head = pending.get(self._lac + 1)
+        head = pending.get(entry_id)
         while head is not None and head.acked.bit_count() >= quorum:
-            entry_id = head.entry_id
             del pending[entry_id]
-            released.append(ConfirmedAdd(entry_id, head.length))
-            head = pending.get(entry_id + 1)
-        if released:
-            self._lac, self._confirmed_length = released[-1]
-        return tuple(released)
+            if lengths is not None:
+                lengths.append(head.length)
+            length = head.length
+            entry_id += 1
+            head = pending.get(entry_id)
+        if entry_id > first:
+            self._lac, self._confirmed_length = entry_id - 1, length
+        return range(first, entry_id)
 
     def failed(self, bookie_id: str, *, replace_now: bool = False) -> EnsembleChangeRequest | None:
         """A write to ``bookie_id`` failed. Returns the change to make, or None when one is
