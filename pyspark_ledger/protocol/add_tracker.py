@@ -71,18 +71,6 @@ class EnsembleChangeOutcome:
     next_change: EnsembleChangeRequest | None
 
 
-class _Pending:
-    """An unconfirmed entry: its write set and, as a bit mask of ensemble indexes, who acked it."""
-
-    __slots__ = ("entry_id", "length", "write_mask", "acked")
-
-    def __init__(self, entry_id: int, length: int, write_mask: int) -> None:
-        self.entry_id = entry_id
-        self.length = length
-        self.write_mask = write_mask
-        self.acked = 0
-
-
 class AddTracker:
     """Pending adds of one ledger handle, for the current ensemble."""
 
@@ -97,7 +85,10 @@ class AddTracker:
         self._lac = last_add_confirmed
         self._confirmed_length = length
         self._pushed_length = length
-        self._pending: dict[int, _Pending] = {}
+        # an unconfirmed entry: who acked it (a bit mask of ensemble indexes) and its length; plain ints, no
+        # object per entry (its write set's mask is ``_write_masks[entry_id % E]``, whatever the ensemble)
+        self._pending: dict[int, int] = {}
+        self._lengths: dict[int, int] = {}
         self._failed: set[int] = set()
         self._replace_now: set[int] = set()
         self._changing = False
@@ -175,7 +166,7 @@ class AddTracker:
             if not isinstance(size, int) or size < 0:
                 raise InvalidArgumentError(f"payload size must be an integer >= 0, got {size!r}")
         first = entry_id = self.next_entry_id
-        ensemble_size, write_masks, pending = self.quorums.ensemble_size, self._write_masks, self._pending
+        ensemble_size, pending, lengths = self.quorums.ensemble_size, self._pending, self._lengths
         all_targets = self._targets if not self._failed else tuple(
             tuple(self._ensemble[i] for i in write_set if i not in self._failed) for write_set in self._write_sets)
         length = self._pushed_length
@@ -183,7 +174,8 @@ class AddTracker:
         for size in payload_sizes:
             residue = entry_id % ensemble_size
             length += size
-            pending[entry_id] = _Pending(entry_id, length, write_masks[residue])
+            pending[entry_id] = 0
+            lengths[entry_id] = length
             targets.append(all_targets[residue])
             entry_id += 1
         self._pushed_length = length
@@ -203,7 +195,8 @@ class AddTracker:
             raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
         residue = entry_id % self.quorums.ensemble_size
         write_set = self._write_sets[residue]
-        self._pending[entry_id] = _Pending(entry_id, length, self._write_masks[residue])
+        self._pending[entry_id] = 0
+        self._lengths[entry_id] = length
         self._pushed_length = length
         if self._failed:
             targets = tuple(self._ensemble[i] for i in write_set if i not in self._failed)
@@ -234,11 +227,12 @@ class AddTracker:
 
     def _mark(self, entry_ids: Iterable[int], index: int) -> None:
         bit = 1 << index
-        get = self._pending.get
+        pending = self._pending
+        ensemble_size, write_masks = self.quorums.ensemble_size, self._write_masks
         for entry_id in entry_ids:
-            pending = get(entry_id)
-            if pending is not None and pending.write_mask & bit:
-                pending.acked |= bit
+            acked = pending.get(entry_id)
+            if acked is not None and write_masks[entry_id % ensemble_size] & bit:
+                pending[entry_id] = acked | bit
 
     def _release(self) -> tuple[ConfirmedAdd, ...]:
         lengths: list[int] = []
@@ -251,16 +245,16 @@ class AddTracker:
         first = entry_id = self._lac + 1
         if self._changing or self._stopped_reason:
             return range(first, first)
-        pending = self._pending
+        pending, pop_length = self._pending, self._lengths.pop
         quorum = self.quorums.ack_quorum
-        head = pending.get(entry_id)
-        while head is not None and head.acked.bit_count() >= quorum:
+        acked = pending.get(entry_id)
+        while acked is not None and acked.bit_count() >= quorum:
             del pending[entry_id]
+            length = pop_length(entry_id)
             if lengths is not None:
-                lengths.append(head.length)
-            length = head.length
+                lengths.append(length)
             entry_id += 1
-            head = pending.get(entry_id)
+            acked = pending.get(entry_id)
         if entry_id > first:
             self._lac, self._confirmed_length = entry_id - 1, length
         return range(first, entry_id)
@@ -301,8 +295,7 @@ class AddTracker:
         self._replace_now -= replaced
         resends = []
         for entry_id in sorted(self._pending):
-            pending = self._pending[entry_id]
-            pending.acked &= ~replaced_mask
+            self._pending[entry_id] &= ~replaced_mask
             targets = tuple(self._ensemble[i] for i in self._write_sets[entry_id % self.quorums.ensemble_size] if i in replaced)
             if targets:
                 resends.append(Resend(entry_id, targets))
@@ -322,4 +315,5 @@ class AddTracker:
         self._stopped_reason = reason or "the ledger handle was stopped"
         dropped = tuple(sorted(self._pending))
         self._pending.clear()
+        self._lengths.clear()
         return dropped
