@@ -75,6 +75,7 @@ class AddStream:
         self._max_inflight = max_inflight
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
+        self._room_waiters = 0  # senders waiting in ``send`` for room (answers notify only then)
         self._queue: list[bytes] = []
         self._queued_bytes = 0
         self._large_queued = 0
@@ -106,8 +107,12 @@ class AddStream:
         """
         with self._lock:
             if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
-                self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
-                                    or self._failure is not None)
+                self._room_waiters += 1
+                try:
+                    self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
+                                        or self._failure is not None)
+                finally:
+                    self._room_waiters -= 1
             if self._failure is not None or self._closing:
                 raise self._ended_error()
             pending = self._pending
@@ -290,7 +295,7 @@ class AddStream:
                     group.append(result)
                 else:
                     others.setdefault(id(listener), (listener, []))[1].append(result)
-            if len(self._pending) < self._max_inflight:
+            if self._room_waiters and len(self._pending) < self._max_inflight:
                 self._room.notify_all()
         if first is not _NOBODY:
             _notify(first.on_add_results, self.bookie_id, group)
