@@ -29,11 +29,20 @@ __all__ = ["complete", "fail", "new_future"]
 
 
 class _LeanCondition(threading.Condition):
-    """``threading.Condition(threading.RLock())``, two stores to make."""
+    """``threading.Condition(threading.RLock())``, one store to make: the queue of waiting threads is made
+    by the first ``wait`` (most futures of a writer are never waited on: one container less per entry in
+    flight for the garbage collector to count and traverse). Until then ``_waiters`` is the class's empty
+    tuple, which ``notify`` and ``notify_all`` read as no waiter."""
+
+    _waiters = ()
 
     def __init__(self) -> None:  # noqa: super().__init__ is what this class avoids
         self._lock = _thread.RLock()
-        self._waiters = deque()
+
+    def wait(self, timeout=None) -> bool:
+        if type(self._waiters) is tuple and self._is_owned():  # under the lock, as every use of the queue
+            self._waiters = deque()
+        return super().wait(timeout)
 
     def acquire(self, *args, **kwargs) -> bool:
         return self._lock.acquire(*args, **kwargs)
