@@ -22,6 +22,8 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Future
+from itertools import repeat
+from operator import attrgetter
 from typing import Callable, Iterable, Protocol, Sequence
 
 import grpc
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
 WRITE_ALONE_BYTES = 64 * 1024  # adds this large are not joined into a batch (one copy less per bookie)
-_NOBODY = object()
+_LEDGER_ID, _ENTRY_ID = attrgetter("ledger_id"), attrgetter("entry_id")
 
 
 class AddListener(Protocol):
@@ -279,27 +281,23 @@ class AddStream:
             self._wakeup.set()  # the writer stops too
 
     def _deliver(self, results: Iterable) -> None:
-        first = _NOBODY  # the batch's first listener: nearly always its only one (one writer)
-        group: list = []
-        others: dict[int, tuple[AddListener, list]] = {}
+        """Hand each answer to the listener of its add (an answer nobody awaits on this stream is dropped): the
+        whole batch at once when one listener has them all (one writer: nearly always), else a list each."""
+        results = list(results)
+        keys = list(zip(map(_LEDGER_ID, results), map(_ENTRY_ID, results)))
         with self._lock:
-            pop = self._pending.pop
-            for result in results:
-                listener = pop((result.ledger_id, result.entry_id), None)
-                if listener is first:
-                    group.append(result)
-                elif listener is None:
-                    continue  # not (or no longer) awaited on this stream
-                elif first is _NOBODY:
-                    first = listener
-                    group.append(result)
-                else:
-                    others.setdefault(id(listener), (listener, []))[1].append(result)
+            listeners = list(map(self._pending.pop, keys, repeat(None)))
             if self._room_waiters and len(self._pending) < self._max_inflight:
                 self._room.notify_all()
-        if first is not _NOBODY:
-            _notify(first.on_add_results, self.bookie_id, group)
-        for listener, answered in others.values():
+        first = listeners[0] if listeners else None
+        if first is not None and listeners.count(first) == len(listeners):
+            _notify(first.on_add_results, self.bookie_id, results)
+            return
+        groups: dict[int, tuple[AddListener, list]] = {}
+        for listener, result in zip(listeners, results):
+            if listener is not None:
+                groups.setdefault(id(listener), (listener, []))[1].append(result)
+        for listener, answered in groups.values():
             _notify(listener.on_add_results, self.bookie_id, answered)
 
     def _fail_pending(self, failure: BookieError) -> None:
