@@ -23,7 +23,7 @@ import logging
 import threading
 from concurrent.futures import Future
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Protocol, Sequence
 
 import grpc
@@ -43,6 +43,7 @@ DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
 WRITE_ALONE_BYTES = 64 * 1024  # adds this large are not joined into a batch (one copy less per bookie)
 _LEDGER_ID, _ENTRY_ID = attrgetter("ledger_id"), attrgetter("entry_id")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class AddListener(Protocol):
@@ -118,7 +119,7 @@ class AddStream:
             if self._failure is not None or self._closing:
                 raise self._ended_error()
             pending = self._pending
-            keys = [(ledger_id, entry_id) for entry_id, _ in adds]
+            keys = list(zip(repeat(ledger_id), map(_FIRST, adds)))
             size = len(pending)
             if not pending.keys().isdisjoint(keys):
                 self._refuse_repeat(ledger_id, next(key[1] for key in keys if key in pending))
@@ -127,7 +128,7 @@ class AddStream:
                 for key in keys:
                     pending.pop(key, None)
                 self._refuse_repeat(ledger_id, next(_repeats(keys)))
-            frames = [frame for _, frame in adds]
+            frames = list(map(_SECOND, adds))
             queued_bytes = sum(map(len, frames))
             if queued_bytes >= WRITE_ALONE_BYTES:
                 self._large_queued += sum(1 for frame in frames if len(frame) >= WRITE_ALONE_BYTES)

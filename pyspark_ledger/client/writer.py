@@ -49,6 +49,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from operator import itemgetter
 
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, WriterOwner
@@ -74,6 +75,7 @@ from pyspark_ledger.protocol.add_tracker import AddTracker
 log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
 _CHUNK_ADDS = 256  # entries the owner takes from the inbox per turn of the loop (then the streams write them)
+_SIZE, _FRAME, _FUTURE = itemgetter(1), itemgetter(3), itemgetter(4)  # of an inbox item
 
 
 class LedgerWriter(AddAnswers, EnsembleChanges):
@@ -286,21 +288,19 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
             for item in items:
                 self._done.push(item[4], error=error)
             return
-        first, write_sets = self._tracker.add_many([item[1] for item in items])
+        first, write_sets = self._tracker.add_many(list(map(_SIZE, items)))
         if first != items[0][0] or items[-1][0] - first != len(items) - 1:
             raise InternalError(f"ledger {self._ledger_id}: entries {items[0][0]}..{items[-1][0]} were encoded as "
                                 f"entries {first}..{first + len(write_sets) - 1} of the tracker")
-        frames, futures, now = self._frames, self._futures, time.monotonic()
-        adds: list[tuple[int, bytes]] = []
-        for entry_id, _size, _lac, frame, future in items:
-            frames[entry_id] = frame
-            futures[entry_id] = future
-            adds.append((entry_id, frame))
+        entry_ids, now = range(first, first + len(items)), time.monotonic()
+        adds = list(zip(entry_ids, map(_FRAME, items)))  # (entry id, encoded add), in order
+        self._frames.update(adds)
+        self._futures.update(zip(entry_ids, map(_FUTURE, items)))
         self._lac_flusher.entry_sent(items[-1][2], now)
         if len({frozenset(targets) for targets in set(write_sets)}) == 1:
             # every entry goes to the same bookies (E = Qw: write sets differ only in order): one list for all
             for bookie in write_sets[0]:
-                self._outstanding.sent_many(bookie, range(first, first + len(adds)), now)
+                self._outstanding.sent_many(bookie, entry_ids, now)
                 self._transmit(bookie, adds)
             return
         per_bookie: dict[str, list[tuple[int, bytes]]] = {}  # striping (E > Qw): each bookie its own, in order
