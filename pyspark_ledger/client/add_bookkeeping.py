@@ -29,8 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from itertools import repeat
 from concurrent.futures import Future
+from itertools import repeat
 from typing import Callable, Protocol
 
 from pyspark_ledger.client.add_futures import complete, fail
