@@ -2,9 +2,9 @@
 
 Usage: ``python bench/replication.py [--seconds 6] [--only-1kib] [--out FILE]``.
 
-``--only-1kib`` runs only what the 1 KiB goal needs, in one run: the 1 KiB fan-out, the storage's CPU per
-entry, the 1 KiB run against 3 bookies, and ``ratios_1KiB`` (ours ÷ the floor, ours ÷ the fan-out) -- for
-A/B comparisons of the 1 KiB path.
+``--only-1kib`` runs only what the 1 KiB goal needs, in one run (``replication_1kib.py``): the 1 KiB
+fan-out, the storage's CPU per entry, the 1 KiB run against 3 bookies, and ``ratios_1KiB`` (ours ÷ the
+floor, ours ÷ the fan-out) -- for A/B comparisons of the 1 KiB path.
 
 Starts 3 real bookie processes (SQLite metadata in a temporary directory) and
 writes through ``LedgerClient`` with many adds in flight: 1 KiB and 1 MiB
@@ -352,41 +352,6 @@ def run(seconds: float) -> dict:
     return result
 
 
-def run_1kib(seconds: float) -> dict:
-    """Only the 1 KiB row and its limits (``--only-1kib``): the fan-out, the storage alone, ours, the ratios."""
-    size, inflight = SIZES["1KiB"]
-    result: dict = {"benchmark": "replication", "only": "1KiB", "cpus": os.cpu_count(),
-                    "python": platform.python_version(), "ensemble": {"E": 3, "Qw": 3, "Qa": 2},
-                    "seconds_per_run": seconds, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-                    "runs": {}, "limits": {"1KiB": {}}}
-    with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
-        directory = Path(tmp)
-        servers = start_noop_servers(3)
-        try:
-            noop_pids = {f"noop-{index}": process.pid for index, (process, _) in enumerate(servers)}
-            result["limits"]["1KiB"]["grpc_fanout"] = grpc_fanout_limit(
-                [port for _, port in servers], directory, size, seconds / 2, inflight, noop_pids)
-        finally:
-            for process, _ in servers:
-                process.kill()
-                process.wait()
-        result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, size, 60_000)}
-        uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
-        with BookieCluster(3, directory / "bookies", uri) as cluster:
-            pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
-            result["runs"]["1KiB"] = client_run(uri, size, seconds, inflight, servers=pids)
-    floor = floor_1kib(result)
-    ours = result["runs"]["1KiB"]["entries_per_s"]
-    result["where_the_time_goes"] = {"1KiB": cpu_bound(result["runs"]["1KiB"]), "1KiB_floor": floor}
-    result["ratios_1KiB"] = {
-        "ours_entries_per_s": ours, "floor_entries_per_s": floor["entries_per_s_if_all_cores_did_only_this"],
-        "fanout_entries_per_s": result["limits"]["1KiB"]["grpc_fanout"]["entries_per_s"],
-        "ours_to_floor": ratio(ours, floor["entries_per_s_if_all_cores_did_only_this"] or 0),
-        "ours_to_fanout": ratio(ours, result["limits"]["1KiB"]["grpc_fanout"]["entries_per_s"])}
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    return result
-
-
 def goals(result: dict) -> dict:
     small = result["runs"]["1KiB"]["entries_per_s"]
     large_limits = result["limits"]["1MiB"]
@@ -411,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_warnings()
     logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
-    return emit(run_1kib(args.seconds) if args.only_1kib else run(args.seconds), args.out)
+    if args.only_1kib:
+        from replication_1kib import run_1kib
+        return emit(run_1kib(args.seconds), args.out)
+    return emit(run(args.seconds), args.out)
 
 
 if __name__ == "__main__":
