@@ -1,6 +1,10 @@
 """Benchmark the replication client: 3 bookies, E=Qw=3, Qa=2, against two limits measured in the same run.
 
-Usage: ``python bench/replication.py [--seconds 6] [--out FILE]``.
+Usage: ``python bench/replication.py [--seconds 6] [--only-1kib] [--out FILE]``.
+
+``--only-1kib`` runs only what the 1 KiB goal needs, in one run (``replication_1kib.py``): the 1 KiB
+fan-out, the storage's CPU per entry, the 1 KiB run against 3 bookies, and ``ratios_1KiB`` (ours ÷ the
+floor, ours ÷ the fan-out) -- for A/B comparisons of the 1 KiB path.
 
 Starts 3 real bookie processes (SQLite metadata in a temporary directory) and
 writes through ``LedgerClient`` with many adds in flight: 1 KiB and 1 MiB
@@ -374,9 +378,14 @@ def goals(result: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = BenchParser(__doc__)
     parser.number("--seconds", float, 6.0, help="length of each measured run")
+    parser.add_argument("--only-1kib", action="store_true",
+                        help="only the 1 KiB row, its fan-out and storage limits, and its ratios (for A/B runs)")
     args = parser.parse_args(argv)
     log_warnings()
     logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
+    if args.only_1kib:
+        from replication_1kib import run_1kib
+        return emit(run_1kib(args.seconds), args.out)
     return emit(run(args.seconds), args.out)
 
 

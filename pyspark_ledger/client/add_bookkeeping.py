@@ -18,7 +18,9 @@ the loop is closed (the client is shutting down) events run on the poster's
 thread.
 
 ``OrderedCompletions`` completes callers' futures in the order they were
-queued (entry order), by one thread at a time; only the owner pushes.
+queued (entry order), by one thread at a time; only the owner pushes. A future
+its caller cancelled stays cancelled (``add_futures.complete``) and the others
+are still completed.
 (Which bookies are silent for ``add_timeout_s`` is the core's decision:
 ``protocol.add_timeouts``.)
 """
@@ -28,8 +30,10 @@ import logging
 import threading
 from collections import deque
 from concurrent.futures import Future
+from itertools import repeat
 from typing import Callable, Protocol
 
+from pyspark_ledger.client.add_futures import complete, fail
 from pyspark_ledger.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
@@ -123,6 +127,10 @@ class OrderedCompletions:
     def push(self, future: Future, value: object = None, error: BaseException | None = None) -> None:
         self._queue.append((future, value, error))
 
+    def push_results(self, futures: list[Future], values: list[object]) -> None:
+        """``push(future, value)`` for each pair, in order."""
+        self._queue.extend(zip(futures, values, repeat(None)))
+
     def run(self) -> int:
         """Complete what is queued; how many this call completed (0 at once if another thread is at it:
         it will finish)."""
@@ -135,9 +143,9 @@ class OrderedCompletions:
                     future, value, error = self._queue.popleft()
                     done += 1
                     if error is not None:
-                        future.set_exception(error)
+                        fail(future, error)
                     else:
-                        future.set_result(value)
+                        complete(future, value)
             finally:
                 self._lock.release()
         return done

@@ -22,6 +22,8 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Future
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Protocol, Sequence
 
 import grpc
@@ -40,7 +42,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
 WRITE_ALONE_BYTES = 64 * 1024  # adds this large are not joined into a batch (one copy less per bookie)
-_NOBODY = object()
+_LEDGER_ID, _ENTRY_ID = attrgetter("ledger_id"), attrgetter("entry_id")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class AddListener(Protocol):
@@ -75,6 +78,7 @@ class AddStream:
         self._max_inflight = max_inflight
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
+        self._room_waiters = 0  # senders waiting in ``send`` for room (answers notify only then)
         self._queue: list[bytes] = []
         self._queued_bytes = 0
         self._large_queued = 0
@@ -106,12 +110,16 @@ class AddStream:
         """
         with self._lock:
             if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
-                self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
-                                    or self._failure is not None)
+                self._room_waiters += 1
+                try:
+                    self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
+                                        or self._failure is not None)
+                finally:
+                    self._room_waiters -= 1
             if self._failure is not None or self._closing:
                 raise self._ended_error()
             pending = self._pending
-            keys = [(ledger_id, entry_id) for entry_id, _ in adds]
+            keys = list(zip(repeat(ledger_id), map(_FIRST, adds)))
             size = len(pending)
             if not pending.keys().isdisjoint(keys):
                 self._refuse_repeat(ledger_id, next(key[1] for key in keys if key in pending))
@@ -120,7 +128,7 @@ class AddStream:
                 for key in keys:
                     pending.pop(key, None)
                 self._refuse_repeat(ledger_id, next(_repeats(keys)))
-            frames = [frame for _, frame in adds]
+            frames = list(map(_SECOND, adds))
             queued_bytes = sum(map(len, frames))
             if queued_bytes >= WRITE_ALONE_BYTES:
                 self._large_queued += sum(1 for frame in frames if len(frame) >= WRITE_ALONE_BYTES)
@@ -274,27 +282,23 @@ class AddStream:
             self._wakeup.set()  # the writer stops too
 
     def _deliver(self, results: Iterable) -> None:
-        first = _NOBODY  # the batch's first listener: nearly always its only one (one writer)
-        group: list = []
-        others: dict[int, tuple[AddListener, list]] = {}
+        """Hand each answer to the listener of its add (an answer nobody awaits on this stream is dropped): the
+        whole batch at once when one listener has them all (one writer: nearly always), else a list each."""
+        results = list(results)
+        keys = list(zip(map(_LEDGER_ID, results), map(_ENTRY_ID, results)))
         with self._lock:
-            pop = self._pending.pop
-            for result in results:
-                listener = pop((result.ledger_id, result.entry_id), None)
-                if listener is first:
-                    group.append(result)
-                elif listener is None:
-                    continue  # not (or no longer) awaited on this stream
-                elif first is _NOBODY:
-                    first = listener
-                    group.append(result)
-                else:
-                    others.setdefault(id(listener), (listener, []))[1].append(result)
-            if len(self._pending) < self._max_inflight:
+            listeners = list(map(self._pending.pop, keys, repeat(None)))
+            if self._room_waiters and len(self._pending) < self._max_inflight:
                 self._room.notify_all()
-        if first is not _NOBODY:
-            _notify(first.on_add_results, self.bookie_id, group)
-        for listener, answered in others.values():
+        first = listeners[0] if listeners else None
+        if first is not None and listeners.count(first) == len(listeners):
+            _notify(first.on_add_results, self.bookie_id, results)
+            return
+        groups: dict[int, tuple[AddListener, list]] = {}
+        for listener, result in zip(listeners, results):
+            if listener is not None:
+                groups.setdefault(id(listener), (listener, []))[1].append(result)
+        for listener, answered in groups.values():
             _notify(listener.on_add_results, self.bookie_id, answered)
 
     def _fail_pending(self, failure: BookieError) -> None:

@@ -24,19 +24,18 @@ The path of one add over ``GrpcTransport``, from ``append_async`` to its future 
   to every bookie) and put in the writer's inbox; if the inbox was empty, the network loop is
   woken -- (1) caller -> network thread;
 * the network thread takes up to 256 entries from the inbox per turn of the loop:
-  ``AddTracker.add`` (its id must be the one encoded), and one ``send_adds`` per bookie with
+  one ``AddTracker.add_many`` (its ids must be the ones encoded), one ``send_adds`` per bookie with
   those entries, straight into the bookie's ``AddStream`` queue (the transport skips its
   ``AddOutbox`` on that thread); the stream's writer task joins the queue into one AddBatch in
   the next turn of the same loop and writes it -- (2) into gRPC's core, whose poller thread
   also receives the AddResultBatch -- (3) back to the stream's reader task on the network
   thread, whose answer event runs at once (it is the owner: no hand-off); the tracker releases
-  confirmations in entry order and the futures are completed there, in entry order -- (4) to a
-  caller blocked in ``result()``.
+  confirmations in entry order (``ack_range``: one range per answer batch) and the futures are
+  completed there, in entry order (``add_futures.complete``) -- (4) to a caller in ``result()``.
 
-Three hand-offs between threads before the future completes (six before: a lock and a
-try-lock event queue re-entering the writer, and the outbox's hop through the loop), one
-client-side queue per bookie plus the writer's inbox, whose chunks make the AddBatches. Measured
-in ``docs/measurements.md`` ("One owner thread per writer").
+Three hand-offs between threads before the future completes, one client-side queue per bookie plus
+the writer's inbox, whose chunks make the AddBatches. Measured in ``docs/measurements.md`` ("One owner
+thread per writer", "The 1 KiB row: client CPU per entry, session 12").
 
 An answer FENCED or UNAUTHORIZED is fatal for the writer; TOO_MANY_REQUESTS (shed load) is sent
 again after a back-off until ``add_timeout_s`` (``protocol.add_answers``); any other error
@@ -50,6 +49,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from operator import itemgetter
 
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, WriterOwner
@@ -75,6 +75,7 @@ from pyspark_ledger.protocol.add_tracker import AddTracker
 log = logging.getLogger(__name__)
 _DIGEST_ROOM = 32
 _CHUNK_ADDS = 256  # entries the owner takes from the inbox per turn of the loop (then the streams write them)
+_SIZE, _FRAME, _FUTURE = itemgetter(1), itemgetter(3), itemgetter(4)  # of an inbox item
 
 
 class LedgerWriter(AddAnswers, EnsembleChanges):
@@ -100,6 +101,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._submit = threading.Lock()
         self._inbox: list[tuple[int, int, int, bytes, Future]] = []  # (entry id, size, LAC carried, add, future)
         self._next_id, self._next_length = self._tracker.next_entry_id, self._tracker.length
+        self._lac_hint = self._tracker.last_add_confirmed  # the owner's LAC, read by callers for the header
         self._admitted = 0  # futures handed out (callers, under _submit)
         self._released = 0  # of those, confirmed or failed (owner)
         self._room = threading.Condition(threading.Lock())
@@ -170,7 +172,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
                                               f"({entry_format.MAX_ENTRY_ID}): close it and write to a new ledger")
                     # encoded here, in id order: the owner's tracker assigns the same id and length (checked)
                     length = self._next_length + len(payload)
-                    lac = self._tracker.last_add_confirmed  # a confirmed entry (it only grows): the header's hint
+                    lac = self._lac_hint  # a confirmed entry (it only grows): the header's hint
                     frame = self._encoder.encode_pieces(
                         entry_id, self._codec.encode_head(self._ledger_id, entry_id, lac, length, payload), payload)
                     self._next_id, self._next_length = entry_id + 1, length
@@ -282,27 +284,21 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
             return
         if self._tracker.stopped:
             error = self._failure or LedgerClosedError(f"ledger {self.ledger_id} is closed: it takes no more adds")
+            self._released += len(items)
             for item in items:
-                self._released += 1
                 self._done.push(item[4], error=error)
             return
-        tracker_add, frames, futures = self._tracker.add, self._frames, self._futures
-        now = time.monotonic()
-        adds: list[tuple[int, bytes]] = []
-        write_sets: list[tuple[str, ...]] = []
-        for entry_id, size, lac, frame, future in items:
-            plan = tracker_add(size)
-            if plan.entry_id != entry_id:
-                raise InternalError(f"ledger {self._ledger_id}: entry {entry_id} was encoded as entry "
-                                    f"{plan.entry_id} of the tracker")
-            frames[entry_id] = frame
-            futures[entry_id] = future
-            adds.append((entry_id, frame))
-            write_sets.append(plan.targets)
+        first, write_sets = self._tracker.add_many(list(map(_SIZE, items)))
+        if first != items[0][0] or items[-1][0] - first != len(items) - 1:
+            raise InternalError(f"ledger {self._ledger_id}: entries {items[0][0]}..{items[-1][0]} were encoded as "
+                                f"entries {first}..{first + len(write_sets) - 1} of the tracker")
+        entry_ids, now = range(first, first + len(items)), time.monotonic()
+        adds = list(zip(entry_ids, map(_FRAME, items)))  # (entry id, encoded add), in order
+        self._frames.update(adds)
+        self._futures.update(zip(entry_ids, map(_FUTURE, items)))
         self._lac_flusher.entry_sent(items[-1][2], now)
         if len({frozenset(targets) for targets in set(write_sets)}) == 1:
             # every entry goes to the same bookies (E = Qw: write sets differ only in order): one list for all
-            entry_ids = [entry_id for entry_id, _ in adds]
             for bookie in write_sets[0]:
                 self._outstanding.sent_many(bookie, entry_ids, now)
                 self._transmit(bookie, adds)
@@ -337,17 +333,21 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
 
     def _confirm(self, confirmed) -> None:
-        frames, futures, push = self._frames, self._futures, self._done.push
-        released = 0
-        for add in confirmed:
-            frames.pop(add.entry_id, None)
-            future = futures.pop(add.entry_id, None)
+        """The entries of ``confirmed`` (ids, in order) are confirmed: their futures complete, in order."""
+        pop_frame, pop_future = self._frames.pop, self._futures.pop
+        done_ids, done_futures = [], []
+        for entry_id in confirmed:
+            pop_frame(entry_id, None)
+            future = pop_future(entry_id, None)
             if future is not None:
-                released += 1
-                push(future, add.entry_id)
+                done_ids.append(entry_id)
+                done_futures.append(future)
+        if done_futures:
+            self._released += len(done_futures)
+            self._done.push_results(done_futures, done_ids)
         if confirmed:
-            self._released += released
-            self._lac_flusher.lac_moved(self._tracker.last_add_confirmed)
+            self._lac_hint = lac = self._tracker.last_add_confirmed
+            self._lac_flusher.lac_moved(lac)
 
     def _stop(self, error: LedgerError) -> None:
         for entry_id in self._tracker.stop(str(error)):

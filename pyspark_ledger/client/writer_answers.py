@@ -12,6 +12,9 @@ failure replaced at once; anything else is a bookie failure
 from __future__ import annotations
 
 import time
+from collections import deque
+from itertools import repeat
+from operator import attrgetter
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger.errors import error_for_status
@@ -23,12 +26,23 @@ def _ignore(*_args) -> None:
     return None
 
 
+_ENTRY_ID, _STATUS = attrgetter("entry_id"), attrgetter("status")
+
+
 class AddAnswers:
     """The answer half of ``LedgerWriter`` (see the module docstring)."""
 
     def _on_results(self, bookie: str, results: list) -> None:
         """One answer batch of a bookie: acks, and statuses that end a bookie or the writer."""
         sent = self._outstanding.of(bookie)
+        statuses = list(map(_STATUS, results))
+        if statuses.count(pb.OK) == len(statuses):  # nearly always: the batch's acks in one go
+            entry_ids = list(map(_ENTRY_ID, results))
+            if sent is not None:
+                deque(map(sent.pop, entry_ids, repeat(None)), maxlen=0)
+            self._outstanding.acked(bookie)
+            self._confirm(self._tracker.ack_range(entry_ids, bookie))
+            return
         forget = sent.pop if sent is not None else _ignore
         ok, acked = pb.OK, []
         for result in results:
@@ -38,12 +52,12 @@ class AddAnswers:
                 acked.append(entry_id)
                 continue
             if acked:  # the acks before this answer count first, as they came first
-                self._confirm(self._tracker.ack_many(acked, bookie))
+                self._confirm(self._tracker.ack_range(acked, bookie))
                 acked = []
             self._on_status(entry_id, bookie, as_status(result.status), result.message, sent_at)
         if acked:
             self._outstanding.acked(bookie)
-            self._confirm(self._tracker.ack_many(acked, bookie))
+            self._confirm(self._tracker.ack_range(acked, bookie))
 
     def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
                    sent_at: float | None) -> None:

@@ -127,7 +127,7 @@ class EnsembleChanges:
         now = time.monotonic()
         for bookie, adds in resends.items():
             self._send(bookie, adds, now)
-        self._confirm(outcome.confirmed)
+        self._confirm([add.entry_id for add in outcome.confirmed])
         if outcome.next_change is not None:
             self._start_change(outcome.next_change)
         else:  # failures that joined this change and may wait (delay_ensemble_change)

@@ -71,18 +71,6 @@ class EnsembleChangeOutcome:
     next_change: EnsembleChangeRequest | None
 
 
-class _Pending:
-    """An unconfirmed entry: its write set and, as a bit mask of ensemble indexes, who acked it."""
-
-    __slots__ = ("entry_id", "length", "write_mask", "acked")
-
-    def __init__(self, entry_id: int, length: int, write_mask: int) -> None:
-        self.entry_id = entry_id
-        self.length = length
-        self.write_mask = write_mask
-        self.acked = 0
-
-
 class AddTracker:
     """Pending adds of one ledger handle, for the current ensemble."""
 
@@ -97,7 +85,10 @@ class AddTracker:
         self._lac = last_add_confirmed
         self._confirmed_length = length
         self._pushed_length = length
-        self._pending: dict[int, _Pending] = {}
+        # an unconfirmed entry: who acked it (a bit mask of ensemble indexes) and its length; plain ints, no
+        # object per entry (its write set's mask is ``_write_masks[entry_id % E]``, whatever the ensemble)
+        self._pending: dict[int, int] = {}
+        self._lengths: dict[int, int] = {}
         self._failed: set[int] = set()
         self._replace_now: set[int] = set()
         self._changing = False
@@ -165,6 +156,31 @@ class AddTracker:
             raise InvalidArgumentError(f"payload size must be an integer >= 0, got {payload_size!r}")
         return self._push(self.next_entry_id, self._pushed_length + payload_size)
 
+    def add_many(self, payload_sizes: Sequence[int]) -> tuple[int, list[tuple[str, ...]]]:
+        """``add`` for each of ``payload_sizes`` in order (the writer's turn of new adds): the first entry id
+        given and each entry's targets, without an ``AddPlan`` per entry (the header LAC of all of them is
+        ``last_add_confirmed`` now; the lengths are the running sums)."""
+        if self._stopped_reason:
+            raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
+        for size in payload_sizes:
+            if not isinstance(size, int) or size < 0:
+                raise InvalidArgumentError(f"payload size must be an integer >= 0, got {size!r}")
+        first = entry_id = self.next_entry_id
+        ensemble_size, pending, lengths = self.quorums.ensemble_size, self._pending, self._lengths
+        all_targets = self._targets if not self._failed else tuple(
+            tuple(self._ensemble[i] for i in write_set if i not in self._failed) for write_set in self._write_sets)
+        length = self._pushed_length
+        targets = []
+        for size in payload_sizes:
+            residue = entry_id % ensemble_size
+            length += size
+            pending[entry_id] = 0
+            lengths[entry_id] = length
+            targets.append(all_targets[residue])
+            entry_id += 1
+        self._pushed_length = length
+        return first, targets
+
     def add_recovered(self, entry_id: int, length: int) -> AddPlan:
         """Recovery write-back: push an entry read back, with its header's length."""
         if entry_id != self.next_entry_id or length < self._pushed_length:
@@ -179,7 +195,8 @@ class AddTracker:
             raise LedgerClosedError(f"no more adds: {self._stopped_reason}")
         residue = entry_id % self.quorums.ensemble_size
         write_set = self._write_sets[residue]
-        self._pending[entry_id] = _Pending(entry_id, length, self._write_masks[residue])
+        self._pending[entry_id] = 0
+        self._lengths[entry_id] = length
         self._pushed_length = length
         if self._failed:
             targets = tuple(self._ensemble[i] for i in write_set if i not in self._failed)
@@ -196,29 +213,51 @@ class AddTracker:
         index = self._index_of.get(bookie_id)
         if index is None:
             return ()
-        bit = 1 << index
-        get = self._pending.get
-        for entry_id in entry_ids:
-            pending = get(entry_id)
-            if pending is not None and pending.write_mask & bit:
-                pending.acked |= bit
+        self._mark(entry_ids, index)
         return self._release()
 
-    def _release(self) -> tuple[ConfirmedAdd, ...]:
-        if self._changing or self._stopped_reason:
-            return ()
-        released = []
+    def ack_range(self, entry_ids: Iterable[int], bookie_id: str) -> range:
+        """``ack_many``, but the newly confirmed entries as the range of their ids (W1: they are always the
+        contiguous run after the previous LAC), without a ``ConfirmedAdd`` per entry (the writer's hot path)."""
+        index = self._index_of.get(bookie_id)
+        if index is None:
+            return range(0)
+        self._mark(entry_ids, index)
+        return self._release_range(None)
+
+    def _mark(self, entry_ids: Iterable[int], index: int) -> None:
+        bit = 1 << index
         pending = self._pending
+        ensemble_size, write_masks = self.quorums.ensemble_size, self._write_masks
+        for entry_id in entry_ids:
+            acked = pending.get(entry_id)
+            if acked is not None and write_masks[entry_id % ensemble_size] & bit:
+                pending[entry_id] = acked | bit
+
+    def _release(self) -> tuple[ConfirmedAdd, ...]:
+        lengths: list[int] = []
+        released = self._release_range(lengths)
+        return tuple(map(ConfirmedAdd, released, lengths))
+
+    def _release_range(self, lengths: list[int] | None) -> range:
+        """Confirm the entries after the LAC that have Qa acks, in order (W1, W2); their ids (and, into
+        ``lengths`` if given, their lengths)."""
+        first = entry_id = self._lac + 1
+        if self._changing or self._stopped_reason:
+            return range(first, first)
+        pending, pop_length = self._pending, self._lengths.pop
         quorum = self.quorums.ack_quorum
-        head = pending.get(self._lac + 1)
-        while head is not None and head.acked.bit_count() >= quorum:
-            entry_id = head.entry_id
+        acked = pending.get(entry_id)
+        while acked is not None and acked.bit_count() >= quorum:
             del pending[entry_id]
-            released.append(ConfirmedAdd(entry_id, head.length))
-            head = pending.get(entry_id + 1)
-        if released:
-            self._lac, self._confirmed_length = released[-1]
-        return tuple(released)
+            length = pop_length(entry_id)
+            if lengths is not None:
+                lengths.append(length)
+            entry_id += 1
+            acked = pending.get(entry_id)
+        if entry_id > first:
+            self._lac, self._confirmed_length = entry_id - 1, length
+        return range(first, entry_id)
 
     def failed(self, bookie_id: str, *, replace_now: bool = False) -> EnsembleChangeRequest | None:
         """A write to ``bookie_id`` failed. Returns the change to make, or None when one is
@@ -256,8 +295,7 @@ class AddTracker:
         self._replace_now -= replaced
         resends = []
         for entry_id in sorted(self._pending):
-            pending = self._pending[entry_id]
-            pending.acked &= ~replaced_mask
+            self._pending[entry_id] &= ~replaced_mask
             targets = tuple(self._ensemble[i] for i in self._write_sets[entry_id % self.quorums.ensemble_size] if i in replaced)
             if targets:
                 resends.append(Resend(entry_id, targets))
@@ -277,4 +315,5 @@ class AddTracker:
         self._stopped_reason = reason or "the ledger handle was stopped"
         dropped = tuple(sorted(self._pending))
         self._pending.clear()
+        self._lengths.clear()
         return dropped

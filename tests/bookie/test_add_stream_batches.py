@@ -80,3 +80,20 @@ def test_a_broken_stream_reports_every_unanswered_add_once(make_bookie, client_f
     assert keys == [(952, e) for e in range(1, 6)] and isinstance(error, BookieUnavailableError)
     with pytest.raises(BookieUnavailableError, match="has ended"):
         stream.send(952, [(6, encoder.encode(6, entry(952, 6)))], recorder.listener)
+
+
+def test_answers_of_one_batch_go_to_each_listener_of_its_adds(bookie, client_for):
+    """Two listeners' adds sent back to back (joined into the same AddBatches, answered in the same
+    AddResultBatches): each gets exactly its own answers, in order; a future-style add (``add``) on the same
+    stream gets its own."""
+    client = client_for(bookie)
+    first, second = Recorder(), Recorder()
+    encoder = AddEncoder(957, KEY)
+    with client.add_stream() as stream:
+        stream.send(957, [(e, encoder.encode(e, entry(957, e))) for e in range(0, 20, 2)], first.listener)
+        stream.send(957, [(e, encoder.encode(e, entry(957, e))) for e in range(1, 20, 2)], second.listener)
+        alone = stream.add(957, 20, KEY, entry(957, 20))
+        wait_until(lambda: first.answered() == 10 and second.answered() == 10, 30, "every add to be answered")
+        assert alone.result(30).ok
+    assert [key for batch in first.batches for key in batch] == [(957, e, pb.OK) for e in range(0, 20, 2)]
+    assert [key for batch in second.batches for key in batch] == [(957, e, pb.OK) for e in range(1, 20, 2)]

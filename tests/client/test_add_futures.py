@@ -4,10 +4,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import threading
+import time
 
 import pytest
 
-from pyspark_ledger.client.add_futures import _lean_future, new_future
+from pyspark_ledger.client.add_futures import _lean_future, complete, fail, new_future
 
 
 def test_this_python_gets_the_lean_future():
@@ -45,3 +46,35 @@ def test_timeouts_cancel_callbacks_wait_and_asyncio_behave_as_for_future():
         asyncio.get_running_loop().call_later(0.01, future.set_result, 9)
         return await asyncio.wrap_future(future)
     assert asyncio.run(awaited()) == 9
+
+
+@pytest.mark.parametrize("make", [new_future, cf.Future], ids=["lean", "plain"])
+def test_complete_and_fail_wake_waiters_tell_wait_and_run_callbacks(make):
+    seen = []
+    done, failing, waiting = make(), make(), make()
+    done.add_done_callback(lambda f: seen.append(f.result()))
+    failing.add_done_callback(lambda f: seen.append(type(f.exception()).__name__))
+    threading.Timer(0.05, complete, (done, 7)).start()
+    started = time.monotonic()
+    assert done.result(30) == 7
+    assert time.monotonic() - started < 15  # woken, not timed out
+    threading.Timer(0.05, fail, (failing, ValueError("no"))).start()
+    finished, pending = cf.wait([failing, waiting], timeout=10, return_when=cf.FIRST_COMPLETED)
+    assert finished == {failing} and pending == {waiting} and seen == [7, "ValueError"]
+    with pytest.raises(ValueError):
+        failing.result(0)
+    assert [f.result() for f in cf.as_completed([done], timeout=10)] == [7]
+
+
+@pytest.mark.parametrize("make", [new_future, cf.Future], ids=["lean", "plain"])
+def test_a_cancelled_future_stays_cancelled_and_a_finished_one_keeps_its_value(make):
+    cancelled = make()
+    assert cancelled.cancel()
+    complete(cancelled, 1)
+    fail(cancelled, ValueError("late"))
+    assert cancelled.cancelled()
+    finished = make()
+    complete(finished, 2)
+    complete(finished, 3)
+    fail(finished, ValueError("late"))
+    assert finished.result(0) == 2

@@ -241,3 +241,39 @@ def test_acks_of_one_answer_batch_confirm_what_the_same_acks_one_by_one_do(seed)
         assert batched.ack_many(batch, bookie) == expected
         assert (batched.last_add_confirmed, batched.length) == (single.last_add_confirmed, single.length)
     assert batched.pending_entry_ids == single.pending_entry_ids == ()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_turn_of_adds_and_acks_as_ranges_match_one_add_and_one_ack_at_a_time(seed):
+    """add_many and ack_range (the writer's hot path) against add and ack_many: the same ids, targets
+    (also with a degraded bookie), lengths, confirmations in order (W1) and none during a change (W2)."""
+    rng = random.Random(seed)
+    ensemble = ALL_BOOKIES[:rng.choice((3, 4))]
+    write_quorum = rng.randint(2, len(ensemble))
+    ack_quorum = rng.randint(1, write_quorum)
+    delay = rng.random() < 0.5
+    fast = AddTracker(ensemble, write_quorum, ack_quorum, delay_ensemble_change=delay)
+    slow = AddTracker(ensemble, write_quorum, ack_quorum, delay_ensemble_change=delay)
+    for turn in range(6):
+        if turn == 3:  # a bookie fails: degraded (targets skip it) or an ensemble change (no confirmations)
+            failed = rng.choice(ensemble)
+            assert fast.failed(failed) == slow.failed(failed)
+        sizes = [rng.randint(0, 50) for _ in range(rng.randint(1, 9))]
+        first, targets = fast.add_many(sizes)
+        plans = [slow.add(size) for size in sizes]
+        assert first == plans[0].entry_id and targets == [plan.targets for plan in plans]
+        acks = [(entry_id, bookie) for entry_id in range(first, first + len(sizes)) for bookie in ALL_BOOKIES]
+        rng.shuffle(acks)
+        while acks:
+            bookie = acks[0][1]
+            batch = [entry_id for entry_id, b in acks if b == bookie][:rng.randint(1, 5)]
+            acks = [(e, b) for e, b in acks if b != bookie or e not in batch]
+            assert list(fast.ack_range(batch, bookie)) == ids(slow.ack_many(batch, bookie))
+            assert (fast.last_add_confirmed, fast.length) == (slow.last_add_confirmed, slow.length)
+    assert fast.pending_entry_ids == slow.pending_entry_ids
+    with pytest.raises(InvalidArgumentError):
+        fast.add_many([3, -1])
+    assert fast.pending_entry_ids == slow.pending_entry_ids  # nothing added by a refused turn
+    fast.stop("closed")
+    with pytest.raises(LedgerClosedError):
+        fast.add_many([1])
