@@ -1,6 +1,6 @@
 """Where a paced add's time goes, stage by stage: client, gRPC, bookie, journal, and back.
 
-Usage: ``python bench/paced_stages.py [--dir DIR] [--seconds 6] [--rate 1000] [--out FILE]``.
+Usage: ``python bench/paced_stages.py [--dir DIR] [--seconds 6] [--rate 1000] [--warm-up 0] [--out FILE]``.
 
 A diagnosis tool, not one of ``python -m bench``'s benchmarks. Starts 3 bookies in ``--dir`` (ext4 under /tmp by
 default; ``/dev/shm`` for tmpfs), with the probes of ``stage_probes.py`` loaded through a ``sitecustomize`` on
@@ -47,11 +47,16 @@ def quantiles(values: list[float]) -> dict:
     return {"p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": round(ordered[-1] * 1000, 3), "n": len(ordered)}
 
 
-def drive(uri: str, seconds: float, rate: float) -> list[tuple[int, float, float]]:
-    """Paced 1 KiB appends; (entry id, called, done) of each."""
+def drive(uri: str, seconds: float, rate: float, warm_up: float) -> list[tuple[int, float, float]]:
+    """Paced 1 KiB appends, after ``warm_up`` seconds of 1 KiB and 1 MiB appends at full speed on another
+    ledger (as the full benchmark runs before its paced row); (entry id, called, done) of each."""
     stamps: list[tuple[int, float, float]] = []
     lock = threading.Lock()
     data = os.urandom(1024)
+    if warm_up:
+        from bench.replication import client_run
+        client_run(uri, 1024, warm_up, 2_000)
+        client_run(uri, 1024 * 1024, warm_up, 8)
     with LedgerClient(uri, ClientConfig(max_inflight_adds=1000)) as client:
         writer = client.create_ledger(3, 3, 2, password=b"bench")
         ledger_id = writer.ledger_id
@@ -153,10 +158,10 @@ def journals(bookie_records: dict[int, list]) -> dict:
 
 
 def gc_pauses(records: list, stamps) -> dict:
-    pauses = [r for r in records if r[0] == "gc"]
+    first, last = min(s[1] for s in stamps), max(s[2] for s in stamps)
+    pauses = [r for r in records if r[0] == "gc" and first <= r[2] <= last]  # during the paced run only
     if not pauses:
         return {"collections": 0}
-    stamps = sorted(stamps, key=lambda s: s[1])
     hit = sum(1 for _, called, done in stamps if any(start < done and called < end for _, _, start, end in pauses
                                                      if end - start > 0.001))
     by_generation = {}
@@ -167,7 +172,7 @@ def gc_pauses(records: list, stamps) -> dict:
     return {"by_generation": by_generation, "adds_in_flight_during_a_pause_over_1ms": hit}
 
 
-def run(directory: Path, seconds: float, rate: float) -> dict:
+def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="paced-stages-", dir=directory) as tmp:
         base = Path(tmp)
         site = base / "site"
@@ -183,7 +188,7 @@ def run(directory: Path, seconds: float, rate: float) -> dict:
             with BookieCluster(3, base / "bookies", uri) as cluster:
                 pids = [bookie.pid for bookie in cluster]
                 load = os.getloadavg()[0]
-                ledger_id, stamps = drive(uri, seconds, rate)
+                ledger_id, stamps = drive(uri, seconds, rate, warm_up)
                 time.sleep(1.2)  # the probes' last dump
         finally:
             for name, value in saved.items():
@@ -192,7 +197,8 @@ def run(directory: Path, seconds: float, rate: float) -> dict:
                 else:
                     os.environ[name] = value
         bookie_records = {pid: json.loads(Path(f"{out_prefix}.{pid}.json").read_text()) for pid in pids}
-    result = {"directory": str(directory), "seconds": seconds, "rate": rate, "load_average_at_start": round(load, 2)}
+    result = {"directory": str(directory), "seconds": seconds, "rate": rate, "warm_up_seconds": warm_up,
+              "load_average_at_start": round(load, 2)}
     result.update(analyse(ledger_id, stamps, stage_probes.records, bookie_records))
     return result
 
@@ -202,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--seconds", float, 6.0, help="length of the paced run")
     parser.number("--rate", float, 1000.0, help="adds per second")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the bookies' data go")
+    parser.number("--warm-up", float, 0.0, help="seconds of 1 KiB, then of 1 MiB, appends at full speed first")
     args = parser.parse_args(argv)
-    return emit(run(args.dir, args.seconds, args.rate), args.out)
+    return emit(run(args.dir, args.seconds, args.rate, args.warm_up), args.out)
 
 
 if __name__ == "__main__":

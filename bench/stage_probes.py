@@ -49,7 +49,13 @@ def _dump_forever(path: str) -> None:
     threading.Thread(target=run, name="stage-probe-dump", daemon=True).start()
 
 
-def install_bookie(path: str) -> None:
+def install_bookie(path: str, gc_only: bool = False) -> None:
+    """The probes in a bookie, dumped to ``path``; with ``gc_only`` only the GC pauses (the other probes keep
+    records of every add, which the collector then walks: they lengthen its pauses)."""
+    if gc_only:
+        _watch_gc()
+        _dump_forever(path)
+        return
     from bookie_server import add_stream, checkpoint, entry_log, journal, storage
 
     def ids(adds) -> list:
@@ -158,5 +164,6 @@ SITECUSTOMIZE = """\
 import os
 if os.environ.get("PACED_STAGES_OUT"):
     import bench.stage_probes
-    bench.stage_probes.install_bookie(os.environ["PACED_STAGES_OUT"] + f".{os.getpid()}.json")
+    bench.stage_probes.install_bookie(os.environ["PACED_STAGES_OUT"] + f".{os.getpid()}.json",
+                                      bool(os.environ.get("PACED_STAGES_GC_ONLY")))
 """
