@@ -131,16 +131,20 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[int, li
         if stage.get("sent") is not None:
             gaps.setdefault("answered -> gRPC send done (bookie)", []).append(stage["sent"] - stage["answered"])
     result = {"whole_add": quantiles(whole), "gaps_for_the_quorum_bookie": {k: quantiles(v) for k, v in gaps.items()}}
-    result["journals"] = journals(bookie_records)
+    window = (min(s[1] for s in stamps), max(s[2] for s in stamps))
+    result["journals"] = journals(bookie_records, window)
     result["gc"] = {"client": gc_pauses(client_records, stamps)}
     for pid, records in bookie_records.items():
         result["gc"][f"bookie {pid}"] = gc_pauses(records, stamps)
     return result
 
 
-def journals(bookie_records: dict[int, list]) -> dict:
+def journals(bookie_records: dict[int, list], window: tuple[float, float]) -> dict:
+    """Each bookie's group commits during the paced run (``window``), and what else synced meanwhile."""
     out = {}
+    first, last = window
     for pid, records in bookie_records.items():
+        records = [r for r in records if r[0] in ("commit", "checkpoint", "entrylog_sync") and first <= r[1] <= last]
         commits = [r for r in records if r[0] == "commit" and r[2] is not None]
         busy = [(r[1], r[2]) for r in records if r[0] in ("checkpoint", "entrylog_sync")]
         fsyncs = [r[3] - r[2] for r in commits]
@@ -172,7 +176,8 @@ def gc_pauses(records: list, stamps) -> dict:
     return {"by_generation": by_generation, "adds_in_flight_during_a_pause_over_1ms": hit}
 
 
-def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0) -> dict:
+def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0,
+        checkpoint_interval: float | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="paced-stages-", dir=directory) as tmp:
         base = Path(tmp)
         site = base / "site"
@@ -185,7 +190,8 @@ def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0) -> d
         try:
             uri = f"sqlite:///{base}/metadata.db?lease_seconds=5"
             stage_probes.install_client()
-            with BookieCluster(3, base / "bookies", uri) as cluster:
+            flags = {} if checkpoint_interval is None else {"checkpoint_interval": checkpoint_interval}
+            with BookieCluster(3, base / "bookies", uri, **flags) as cluster:
                 pids = [bookie.pid for bookie in cluster]
                 load = os.getloadavg()[0]
                 ledger_id, stamps = drive(uri, seconds, rate, warm_up)
@@ -198,6 +204,7 @@ def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0) -> d
                     os.environ[name] = value
         bookie_records = {pid: json.loads(Path(f"{out_prefix}.{pid}.json").read_text()) for pid in pids}
     result = {"directory": str(directory), "seconds": seconds, "rate": rate, "warm_up_seconds": warm_up,
+              "checkpoint_interval_s": checkpoint_interval,
               "load_average_at_start": round(load, 2)}
     result.update(analyse(ledger_id, stamps, stage_probes.records, bookie_records))
     return result
@@ -209,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--rate", float, 1000.0, help="adds per second")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the bookies' data go")
     parser.number("--warm-up", float, 0.0, help="seconds of 1 KiB, then of 1 MiB, appends at full speed first")
+    parser.add_argument("--checkpoint-interval", type=float, default=None,
+                        help="the bookies' --checkpoint-interval (default theirs: 30 s)")
     args = parser.parse_args(argv)
-    return emit(run(args.dir, args.seconds, args.rate, args.warm_up), args.out)
+    return emit(run(args.dir, args.seconds, args.rate, args.warm_up, args.checkpoint_interval), args.out)
 
 
 if __name__ == "__main__":
