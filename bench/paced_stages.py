@@ -57,6 +57,9 @@ def drive(uri: str, seconds: float, rate: float, warm_up: float) -> list[tuple[i
         from bench.replication import client_run
         client_run(uri, 1024, warm_up, 2_000)
         client_run(uri, 1024 * 1024, warm_up, 8)
+    Path(f"{os.environ['PACED_STAGES_OUT']}.reset").touch()  # the bookies' probes forget the warm-up
+    stage_probes.records.clear()
+    time.sleep(0.5)
     with LedgerClient(uri, ClientConfig(max_inflight_adds=1000)) as client:
         writer = client.create_ledger(3, 3, 2, password=b"bench")
         ledger_id = writer.ledger_id
@@ -131,6 +134,13 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[int, li
         if stage.get("sent") is not None:
             gaps.setdefault("answered -> gRPC send done (bookie)", []).append(stage["sent"] - stage["answered"])
     result = {"whole_add": quantiles(whole), "gaps_for_the_quorum_bookie": {k: quantiles(v) for k, v in gaps.items()}}
+    first, last = min(s[1] for s in stamps), max(s[2] for s in stamps)
+    taken = [len(r[3]) for r in client_records if r[0] == "take" and first <= r[1] <= last]
+    received = [len(r[2]) for records in bookie_records.values() for r in records
+                if r[0] == "recv" and first <= r[1] <= last]
+    result["adds_per_batch"] = {"client_gRPC_writes": len(taken), "adds_per_write": round(sum(taken) / max(1, len(taken)), 2),
+                                "bookie_AddBatches_read": len(received),
+                                "adds_per_AddBatch": round(sum(received) / max(1, len(received)), 2)}
     window = (min(s[1] for s in stamps), max(s[2] for s in stamps))
     result["journals"] = journals(bookie_records, window)
     result["gc"] = {"client": gc_pauses(client_records, stamps)}
@@ -195,7 +205,11 @@ def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0,
                 pids = [bookie.pid for bookie in cluster]
                 load = os.getloadavg()[0]
                 ledger_id, stamps = drive(uri, seconds, rate, warm_up)
-                time.sleep(1.2)  # the probes' last dump
+                Path(f"{out_prefix}.dump").touch()  # the bookies' probes write their records now
+                deadline = time.monotonic() + 60
+                while (not all(Path(f"{out_prefix}.{pid}.json").exists() for pid in pids)
+                       and time.monotonic() < deadline):
+                    time.sleep(0.2)
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -215,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--seconds", float, 6.0, help="length of the paced run")
     parser.number("--rate", float, 1000.0, help="adds per second")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the bookies' data go")
-    parser.number("--warm-up", float, 0.0, help="seconds of 1 KiB, then of 1 MiB, appends at full speed first")
+    parser.add_argument("--warm-up", type=float, default=0.0,
+                        help="seconds of 1 KiB, then of 1 MiB, appends at full speed first (default none)")
     parser.add_argument("--checkpoint-interval", type=float, default=None,
                         help="the bookies' --checkpoint-interval (default theirs: 30 s)")
     args = parser.parse_args(argv)

@@ -37,15 +37,24 @@ def _watch_gc() -> None:
     gc.callbacks.append(callback)
 
 
-def _dump_forever(path: str) -> None:
-    """Write ``records`` to ``path`` (JSON, replaced atomically) twice a second: a bookie may be killed."""
+def _dump_when_asked(path: str) -> None:
+    """Once ``<prefix>.dump`` exists (``path`` is ``<prefix>.<pid>.json``), write ``records`` to ``path`` (JSON,
+    replaced atomically) and stop; records made before ``<prefix>.reset`` appeared are dropped. Polls for the
+    files 5 times a second, and dumps once: dumping while adds run would hold the GIL for the whole JSON
+    encoding and delay the bookie's own threads."""
+    prefix = path.rsplit(".", 2)[0]
+
     def run() -> None:
-        while True:
-            time.sleep(0.5)
-            temporary = f"{path}.tmp"
-            with open(temporary, "w") as handle:
-                json.dump(list(records), handle)
-            os.replace(temporary, path)
+        reset = False
+        while not os.path.exists(f"{prefix}.dump"):
+            if not reset and os.path.exists(f"{prefix}.reset"):
+                records.clear()
+                reset = True
+            time.sleep(0.2)
+        temporary = f"{path}.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(list(records), handle)
+        os.replace(temporary, path)
     threading.Thread(target=run, name="stage-probe-dump", daemon=True).start()
 
 
@@ -54,7 +63,7 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
     records of every add, which the collector then walks: they lengthen its pauses)."""
     if gc_only:
         _watch_gc()
-        _dump_forever(path)
+        _dump_when_asked(path)
         return
     from bookie_server import add_stream, checkpoint, entry_log, journal, storage
 
@@ -124,7 +133,7 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
             return probed
         setattr(owner, name, wrap(getattr(owner, name)))
     _watch_gc()
-    _dump_forever(path)
+    _dump_when_asked(path)
 
 
 def install_client() -> None:
