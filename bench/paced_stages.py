@@ -81,17 +81,16 @@ def drive(uri: str, seconds: float, rate: float, warm_up: float) -> list[tuple[i
     return ledger_id, stamps
 
 
-def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[int, list]) -> dict:
+def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[str, list]) -> dict:
+    """Per-stage gaps, journals, GC pauses; ``bookie_records`` by bookie id (as the client's streams name them)."""
     per_entry: dict[int, dict] = {entry: {"called": called, "done": done} for entry, called, done in stamps}
-    bookie_of_pid = {}
     for kind, at, bookie, keys in (r for r in client_records if r[0] in ("take", "deliver")):
         for ledger, entry in keys:
             if ledger == ledger_id and entry in per_entry:
                 per_entry[entry].setdefault(kind, {})[bookie] = at
-    # bookies: which bookie id is which process -- match by the receive order of the ids
-    by_bookie: dict[int, dict[int, dict]] = {}
-    for pid, records in bookie_records.items():
-        stage = by_bookie.setdefault(pid, {})
+    by_bookie: dict[str, dict[int, dict]] = {}  # bookie id -> entry -> its stamps there
+    for bookie, records in bookie_records.items():
+        stage = by_bookie.setdefault(bookie, {})
         for record in records:
             if record[0] == "recv":
                 for ledger, entry in record[2]:
@@ -105,18 +104,6 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[int, li
                 for ledger, entry in record[3]:
                     if ledger == ledger_id:
                         stage.setdefault(entry, {}).update(answered=record[1], sent=record[2])
-    # the client knows bookies by id, the probes by pid: pair them by the answer times (answer sent before delivered)
-    pairing = {}
-    for bookie in {b for e in per_entry.values() for b in e.get("deliver", {})}:
-        best = None
-        for pid, stage in by_bookie.items():
-            gaps = [e["deliver"][bookie] - stage[n]["answered"] for n, e in list(per_entry.items())[:500]
-                    if bookie in e.get("deliver", {}) and "answered" in stage.get(n, {})]
-            bad = sum(1 for g in gaps if g < 0)
-            score = (bad, sorted(gaps)[len(gaps) // 2] if gaps else 1e9)
-            if best is None or score < best[0]:
-                best = (score, pid)
-        pairing[bookie] = best[1]
     gaps: dict[str, list[float]] = {}
     whole = []
     for entry, e in per_entry.items():
@@ -125,7 +112,7 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[int, li
         if len(delivered) < 2:
             continue
         bookie, at = delivered[1]
-        stage = by_bookie[pairing[bookie]].get(entry, {})
+        stage = by_bookie.get(bookie, {}).get(entry, {})
         row = {"called": e["called"], "taken": e.get("take", {}).get(bookie), **{k: stage.get(k) for k in
                ("received", "storing", "submitted", "durable", "answered")}, "delivered": at, "done": e["done"]}
         for first, second in zip(STAGES, STAGES[1:]):
@@ -144,23 +131,23 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[int, li
     window = (min(s[1] for s in stamps), max(s[2] for s in stamps))
     result["journals"] = journals(bookie_records, window)
     result["gc"] = {"client": gc_pauses(client_records, stamps)}
-    for pid, records in bookie_records.items():
-        result["gc"][f"bookie {pid}"] = gc_pauses(records, stamps)
+    for bookie, records in bookie_records.items():
+        result["gc"][f"bookie {bookie}"] = gc_pauses(records, stamps)
     return result
 
 
-def journals(bookie_records: dict[int, list], window: tuple[float, float]) -> dict:
+def journals(bookie_records: dict[str, list], window: tuple[float, float]) -> dict:
     """Each bookie's group commits during the paced run (``window``), and what else synced meanwhile."""
     out = {}
     first, last = window
-    for pid, records in bookie_records.items():
+    for bookie, records in bookie_records.items():
         records = [r for r in records if r[0] in ("commit", "checkpoint", "entrylog_sync") and first <= r[1] <= last]
         commits = [r for r in records if r[0] == "commit" and r[2] is not None]
         busy = [(r[1], r[2]) for r in records if r[0] in ("checkpoint", "entrylog_sync")]
         fsyncs = [r[3] - r[2] for r in commits]
         slow = [r for r in commits if r[3] - r[2] >= SLOW_FSYNC_S]
         overlapping = [r for r in slow if any(start < r[3] and r[2] < end for start, end in busy)]
-        out[str(pid)] = {
+        out[bookie] = {
             "group_commits": len(commits), "records_per_commit": round(sum(r[4] for r in commits) / max(1, len(commits)), 2),
             "fdatasync": quantiles(fsyncs), "oldest_queued_to_commit_start": quantiles([r[1] - r[5] for r in commits]),
             "commit_start_to_fdatasync": quantiles([r[2] - r[1] for r in commits]),
@@ -202,7 +189,7 @@ def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0,
             stage_probes.install_client()
             flags = {} if checkpoint_interval is None else {"checkpoint_interval": checkpoint_interval}
             with BookieCluster(3, base / "bookies", uri, **flags) as cluster:
-                pids = [bookie.pid for bookie in cluster]
+                pids = {bookie.pid: bookie.bookie_id for bookie in cluster}  # as the client names them
                 load = os.getloadavg()[0]
                 ledger_id, stamps = drive(uri, seconds, rate, warm_up)
                 Path(f"{out_prefix}.dump").touch()  # the bookies' probes write their records now
@@ -216,7 +203,8 @@ def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0,
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        bookie_records = {pid: json.loads(Path(f"{out_prefix}.{pid}.json").read_text()) for pid in pids}
+        bookie_records = {bookie: json.loads(Path(f"{out_prefix}.{pid}.json").read_text())
+                          for pid, bookie in pids.items()}
     result = {"directory": str(directory), "seconds": seconds, "rate": rate, "warm_up_seconds": warm_up,
               "checkpoint_interval_s": checkpoint_interval,
               "load_average_at_start": round(load, 2)}
