@@ -13,9 +13,6 @@ and before each journal group commit when the journal holds references
 instead of entry bodies (``StorageConfig.journal_write_data`` off). Once
 durable, all but the newest ``cache_window`` bytes leave the page cache, so
 that appends reuse pages instead of touching fresh memory (see ``_drop_cached``).
-Every ``writeback_step`` appended bytes a background thread starts writing them to the disk
-(``writeback``: ``sync_file_range``, not a sync), so that a checkpoint's fsync finds little left to write
-and a journal ``fdatasync`` meanwhile does not queue behind a burst of them.
 A new log is started by the first append after open, when the current one reaches
 ``entry_log_size``, and when the garbage collector seals it early (``rotate``).
 Reads check the record's ids and checksum and raise ``CorruptStorageError``
@@ -40,7 +37,6 @@ import crc32c
 
 from bookie_server.entry_log_usage import USAGE_SUFFIX, LogUsage, load_usage, usage_path, write_usage
 from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all
-from bookie_server.writeback import WRITEBACK_STEP, Writeback
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
 log = logging.getLogger(__name__)
@@ -70,9 +66,7 @@ class EntryLogger:
     (the storage lock); ``read`` and ``sync`` may run concurrently with them.
     """
 
-    def __init__(self, directory: Path, max_log_size: int, cache_window: int = CACHE_WINDOW,
-                 writeback_step: int = WRITEBACK_STEP) -> None:
-        """``writeback_step``: appended bytes between two background writebacks (``writeback``); 0: none."""
+    def __init__(self, directory: Path, max_log_size: int, cache_window: int = CACHE_WINDOW) -> None:
         self._dir = directory
         self._max_size = max_log_size
         self._cache_window = cache_window
@@ -81,8 +75,6 @@ class EntryLogger:
         self._unsynced: set[int] = set()
         self._written: dict[int, int] = {}  # log id -> end of its last append
         self._dropped: dict[int, int] = {}  # log id -> offset below which its page cache was dropped
-        self._written_back: dict[int, int] = {}  # log id -> offset below which its writeback was started
-        self._writeback = Writeback(self._writeback_ranges, writeback_step) if writeback_step > 0 else None
         self._dir_dirty = False
         self._closed = False
         self._readers: dict[int, int] = {}  # log id -> reads in progress (a removed log's fd waits for them)
@@ -109,7 +101,6 @@ class EntryLogger:
                 self._seal(self._log_id)
             self._start_log(self._log_id + 1 if self._started else self._log_id)
         log_id, offset = self._log_id, self._offset
-        first = offset
         chunks: list[Buffer] = []
         locations = []
         ledger_bytes: dict[int, int] = {}
@@ -130,8 +121,6 @@ class EntryLogger:
         with self._lock:  # only after the write: a sync that cleared the set before it must not cover it
             self._unsynced.add(log_id)
             self._written[log_id] = offset
-        if self._writeback is not None:
-            self._writeback.written(offset - first)
         return locations
 
     def read(self, location: EntryLocation, ledger_id: int, entry_id: int) -> bytes:
@@ -185,7 +174,6 @@ class EntryLogger:
             fd = self._fds.pop(log_id, None)
             self._unsynced.discard(log_id)
             self._written.pop(log_id, None)
-            self._written_back.pop(log_id, None)
             self._dropped.pop(log_id, None)
             if fd is not None and self._readers.get(log_id):
                 self._retired[log_id], fd = fd, None
@@ -229,18 +217,6 @@ class EntryLogger:
         for log_id, fd, end in synced:
             self._drop_cached(log_id, fd, end)
 
-    def _writeback_ranges(self) -> list[tuple[int, int, int]]:
-        """(fd, start, end) of each log's bytes appended since its last writeback or sync (the writeback thread)."""
-        ranges = []
-        with self._lock:
-            for log_id, end in self._written.items():
-                start = self._written_back.get(log_id, 0)
-                fd = self._fds.get(log_id)
-                if fd is not None and end > start:
-                    ranges.append((fd, start, end))
-                    self._written_back[log_id] = end
-        return ranges
-
     def _drop_cached(self, log_id: int, fd: int, durable_end: int) -> None:
         """Drop the page cache of a log's durable bytes older than the window, a megabyte at least at a time.
 
@@ -260,8 +236,6 @@ class EntryLogger:
 
     def close(self) -> None:
         """Persist the current log's usage (so the next start need not scan it) and close every file."""
-        if self._writeback is not None:
-            self._writeback.close()
         if self._started and not self._closed:
             self._seal(self._log_id)
         with self._lock:
