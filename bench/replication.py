@@ -1,10 +1,11 @@
 """Benchmark the replication client: 3 bookies, E=Qw=3, Qa=2, against two limits measured in the same run.
 
-Usage: ``python bench/replication.py [--seconds 6] [--only-1kib] [--out FILE]``.
+Usage: ``python bench/replication.py [--seconds 6] [--only-1kib | --paced-only] [--out FILE]``.
 
 ``--only-1kib`` runs only what the 1 KiB goal needs, in one run (``replication_1kib.py``): the 1 KiB
 fan-out, the storage's CPU per entry, the 1 KiB run against 3 bookies, and ``ratios_1KiB`` (ours ÷ the
-floor, ours ÷ the fan-out) -- for A/B comparisons of the 1 KiB path.
+floor, ours ÷ the fan-out) -- for A/B comparisons of the 1 KiB path. ``--paced-only`` runs only the paced
+1,000 x 1 KiB/s rows, on fresh bookies, for A/B comparisons of latency.
 
 Starts 3 real bookie processes (SQLite metadata in a temporary directory) and
 writes through ``LedgerClient`` with many adds in flight: 1 KiB and 1 MiB
@@ -297,7 +298,9 @@ def ratio(value: float, limit: float) -> float:
     return round(value / limit, 2) if limit else float("nan")
 
 
-def run(seconds: float) -> dict:
+def run(seconds: float, paced_only: bool = False) -> dict:
+    """The whole benchmark; with ``paced_only`` only the rows of the paced 1,000 x 1 KiB/s run (its fan-out, the
+    client over no-op servers, the paced fsync floor, fresh bookies on the disk and on tmpfs), for A/B runs."""
     result: dict = {"benchmark": "replication", "cpus": os.cpu_count(), "python": platform.python_version(),
                     "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, "seconds_per_run": seconds,
                     "note": "bookies, client and no-op servers share this machine's cores",
@@ -310,7 +313,7 @@ def run(seconds: float) -> dict:
         try:
             ports = [port for _, port in servers]
             noop_pids = {f"noop-{index}": process.pid for index, (process, _) in enumerate(servers)}
-            for name, (size, inflight) in SIZES.items():
+            for name, (size, inflight) in ({} if paced_only else SIZES).items():
                 result["limits"][name] = {
                     "fsync": fsync_limit(directory, size, 20_000 if size == KiB else 200),
                     "grpc_fanout": grpc_fanout_limit(ports, directory, size, seconds / 2, inflight, noop_pids)}
@@ -325,19 +328,21 @@ def run(seconds: float) -> dict:
                 process.kill()
                 process.wait()
         result["limits"]["paced_1KiB_1000_per_s"]["fsync"] = paced_group_commits(directory, seconds=seconds)
-        result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, KiB, 60_000)}
-        result["limits"]["1MiB"]["three_storages"] = three_storages(directory, MiB, 192, SIZES["1MiB"][1])
+        if not paced_only:
+            result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, KiB, 60_000)}
+            result["limits"]["1MiB"]["three_storages"] = three_storages(directory, MiB, 192, SIZES["1MiB"][1])
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
         with BookieCluster(3, directory / "bookies", uri) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
-            for name, (size, inflight) in SIZES.items():
+            for name, (size, inflight) in ({} if paced_only else SIZES).items():
                 result["runs"][name] = client_run(uri, size, seconds, inflight, servers=pids)
             result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids, cluster)
-        uri = f"sqlite:///{directory}/metadata-write-data.db?lease_seconds=5"
-        with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True) as cluster:
-            pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
-            result["runs"]["paced_1KiB_1000_per_s_journal_write_data"] = client_run(uri, KiB, seconds, 1_000,
-                                                                                    1000.0, pids, cluster)
+        if not paced_only:
+            uri = f"sqlite:///{directory}/metadata-write-data.db?lease_seconds=5"
+            with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True) as cluster:
+                pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
+                result["runs"]["paced_1KiB_1000_per_s_journal_write_data"] = client_run(uri, KiB, seconds, 1_000,
+                                                                                        1000.0, pids, cluster)
     if is_tmpfs(TMPFS):  # the same paced run where fdatasync costs nothing: what the disk adds (not durable)
         with tempfile.TemporaryDirectory(prefix="bench-replication-", dir=TMPFS) as tmp:
             uri = f"sqlite:///{tmp}/metadata.db?lease_seconds=5"
@@ -346,16 +351,18 @@ def run(seconds: float) -> dict:
                 result["runs"]["paced_1KiB_1000_per_s_tmpfs"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids,
                                                                            cluster)
     result["where_the_time_goes"] = {name: cpu_bound(run) for name, run in result["runs"].items()}
-    result["where_the_time_goes"]["1KiB_floor"] = floor_1kib(result)
-    result["where_the_time_goes"]["1MiB_floor"] = floor_1mib(result["limits"]["1MiB"]["grpc_fanout"],
-                                                             result["limits"]["1MiB"]["three_storages"], MiB)
+    if not paced_only:
+        result["where_the_time_goes"]["1KiB_floor"] = floor_1kib(result)
+        result["where_the_time_goes"]["1MiB_floor"] = floor_1mib(result["limits"]["1MiB"]["grpc_fanout"],
+                                                                 result["limits"]["1MiB"]["three_storages"], MiB)
     result["where_the_time_goes"]["paced_1KiB_1000_per_s_grpc_fanout_alone"] = cpu_bound(
         result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout"])
     noop_paced = result["client_over_noop_servers"].get("paced_1KiB_1000_per_s")
     if noop_paced is not None:  # the same paced load when the servers store nothing: gRPC's own share
         result["where_the_time_goes"]["paced_1KiB_1000_per_s_over_noop_servers"] = cpu_bound(noop_paced)
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result["goals"] = goals(result)
+    if not paced_only:
+        result["goals"] = goals(result)
     return result
 
 
@@ -380,13 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--seconds", float, 6.0, help="length of each measured run")
     parser.add_argument("--only-1kib", action="store_true",
                         help="only the 1 KiB row, its fan-out and storage limits, and its ratios (for A/B runs)")
+    parser.add_argument("--paced-only", action="store_true",
+                        help="only the paced 1,000 x 1 KiB/s rows, on fresh bookies (for A/B comparisons)")
     args = parser.parse_args(argv)
+    if args.only_1kib and args.paced_only:
+        parser.error("--only-1kib and --paced-only each run a part only: give one of them")
     log_warnings()
     logging.getLogger("pyspark_ledger.client.writer").setLevel(logging.INFO)  # why a bookie was replaced
     if args.only_1kib:
         from replication_1kib import run_1kib
         return emit(run_1kib(args.seconds), args.out)
-    return emit(run(args.seconds), args.out)
+    return emit(run(args.seconds, args.paced_only), args.out)
 
 
 if __name__ == "__main__":

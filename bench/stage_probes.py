@@ -1,0 +1,178 @@
+"""Probes for ``paced_stages.py``: CLOCK_MONOTONIC stamps of each add's stages, patched in from outside.
+
+Nothing here is imported by the product: ``install_bookie(path)`` runs in a bookie only through a
+``sitecustomize`` that ``paced_stages.py`` puts on the bookies' PYTHONPATH, and ``install_client()`` in the
+benchmark's own process. ``time.monotonic()`` reads CLOCK_MONOTONIC, the same clock in every process of
+the machine, so stamps of the client and of the bookies can be subtracted.
+
+Bookie stamps (``records`` kinds): ``recv`` the stream's reader took an AddBatch (ids), ``store`` the
+storage add of a batch (in, journal submitted, durable: the storage future's first callback), ``answer`` the
+handler thread handed an AddResultBatch to gRPC (ids) and got control back (gRPC sent it), ``commit`` a
+journal group commit (start, fdatasync start and end, records), ``checkpoint`` and ``entrylog_sync``
+(start, end), ``gc`` a collection (generation, start, end). Client stamps: ``take`` a stream's writer took
+queued adds for one gRPC write (bookie, ids), ``deliver`` an AddResultBatch reached the stream's reader
+(bookie, ids), ``gc``.
+"""
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import os
+import threading
+import time
+
+records: list[tuple] = []
+_now = time.monotonic
+
+
+def _watch_gc() -> None:
+    started: list[float] = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(_now())
+        elif started:
+            records.append(("gc", info.get("generation"), started.pop(), _now()))
+    gc.callbacks.append(callback)
+
+
+def _dump_when_asked(path: str) -> None:
+    """Once ``<prefix>.dump`` exists (``path`` is ``<prefix>.<pid>.json``), write ``records`` to ``path`` (JSON,
+    replaced atomically) and stop; records made before ``<prefix>.reset`` appeared are dropped. Polls for the
+    files 5 times a second, and dumps once: dumping while adds run would hold the GIL for the whole JSON
+    encoding and delay the bookie's own threads."""
+    prefix = path.rsplit(".", 2)[0]
+
+    def run() -> None:
+        reset = False
+        while not os.path.exists(f"{prefix}.dump"):
+            if not reset and os.path.exists(f"{prefix}.reset"):
+                records.clear()
+                reset = True
+            time.sleep(0.2)
+        temporary = f"{path}.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(list(records), handle)
+        os.replace(temporary, path)
+    threading.Thread(target=run, name="stage-probe-dump", daemon=True).start()
+
+
+def install_bookie(path: str, gc_only: bool = False) -> None:
+    """The probes in a bookie, dumped to ``path``; with ``gc_only`` only the GC pauses (the other probes keep
+    records of every add, which the collector then walks: they lengthen its pauses)."""
+    if gc_only:
+        _watch_gc()
+        _dump_when_asked(path)
+        return
+    from bookie_server import add_stream, checkpoint, entry_log, journal, storage
+
+    def ids(adds) -> list:
+        return [(add.ledger_id, add.entry_id) for add in adds]
+
+    take_batch = add_stream.AddStreamSession._take_batch
+
+    def probed_take_batch(self, batch):
+        records.append(("recv", _now(), ids(batch.adds)))
+        return take_batch(self, batch)
+    add_stream.AddStreamSession._take_batch = probed_take_batch
+
+    add_entries = storage.BookieStorage.add_entries
+
+    def probed_add_entries(self, adds):
+        started = _now()
+        future = add_entries(self, adds)
+        submitted = _now()
+        keys = [(add[0], add[1]) for add in adds]
+        future.add_done_callback(lambda _f: records.append(("store", started, submitted, _now(), keys)))
+        return future
+    storage.BookieStorage.add_entries = probed_add_entries
+
+    responses = add_stream.AddStreamSession.responses
+
+    def probed_responses(self, request_iterator, context):
+        for response in responses(self, request_iterator, context):
+            handed = _now()
+            yield response
+            records.append(("answer", handed, _now(), [(r.ledger_id, r.entry_id) for r in response.results]))
+    add_stream.AddStreamSession.responses = probed_responses
+
+    class TimedOs:
+        """``os`` for the journal module, with ``fdatasync`` stamped."""
+
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def fdatasync(fd: int) -> None:
+            started = _now()
+            os.fdatasync(fd)
+            _fsyncs.append((started, _now()))
+    _fsyncs: list = []
+    journal.os = TimedOs()
+    commit = journal.Journal._commit
+
+    def probed_commit(self, batch):
+        started = _now()
+        _fsyncs.clear()
+        commit(self, batch)
+        sync = _fsyncs[-1] if _fsyncs else (None, None)
+        records.append(("commit", started, sync[0], sync[1], sum(item.nrecords for item in batch),
+                        min(item.queued_at for item in batch)))
+    journal.Journal._commit = probed_commit
+
+    for kind, owner, name in (("checkpoint", checkpoint.Checkpointer, "_checkpoint"),
+                              ("entrylog_sync", entry_log.EntryLogger, "sync")):
+        def wrap(original, kind=kind):
+            def probed(self, *args, **kwargs):
+                started = _now()
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    records.append((kind, started, _now()))
+            return probed
+        setattr(owner, name, wrap(getattr(owner, name)))
+    _watch_gc()
+    _dump_when_asked(path)
+
+
+def install_client() -> None:
+    from pyspark_ledger.client import add_stream
+
+    queued: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+    send = add_stream.AddStream.send
+
+    def probed_send(self, ledger_id, adds, listener):
+        queued[id(self)].extend((ledger_id, entry_id) for entry_id, _ in adds)
+        return send(self, ledger_id, adds, listener)
+    add_stream.AddStream.send = probed_send
+
+    take_batch = add_stream.AddStream._take_batch
+
+    def probed_take_batch(self):
+        before = len(self._queue)
+        batch = take_batch(self)
+        taken = before - len(self._queue)
+        if taken:
+            waiting = queued[id(self)]
+            records.append(("take", _now(), self.bookie_id, [waiting.popleft() for _ in range(taken)]))
+        return batch
+    add_stream.AddStream._take_batch = probed_take_batch
+
+    deliver = add_stream.AddStream._deliver
+
+    def probed_deliver(self, results):
+        results = list(results)
+        records.append(("deliver", _now(), self.bookie_id, [(r.ledger_id, r.entry_id) for r in results]))
+        return deliver(self, results)
+    add_stream.AddStream._deliver = probed_deliver
+    _watch_gc()
+
+
+SITECUSTOMIZE = """\
+import os
+if os.environ.get("PACED_STAGES_OUT"):
+    import bench.stage_probes
+    bench.stage_probes.install_bookie(os.environ["PACED_STAGES_OUT"] + f".{os.getpid()}.json",
+                                      bool(os.environ.get("PACED_STAGES_GC_ONLY")))
+"""
