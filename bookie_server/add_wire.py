@@ -24,6 +24,7 @@ from typing import NamedTuple, Sequence
 
 import grpc
 
+from bookie_server.read_wire import serialize_read_response
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
@@ -63,13 +64,16 @@ def decode_add_batch(raw: bytes) -> ReceivedBatch:
 
 def register_bookie_service(servicer, server: grpc.Server) -> None:
     """Add the Bookie service to ``server`` as the generated code does, but with AddStream's requests handed over
-    as ``ReceivedBatch``es (``decode_add_batch``) instead of protobuf messages."""
+    as ``ReceivedBatch``es (``decode_add_batch``) instead of protobuf messages, and Read's answers encoded by
+    ``read_wire`` when they hold large entries."""
     recorder = _HandlerRecorder()
     pb_grpc.add_BookieServicer_to_server(servicer, recorder)
     handlers = dict(recorder.handlers)
     handlers["AddStream"] = grpc.stream_stream_rpc_method_handler(
         servicer.AddStream, request_deserializer=decode_add_batch,
         response_serializer=pb.AddResultBatch.SerializeToString)
+    handlers["Read"] = grpc.unary_unary_rpc_method_handler(  # large answers encoded by read_wire
+        servicer.Read, request_deserializer=pb.ReadRequest.FromString, response_serializer=serialize_read_response)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(recorder.service, handlers),))
     server.add_registered_method_handlers(recorder.service, handlers)
 

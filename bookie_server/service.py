@@ -50,6 +50,7 @@ from bookie_server.authorization import Authority, admin_cannot_create, missing_
 from bookie_server.limits import (MAX_FENCE_WAIT_S, BookieBudgets, StreamLimits, check_read, check_read_lac,
                                    check_write_lac, lac_wait_seconds, read_byte_budget, refusal_over_budget)
 from bookie_server.metrics import BookieMetrics
+from bookie_server.read_wire import EncodedReadResponse, read_response, returned_bytes
 from bookie_server.storage import BookieStorage, LedgerView
 from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -127,7 +128,7 @@ class BookieServicer(pb_grpc.BookieServicer):
             self._sessions_lock.notify_all()
 
     # --- reads -------------------------------------------------------------------
-    def Read(self, request: pb.ReadRequest, context) -> pb.ReadResponse:
+    def Read(self, request: pb.ReadRequest, context) -> "pb.ReadResponse | EncodedReadResponse":
         started = time.monotonic()
         reads = self._budgets.reads
         if not reads.try_take(1):
@@ -141,8 +142,7 @@ class BookieServicer(pb_grpc.BookieServicer):
                                        last_add_confirmed=-1, last_entry_id=-1)
         finally:
             reads.give_back(1)
-        returned = sum(len(entry.body) for entry in response.entries)
-        self._metrics.read_done(response.status, time.monotonic() - started, returned)
+        self._metrics.read_done(response.status, time.monotonic() - started, returned_bytes(response))
         return response
 
     def _refused_read(self, response_type, kind: str = "reads", limit_of=None, flag: str = "--max-concurrent-reads"):
@@ -169,13 +169,16 @@ class BookieServicer(pb_grpc.BookieServicer):
                 return _no_view(pb.ReadResponse(status=status, message=message))
             if status != pb.OK:
                 return self._with_view(pb.ReadResponse(status=status, message=message), ledger_id)
-        response = self._read_entries(ledger_id, range(request.first_entry_id, request.last_entry_id + 1,
-                                                       max(request.entry_step, 1)),
-                                      read_byte_budget(request.max_bytes), key)
-        if response.status == pb.UNAUTHORIZED:
+        status, message, found = self._read_entries(
+            ledger_id, range(request.first_entry_id, request.last_entry_id + 1, max(request.entry_step, 1)),
+            read_byte_budget(request.max_bytes), key)
+        if status == pb.UNAUTHORIZED:
             self._metrics.unauthorized(op)
-            return _no_view(response)
-        return self._with_view(response, ledger_id)
+            return _no_view(pb.ReadResponse(status=status, message=message))
+        view = self._storage.ledger(ledger_id)
+        if view is None:
+            return read_response(status, message, found, -1, -1, False)
+        return read_response(status, message, found, view.last_add_confirmed, view.last_entry_id, view.fenced)
 
     def _authorize(self, op: str, ledger_id: int, master_key: bytes, context) -> tuple[str | None, bytes | None]:
         """(why the request is refused UNAUTHORIZED, None) or (None, the key to go on with).
@@ -219,18 +222,18 @@ class BookieServicer(pb_grpc.BookieServicer):
         return status, f"fence of ledger {ledger_id} answered {pb.Status.Name(status)}"
 
     def _read_entries(self, ledger_id: int, entry_ids: range, budget: int,
-                      master_key: bytes | None) -> pb.ReadResponse:
-        """The entries ``entry_ids`` (first..last, maybe every step-th), stopping at the first missing/unreadable
-        one or the byte budget. Storage checks ``master_key`` (None: an administrator's read of a ledger it does
-        not store) under its lock."""
-        response = pb.ReadResponse(status=pb.OK)
+                      master_key: bytes | None) -> tuple[int, str, list[tuple[int, bytes]]]:
+        """(status, message, [(entry_id, body)]): the entries ``entry_ids`` (first..last, maybe every step-th),
+        stopping at the first missing/unreadable one or the byte budget; the status and message are the first
+        entry's error if there is none. Storage checks ``master_key`` (None: an administrator's read of a ledger
+        it does not store) under its lock."""
+        found: list[tuple[int, bytes]] = []
         total = 0
         for entry_id in entry_ids:
             try:
                 body = self._storage.read_entry(ledger_id, entry_id, master_key)
             except UnauthorizedError:  # the ledger appeared since the key was checked, with another key
-                del response.entries[:]
-                status, message = pb.UNAUTHORIZED, wrong_key("read", ledger_id)
+                return pb.UNAUTHORIZED, wrong_key("read", ledger_id), []
             except NoSuchLedgerError:
                 status, message = pb.NO_SUCH_LEDGER, f"bookie {self._bookie_id} has no ledger {ledger_id}"
             except NoSuchEntryError:
@@ -240,17 +243,17 @@ class BookieServicer(pb_grpc.BookieServicer):
                 self._metrics.damage_found("read")
                 status, message = pb.IO_ERROR, f"ledger {ledger_id} entry {entry_id} is unreadable on bookie {self._bookie_id}: {exc}"
             else:
-                if response.entries and total + len(body) > budget:
+                if found and total + len(body) > budget:
                     break
-                response.entries.add(entry_id=entry_id, body=body)
+                found.append((entry_id, body))
                 total += len(body)
                 if total >= budget:
                     break
                 continue
-            if not response.entries:
-                response.status, response.message = status, message
+            if not found:
+                return status, message, []
             break
-        return response
+        return pb.OK, "", found
 
     def _with_view(self, response, ledger_id: int, view: LedgerView | None = None):
         """Fill last_add_confirmed / last_entry_id / fenced from the ledger's current state."""

@@ -33,6 +33,7 @@ import grpc.aio
 
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
+from pyspark_ledger.client.read_wire import decode_read_response
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
 from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -61,13 +62,15 @@ CHANNEL_OPTIONS = (
     ("grpc.use_local_subchannel_pool", 1),
 )
 _IN_BACKOFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+READ_METHOD = "/pyspark_ledger.wire.v1.Bookie/Read"
 
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     status: BookieStatus
     message: str
-    entries: tuple[tuple[int, bytes], ...]   # (entry_id, body) in entry order
+    entries: tuple[tuple[int, bytes | memoryview], ...]   # (entry_id, body) in entry order; large bodies are
+    # read-only views of the answer's bytes (client/read_wire.py)
     last_add_confirmed: int
     last_entry_id: int
     fenced: bool
@@ -174,6 +177,9 @@ class BookieClient:
             else:
                 self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
             self._stub = pb_grpc.BookieStub(self._channel)
+            self._stub.Read = self._channel.unary_unary(  # large entries decoded where they arrived (read_wire)
+                READ_METHOD, request_serializer=pb.ReadRequest.SerializeToString,
+                response_deserializer=decode_read_response, _registered_method=True)
         return self._channel
 
     def _reconnected(self) -> grpc.aio.Channel:

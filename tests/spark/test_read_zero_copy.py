@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_ledger.client.ledger_client import LedgerClient
+from pyspark_ledger.client.read_wire import LARGE_ENTRY_BYTES
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.errors import CorruptEntryError
 from pyspark_ledger.spark.arrow_codec import decode_batch, encode_batch
@@ -86,3 +87,18 @@ def test_arrow_batches_decode_from_uncopied_payloads_and_outlive_the_read(client
     decoded = [decode_batch(entry.data) for entry in reader.read(0, 4, copy=False)]
     del reader
     assert [batch.to_pylist() for batch in decoded] == [batch.to_pylist() for batch in batches]
+
+
+def test_large_entries_are_read_as_views_of_the_bookies_answer_and_match_the_copied_read(client):
+    payloads = [os.urandom(LARGE_ENTRY_BYTES + 1000 * i) for i in range(6)]
+    with client.create_ledger(3, 3, 2, password=PASSWORD) as writer:
+        for future in [writer.append_async(payload) for payload in payloads]:
+            future.result()
+        ledger_id = writer.ledger_id
+    reader = client.open_ledger(ledger_id, PASSWORD, recovery=False)
+    viewed = list(reader.read(0, len(payloads) - 1, copy=False))
+    copied = list(reader.read(0, len(payloads) - 1))
+    assert all(isinstance(entry.data, memoryview) and entry.data.readonly for entry in viewed)
+    # decoded in place (client/read_wire.py): every payload is a view of the one answer that held them all
+    assert len({id(entry.data.obj) for entry in viewed}) == 1
+    assert [bytes(entry.data) for entry in viewed] == [entry.data for entry in copied] == payloads
