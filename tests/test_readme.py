@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import ctypes
 import os
 import re
 import shutil
@@ -161,10 +162,21 @@ def _kill_session(session_id: int) -> list[int]:
     return left
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminated_with_pytest() -> None:
+    """In the child, before exec (kept across it): SIGTERM once pytest is gone, even when pytest was killed
+    with kill -9 and ran no teardown. Not SIGINT: a shell's background job ignores it, and so would the
+    child. A sandbox's bookies then exit with it (``--exit-with-parent``)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _start(command: list[str], run: Run, output: Path) -> subprocess.Popen:
     with open(output, "wb") as sink:
         return subprocess.Popen(command, cwd=run.work, env=run.env, stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_terminated_with_pytest)
 
 
 def run_foreground(command: list[str], run: Run, what: str) -> str:
