@@ -31,7 +31,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     configure_logging(config.log_level)
     from bookie_server.memory import keep_freed_memory
-    from bookie_server.python_gc import freeze_startup_heap
     from bookie_server.server import BookieServer  # late: keeps --help and flag errors fast
 
     keep_freed_memory()  # entry bodies pass through megabyte buffers: reuse them (see bookie_server.memory)
@@ -45,7 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LedgerError, OSError) as exc:
         print(f"bookie-server: bookie {server.bookie_id} cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
-    freeze_startup_heap()  # later garbage collections skip what start-up left alive (bookie_server.python_gc)
     metrics = server.metrics_url or "off"
     print(f"bookie {server.bookie_id} ready address={server.address} metrics={metrics}", flush=True)
     stop_requested.wait()
