@@ -27,11 +27,11 @@ import grpc
 from bookie_server.read_wire import serialize_read_response
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+from pyspark_ledger.wire.varint import as_int64, decode_varint as _varint
 
 LARGE_ADD_BYTES = 32 * 1024  # an encoded add at least this long is decoded in place (below, protobuf is faster)
 _ADD = 0x0A  # AddBatch.adds: field 1, length-delimited
 _LEDGER_ID, _ENTRY_ID, _MASTER_KEY, _BODY, _RECOVERY = 0x08, 0x10, 0x1A, 0x22, 0x28  # AddRequest's tags
-_INT64_SIGN, _UINT64 = 2**63, 2**64
 
 
 class WireAdd(NamedTuple):
@@ -129,8 +129,7 @@ def _decode_add(raw: bytes, view: memoryview, position: int, end: int) -> WireAd
             ledger_id, position = _varint(raw, position)
         elif tag == _ENTRY_ID:
             entry_id, position = _varint(raw, position)
-            if entry_id >= _INT64_SIGN:  # int64: two's complement in ten bytes
-                entry_id -= _UINT64
+            entry_id = as_int64(entry_id)
         elif tag == _MASTER_KEY or tag == _BODY:
             length, position = _varint(raw, position)
             if length < 0 or position + length > end:
@@ -152,18 +151,3 @@ def _decode_add(raw: bytes, view: memoryview, position: int, end: int) -> WireAd
     if body is None:
         return None
     return WireAdd(ledger_id, entry_id, master_key, body, recovery)
-
-
-def _varint(raw: bytes, position: int) -> tuple[int, int]:
-    """A base-128 varint of at most 64 bits at ``position``: (value, position after it); (-1, -1) if it is
-    truncated, longer than ten bytes or over 64 bits."""
-    value = shift = 0
-    end = min(len(raw), position + 10)
-    while position < end:
-        byte = raw[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value, position) if value < _UINT64 else (-1, -1)
-        shift += 7
-    return -1, -1

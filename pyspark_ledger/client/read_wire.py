@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from pyspark_ledger.wire.varint import as_int64, decode_varint as _varint
 
 LARGE_ENTRY_BYTES = 32 * 1024  # an encoded Entry at least this long is decoded in place (below, protobuf is faster)
 _STATUS, _MESSAGE, _ENTRIES, _LAC, _LAST_ENTRY, _FENCED = 0x08, 0x12, 0x1A, 0x20, 0x28, 0x30  # ReadResponse's tags
 _ENTRY_ID, _BODY = 0x08, 0x12  # Entry's tags
-_INT32_MAX, _INT64_SIGN, _UINT64 = 2**31 - 1, 2**63, 2**64
+_INT32_MAX = 2**31 - 1
 
 
 class WireEntry(NamedTuple):
@@ -89,7 +90,7 @@ def _decode_in_place(raw: bytes) -> WireReadResponse | None:
     status, fenced = fields[_STATUS], fields[_FENCED]
     if not entries or status > _INT32_MAX or fenced > 1:
         return None  # nothing to save, a negative or odd enum, a bool that is not 0 or 1: protobuf's call
-    return WireReadResponse(status, message, entries, _int64(fields[_LAC]), _int64(fields[_LAST_ENTRY]),
+    return WireReadResponse(status, message, entries, as_int64(fields[_LAC]), as_int64(fields[_LAST_ENTRY]),
                             fenced == 1)
 
 
@@ -105,24 +106,4 @@ def _decode_entry(raw: bytes, view: memoryview, position: int, end: int) -> Wire
     length, position = _varint(raw, position + 1)
     if length < 0 or position + length != end:
         return None
-    return WireEntry(_int64(entry_id), view[position:end])
-
-
-def _int64(value: int) -> int:
-    """An int64 field's value from its varint (negatives are two's complement in ten bytes)."""
-    return value - _UINT64 if value >= _INT64_SIGN else value
-
-
-def _varint(raw: bytes, position: int) -> tuple[int, int]:
-    """A base-128 varint of at most 64 bits at ``position``: (value, position after it); (-1, -1) if it is
-    truncated, longer than ten bytes or over 64 bits."""
-    value = shift = 0
-    end = min(len(raw), position + 10)
-    while position < end:
-        byte = raw[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value, position) if value < _UINT64 else (-1, -1)
-        shift += 7
-    return -1, -1
+    return WireEntry(as_int64(entry_id), view[position:end])
