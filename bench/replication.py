@@ -68,9 +68,8 @@ from bench.output import emit  # noqa: E402
 from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
 from paced_fsync import paced_group_commits  # noqa: E402
-from storage_limit import floor_1mib, three_storages  # noqa: E402
+from storage_limit import floor_1kib, floor_1mib, storage_cost, three_storages  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
-from bookie_server.storage import AddOp, BookieStorage, StorageConfig  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
 from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
@@ -78,7 +77,6 @@ from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
-from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 SIZES = {"1KiB": (KiB, 2_000), "1MiB": (MiB, 8)}  # payload bytes, adds in flight
@@ -245,38 +243,6 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
             "method": "AddStream fan-out to 3 no-op servers, all 3 acks per entry",
             "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
             "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
-
-
-def storage_cost(directory: Path, size: int, entries: int, batch: int = 64) -> dict:
-    """CPU per entry of a bookie's storage alone, in this process, no gRPC: ``entries`` adds in batches of
-    ``batch`` (as an AddStream delivers them), durable (journal fsync'd) before the clock stops."""
-    codec, key, data = EntryCodec(), master_key(PASSWORD), os.urandom(size)
-    adds = [AddOp(1, entry_id, key, codec.encode(1, entry_id, entry_id - 1, 0, data), False)
-            for entry_id in range(entries)]
-    storage = BookieStorage(StorageConfig(directory / f"storage-cost-{size}"))
-    try:
-        cpu, started = time.process_time(), time.perf_counter()
-        pending = [storage.add_entries(adds[first:first + batch]) for first in range(0, entries, batch)]
-        if any(status != pb.OK for future in pending for status in future.result()):
-            raise RuntimeError("the storage refused adds")
-        cpu, elapsed = time.process_time() - cpu, time.perf_counter() - started
-    finally:
-        storage.close()
-    return {"entries": entries, "batch": batch, "entries_per_s": round(entries / elapsed),
-            "cpu_us_per_entry": round(cpu / entries * 1e6, 1)}
-
-
-def floor_1kib(result: dict) -> dict:
-    """The least CPU any client over these bookies can spend per 1 KiB entry: the gRPC fan-out of the entry
-    to 3 servers (client and servers, measured above) and 3 storage adds; and the rate that allows on
-    these cores if they did nothing else, against the goal."""
-    fanout = sum(result["limits"]["1KiB"]["grpc_fanout"]["cpu_us_per_entry"].values())
-    storage = result["bookie_storage_alone"]["1KiB"]["cpu_us_per_entry"]
-    total = fanout + 3 * storage
-    cores = os.cpu_count() or 1
-    return {"grpc_fanout_cpu_us_per_entry": round(fanout, 1), "storage_cpu_us_per_entry_per_bookie": storage,
-            "cpu_us_per_entry_before_any_replication_logic": round(total, 1),
-            "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None}
 
 
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,

@@ -1,7 +1,7 @@
 """The 1 KiB row of ``replication.py`` alone, with its limits and ratios: ``python bench/replication.py --only-1kib``.
 
 In one run: the 1 KiB fan-out to 3 no-op servers, the CPU per entry of a bookie's storage alone, the 1 KiB
-run (2,000 in flight) against 3 real bookies, the floor made of the first two (``replication.floor_1kib``)
+run (2,000 in flight) against 3 real bookies, the floor made of the first two (``storage_limit.floor_1kib``)
 and ``ratios_1KiB``: ours ÷ the floor and ours ÷ the fan-out. For A/B comparisons of the 1 KiB add path,
 where the full benchmark would spend minutes on rows that do not change.
 """
@@ -12,8 +12,8 @@ import platform
 import tempfile
 from pathlib import Path
 
-from replication import (SIZES, BookieCluster, client_run, cpu_bound, floor_1kib, grpc_fanout_limit, ratio,
-                         start_noop_servers, storage_cost)
+from replication import SIZES, BookieCluster, client_run, cpu_bound, grpc_fanout_limit, ratio, start_noop_servers
+from storage_limit import floor_1kib, storage_cost
 
 
 def run_1kib(seconds: float) -> dict:

@@ -1,4 +1,5 @@
-"""Limits for 1 MiB appends: 3 bookies' storage engines at once on one disk, and the floor they and the fan-out set.
+"""The storage engine's limits: its CPU per entry alone and the 1 KiB floor (``storage_cost``, ``floor_1kib``);
+for 1 MiB appends, 3 bookies' storage engines at once on one disk, and the floor they and the fan-out set.
 
 ``three_storages(directory, size, entries, inflight)`` starts 3 processes (``spawn``: no gRPC thread is
 forked), each with its own ``BookieStorage`` in a directory of its own under ``directory`` (so on the same
@@ -34,15 +35,22 @@ MiB = 1024 * 1024
 STORAGES = 3
 
 
-def _one_storage(directory: str, size: int, entries: int, inflight: int, start, results) -> None:
-    """Child: encode ``entries`` adds, wait for the others, add them ``inflight`` at a time, report."""
-    from bookie_server.storage import AddOp, BookieStorage, StorageConfig
+def _encoded_adds(size: int, entries: int) -> list:
+    """``entries`` adds of ``size`` random bytes to ledger 1, encoded as a client sends them."""
+    from bookie_server.storage import AddOp
     from pyspark_ledger.entry import EntryCodec, master_key
-    from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
     codec, key, data = EntryCodec(), master_key(b"bench"), os.urandom(size)
-    adds = [AddOp(1, entry_id, key, codec.encode(1, entry_id, entry_id - 1, 0, data), False)
+    return [AddOp(1, entry_id, key, codec.encode(1, entry_id, entry_id - 1, 0, data), False)
             for entry_id in range(entries)]
+
+
+def _one_storage(directory: str, size: int, entries: int, inflight: int, start, results) -> None:
+    """Child: encode ``entries`` adds, wait for the others, add them ``inflight`` at a time, report."""
+    from bookie_server.storage import BookieStorage, StorageConfig
+    from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+    adds = _encoded_adds(size, entries)
     storage = BookieStorage(StorageConfig(Path(directory)))
     try:
         start.wait(120)
@@ -64,6 +72,39 @@ def _one_storage(directory: str, size: int, entries: int, inflight: int, start, 
     finally:
         storage.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def storage_cost(directory: Path, size: int, entries: int, batch: int = 64) -> dict:
+    """CPU per entry of a bookie's storage alone, in this process, no gRPC: ``entries`` adds in batches of
+    ``batch`` (as an AddStream delivers them), durable (journal fsync'd) before the clock stops."""
+    from bookie_server.storage import BookieStorage, StorageConfig
+    from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+    adds = _encoded_adds(size, entries)
+    storage = BookieStorage(StorageConfig(directory / f"storage-cost-{size}"))
+    try:
+        cpu, started = time.process_time(), time.perf_counter()
+        pending = [storage.add_entries(adds[first:first + batch]) for first in range(0, entries, batch)]
+        if any(status != pb.OK for future in pending for status in future.result()):
+            raise RuntimeError("the storage refused adds")
+        cpu, elapsed = time.process_time() - cpu, time.perf_counter() - started
+    finally:
+        storage.close()
+    return {"entries": entries, "batch": batch, "entries_per_s": round(entries / elapsed),
+            "cpu_us_per_entry": round(cpu / entries * 1e6, 1)}
+
+
+def floor_1kib(result: dict) -> dict:
+    """The least CPU any client over these bookies can spend per 1 KiB entry: the gRPC fan-out of the entry
+    to 3 servers (client and servers, measured above) and 3 storage adds; and the rate that allows on
+    these cores if they did nothing else, against the goal."""
+    fanout = sum(result["limits"]["1KiB"]["grpc_fanout"]["cpu_us_per_entry"].values())
+    storage = result["bookie_storage_alone"]["1KiB"]["cpu_us_per_entry"]
+    total = fanout + 3 * storage
+    cores = os.cpu_count() or 1
+    return {"grpc_fanout_cpu_us_per_entry": round(fanout, 1), "storage_cpu_us_per_entry_per_bookie": storage,
+            "cpu_us_per_entry_before_any_replication_logic": round(total, 1),
+            "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None}
 
 
 def three_storages(directory: Path, size: int, entries: int, inflight: int, quorum: int = 2) -> dict:

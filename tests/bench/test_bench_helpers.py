@@ -28,7 +28,7 @@ def test_unpaced_numbers_stop_after_the_time_given():
 
 
 def test_storage_cost_stores_every_entry_durably_and_reports_cpu(tmp_path):
-    cost = rep.storage_cost(tmp_path, 1024, 640)
+    cost = storage_limit.storage_cost(tmp_path, 1024, 640)
     assert cost["entries"] == 640 and cost["batch"] == 64
     assert cost["cpu_us_per_entry"] > 0 and cost["entries_per_s"] > 0
 
@@ -37,7 +37,7 @@ def test_the_1kib_floor_adds_the_fan_out_and_three_storage_adds():
     result = {"limits": {"1KiB": {"grpc_fanout": {"cpu_us_per_entry": {"client": 30.0, "noop-0": 6.0,
                                                                          "noop-1": 6.0, "noop-2": 8.0}}}},
               "bookie_storage_alone": {"1KiB": {"cpu_us_per_entry": 12.0}}}
-    floor = rep.floor_1kib(result)
+    floor = storage_limit.floor_1kib(result)
     assert floor["grpc_fanout_cpu_us_per_entry"] == 50.0
     assert floor["cpu_us_per_entry_before_any_replication_logic"] == 86.0
     assert floor["entries_per_s_if_all_cores_did_only_this"] == round((os.cpu_count() or 1) * 1e6 / 86.0)
