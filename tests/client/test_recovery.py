@@ -119,7 +119,10 @@ def test_R2_lac_trailing_by_k_entries_is_read_forward_and_written_back(client, m
     write(writer, confirmed, 10)
     a, b, c = writer.metadata.current_fragment.bookies
     hold = cluster.hold_request(c, op="add", recovery=False)
-    burst = [confirmed.append(writer, b"entry-%d" % i) for i in range(10, 15)]  # all carry LAC 9
+    answers_of_b = cluster.hold(b, op="add")  # no ack quorum until all 5 are sent: each carries LAC 9
+    burst = [confirmed.append(writer, b"entry-%d" % i) for i in range(10, 15)]
+    wait_until(lambda: all(cluster.holders(writer.ledger_id, e) == {a, b} for e in range(10, 15)), 10)
+    answers_of_b.release()
     assert [f.result(10) for f in burst] == list(range(10, 15))
     assert all(cluster.holders(writer.ledger_id, e) == {a, b} for e in range(10, 15))
     assert max(cluster[x].last_add_confirmed(writer.ledger_id) for x in (a, b, c)) == 9
