@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 JOURNAL_SUFFIX = ".txn"
 _DROP_STEP = 1024 * 1024
 _ZERO_CHUNK = 1 << 20  # zeros written per pwrite when the file is preallocated
-_IDLE_ZEROS = 256 * 1024  # zeros written and synced per step while the journal has nothing queued
 _PAGE = 4096
 # Test hook: with this set to N, the fsync of the (N+1)-th group commit of the process fails with EIO, as a
 # failing disk's would (there is no failing block device to test with; see tests/bookie/test_storage_failure.py).
@@ -93,8 +92,6 @@ class Journal:
         self._file_id = first_file_id
         self._fd, self._offset = self._create_file(first_file_id)
         self._allocated = self._offset
-        self._topping = False  # the idle thread is writing zeros up to a whole step ahead
-        self._idle_zeros_off = -1  # the file whose zeros could not be written while idle (the commit path writes them)
         self._dropped = 0  # page cache of the current file dropped below this offset
         self._synced = JournalMark(first_file_id, self._offset)
         self._submitted = 0  # submissions accepted so far; they are written in this order
@@ -184,22 +181,13 @@ class Journal:
     def _run(self) -> None:
         while True:
             batch = self._take_batch()
-            if batch is None:
-                self._zeros_while_idle()
-                continue
             if not batch:
                 return
             self._commit(batch)
 
-    def _take_batch(self) -> list[_Submission] | None:
-        """The next group; ``[]`` when closing with nothing queued; None when nothing is queued and the zeros ahead
-        of the records are short of half ``journal_preallocate_bytes`` (the thread writes a whole step while idle)."""
+    def _take_batch(self) -> list[_Submission]:
         with self._cond:
             while not self._queue and not self._closing:
-                ahead = self._allocated - self._offset
-                if (self._prealloc and self._failure is None and self._idle_zeros_off != self._file_id
-                        and ahead < (self._prealloc if self._topping else self._prealloc // 2)):
-                    return None
                 self._cond.wait()
             if not self._queue:
                 return []
@@ -261,33 +249,6 @@ class Journal:
         except OSError as exc:
             log.debug("cannot drop cached pages of journal file %d: %s", self._file_id, exc)
         self._dropped = upto
-
-    def _zeros_while_idle(self) -> None:
-        """Write the next ``_IDLE_ZEROS`` of preallocated zeros and fdatasync them now, while nothing is queued, so
-        that they are on disk before a group commit reaches them: fdatasync writes every dirty page of the file,
-        so zeros written just before a commit (``_preallocate``) made that commit's fdatasync write them all --
-        4 MiB once per 4 MiB of records (docs/measurements.md, "The journal's fdatasync, traced in the kernel").
-        Only zeros past the records are written; the records' durability is still their group commit's fdatasync."""
-        start = self._allocated
-        end = min(self._offset + self._prealloc, start + _IDLE_ZEROS)
-        zeros = bytes(end - start)
-        position = start
-        try:
-            while position < end:
-                position += os.pwrite(self._fd, zeros[position - start:], position)
-        except OSError as exc:  # e.g. a disk nearly full: the commit path preallocates (or not) as before
-            log.warning("journal file %d: cannot preallocate at offset %d while idle (%s)",
-                        self._file_id, position, exc)
-            self._idle_zeros_off = self._file_id
-            self._allocated = position
-            return
-        try:
-            os.fdatasync(self._fd)
-        except OSError as exc:  # a failing disk: stop as a failed group commit does
-            self._fail([], exc)
-            return
-        self._allocated = position
-        self._topping = self._allocated - self._offset < self._prealloc
 
     def _preallocate(self, end: int) -> None:
         """Zeros written (not synced: the group commit's fdatasync covers them) from the file's end up to at least

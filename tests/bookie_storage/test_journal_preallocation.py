@@ -6,9 +6,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import time
-
-from bookie_server import journal as journal_module
 
 from bookie_server.journal import journal_files
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -27,26 +24,13 @@ def files(data_dir):
     return [path for _, path in journal_files(data_dir / "journal")]
 
 
-def zeros_ahead(storage, step: int) -> int:
-    """Wait until the idle journal has its zeros at least half a step past its records (it tops them up to a whole
-    step when they fall below half); the file's size."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        journal = storage._journal
-        if journal._allocated >= journal.mark().offset + step // 2:
-            return journal._allocated
-        time.sleep(0.01)
-    raise AssertionError("the journal did not preallocate while idle")
-
-
 def test_the_file_runs_ahead_of_its_records_with_zeros_and_is_cut_to_them_on_close(open_storage, data_dir):
     storage = open_storage(journal_preallocate_bytes=2 * MIB)
     add(storage, 0)
     offset = storage._journal.mark().offset
     path, = files(data_dir)
-    zeros_ahead(storage, 2 * MIB)
     size = path.stat().st_size
-    assert offset + MIB <= size  # the last commit's end plus at least half the step
+    assert offset + 2 * MIB <= size  # the last commit's end plus at least the step
     assert not path.read_bytes()[offset:].strip(b"\0")  # zeros only past the records
     storage.close()
     assert path.stat().st_size == offset  # a closed file ends with its last group commit
@@ -58,8 +42,9 @@ def test_a_rotated_file_is_cut_to_its_records_and_the_step_is_taken_again_only_w
     storage = open_storage(journal_preallocate_bytes=MIB, journal_file_size=64 * 1024)
     add(storage, 0)
     first = files(data_dir)[0]
-    allocated = zeros_ahead(storage, MIB)
-    assert first.stat().st_size >= allocated
+    size_after_one = first.stat().st_size
+    add(storage, 10)
+    assert first.stat().st_size == size_after_one  # still within the step: no file growth per commit
     for start in range(20, 200, 10):
         add(storage, start)
     paths = files(data_dir)
@@ -69,25 +54,6 @@ def test_a_rotated_file_is_cut_to_its_records_and_the_step_is_taken_again_only_w
         ends = [record.end for found, _, record in journal_records(data_dir) if found == path]
         assert len(data) == ends[-1]
     assert paths[-1].stat().st_size > storage._journal.mark().offset
-
-
-def test_the_zeros_are_written_while_idle_so_a_group_commit_writes_none(open_storage, monkeypatch):
-    """fdatasync writes every dirty page of the file: zeros written by the commit itself made one commit in every
-    4 MiB write them all (10-33 ms). Once the idle journal has its step ahead, commits write only records."""
-    written_on_commit = []
-    preallocate = journal_module.Journal._preallocate
-
-    def counted(self, end):
-        if end > self._allocated:
-            written_on_commit.append(end)
-        preallocate(self, end)
-    monkeypatch.setattr(journal_module.Journal, "_preallocate", counted)
-    storage = open_storage(journal_preallocate_bytes=MIB)
-    zeros_ahead(storage, MIB)
-    for start in range(0, 100, 10):
-        add(storage, start)
-        zeros_ahead(storage, MIB)
-    assert written_on_commit == []
 
 
 def test_zero_turns_it_off(open_storage, data_dir):

@@ -83,7 +83,7 @@ def test_the_mode_decides_what_the_journal_holds(open_storage, data_dir, mode):
 
 
 def test_each_group_commit_fsyncs_the_entry_logs_before_its_journal_records(open_storage, monkeypatch):
-    storage = open_storage(journal_max_wait_ms=0, journal_preallocate_bytes=0)  # no fdatasync of zeros while idle
+    storage = open_storage(journal_max_wait_ms=0)
     calls = spy_fsyncs(monkeypatch)
     for entry_id in range(5):
         assert storage.add_entries([add_op(1, entry_id)]).result(30) == [pb.OK]
@@ -94,8 +94,7 @@ def test_each_group_commit_fsyncs_the_entry_logs_before_its_journal_records(open
 
 
 def test_a_group_commit_of_inlined_bodies_alone_does_not_fsync_the_entry_logs(open_storage, monkeypatch):
-    storage = open_storage(journal_max_wait_ms=0, journal_inline_max_bytes=64 * 1024,
-                           journal_preallocate_bytes=0)  # no fdatasync of zeros while idle
+    storage = open_storage(journal_max_wait_ms=0, journal_inline_max_bytes=64 * 1024)
     calls = spy_fsyncs(monkeypatch)
     for entry_id in range(5):
         assert storage.add_entries([add_op(1, entry_id)]).result(30) == [pb.OK]
