@@ -106,6 +106,7 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[str, li
                         stage.setdefault(entry, {}).update(answered=record[1], sent=record[2])
     gaps: dict[str, list[float]] = {}
     whole = []
+    rows = []
     for entry, e in per_entry.items():
         whole.append(e["done"] - e["called"])
         delivered = sorted(e.get("deliver", {}).items(), key=lambda item: item[1])
@@ -115,12 +116,18 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[str, li
         stage = by_bookie.get(bookie, {}).get(entry, {})
         row = {"called": e["called"], "taken": e.get("take", {}).get(bookie), **{k: stage.get(k) for k in
                ("received", "storing", "submitted", "durable", "answered")}, "delivered": at, "done": e["done"]}
+        rows.append({"entry": entry, "bookie": bookie, **row})
         for first, second in zip(STAGES, STAGES[1:]):
             if row[first] is not None and row[second] is not None:
                 gaps.setdefault(f"{first} -> {second}", []).append(row[second] - row[first])
         if stage.get("sent") is not None:
             gaps.setdefault("answered -> gRPC send done (bookie)", []).append(stage["sent"] - stage["answered"])
     result = {"whole_add": quantiles(whole), "gaps_for_the_quorum_bookie": {k: quantiles(v) for k, v in gaps.items()}}
+    if os.environ.get("PACED_STAGES_RAW"):  # every add's stamps and every probe record, to match against other traces
+        Path(os.environ["PACED_STAGES_RAW"]).write_text(json.dumps(
+            {"adds": rows, "client": [r for r in client_records if r[0] == "gc"], "bookies": {
+                bookie: [r for r in records if r[0] in ("gc", "commit", "checkpoint", "entrylog_sync")]
+                for bookie, records in bookie_records.items()}}))
     first, last = min(s[1] for s in stamps), max(s[2] for s in stamps)
     taken = [len(r[3]) for r in client_records if r[0] == "take" and first <= r[1] <= last]
     received = [len(r[2]) for records in bookie_records.values() for r in records
@@ -209,6 +216,7 @@ def run(directory: Path, seconds: float, rate: float, warm_up: float = 0.0,
               "checkpoint_interval_s": checkpoint_interval,
               "load_average_at_start": round(load, 2)}
     result.update(analyse(ledger_id, stamps, stage_probes.records, bookie_records))
+    result["bookie_pids"] = {bookie: pid for pid, bookie in pids.items()}
     return result
 
 
