@@ -147,7 +147,10 @@ def figures(rows: int, timing: Run | list[Run]) -> dict:
               "share_of_all_cores_busy": round(median.machine_cpu_s / (median.seconds * cores), 2)}
     if median.cpu_by_process is not None:
         result["cpu_by_process"] = median.cpu_by_process
-        result["own_cpu_seconds_runs"] = [round(own_cpu(run.cpu_by_process), 2) for run in timing]
+        # None where a Python worker's exit broke the split (a group went negative: its CPU left the tree)
+        result["own_cpu_seconds_runs"] = [None if any(value < 0 for name, value in run.cpu_by_process.items()
+                                                      if name != "rest_of_machine")
+                                          else round(own_cpu(run.cpu_by_process), 2) for run in timing]
     return result if len(runs) == 1 else dict(result, runs=[round(run.seconds, 3) for run in timing])
 
 

@@ -46,9 +46,11 @@ def own_cpu(cpu_by_process: dict) -> float:
 
 
 def _cheapest(figures: dict) -> tuple[float, float]:
-    """(the fastest run's seconds, the least own CPU of any run) of a ``spark_io.figures`` result."""
+    """(the fastest run's seconds, the least own CPU of any run) of a ``spark_io.figures`` result. A run whose
+    split by process is broken (None: a Python worker ended inside it, taking its CPU out of the tree) is
+    left out; with none left, the median run's machine-wide CPU stands in (more than the work's own)."""
     seconds = min(figures.get("runs") or [figures["seconds"]])
-    cpu = figures.get("own_cpu_seconds_runs")
+    cpu = [value for value in figures.get("own_cpu_seconds_runs") or () if value is not None]
     return seconds, min(cpu) if cpu else figures["machine_cpu_seconds"]
 
 

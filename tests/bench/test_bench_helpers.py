@@ -100,6 +100,9 @@ class TestSparkIo:
         assert figures["machine_cpu_seconds"] == 3.0
         assert figures["share_of_all_cores_busy"] == round(3.0 / (2.0 * cores), 2)
         assert figures["runs"] == [3.0, 1.0, 2.0]
+        split = [spark_io.Run(1.0, 2.0, {"jvm": 1.0, "python_workers": 0.5, "rest_of_machine": -0.1}),
+                 spark_io.Run(1.0, 2.0, {"jvm": 1.0, "python_workers": -4.0, "rest_of_machine": 6.0})]
+        assert spark_io.figures(1_000, split)["own_cpu_seconds_runs"] == [1.5, None]  # a worker's exit broke it
 
     def test_the_client_read_and_the_bare_fetch_fetch_every_entry_in_child_processes(self, spark_io, tmp_path):
         from bench import bare_fetch
@@ -131,7 +134,7 @@ class TestSparkIo:
         def run(seconds, cpu=0.0, runs=None, own=None):
             figures = {"seconds": seconds, "rows_per_s": round(1000 / seconds), "machine_cpu_seconds": cpu}
             return dict(figures, runs=runs, own_cpu_seconds_runs=own) if runs else figures
-        memory_read = run(1.0, 9.0, runs=[3.0, 0.8, 1.0], own=[2.5, 2.0, 2.2])  # cheapest: 0.8 s, 2.0 CPU s
+        memory_read = run(1.0, 9.0, runs=[3.0, 0.8, 1.0], own=[2.5, 2.0, None])  # cheapest: 0.8 s, 2.0 CPU s
         limit = spark_limits.read_limit(1000, memory_read, {"seconds": 0.5, "cpu_seconds": 2.0}, cores=2)
         assert limit["parts_seconds"] == {"in_memory_read": 0.8, "bare_fetch": 0.5,
                                           "cpu_of_all_parts_on_all_cores": 2.0}
