@@ -40,12 +40,17 @@ each bookie, this driver, the rest of the machine; ``cpu_usage.ProcessGroups``).
 ``--compression`` sets the ``ledger`` write's option ``compression``. ``client_read`` fetches
 the same entries again with a plain ``LedgerReader`` in a fresh Python
 process, no Spark, and gives the CPU of the client and of each bookie per MiB
-(of its cheapest run). A ledger
-read does at least what the in-memory read does with the same batches plus
-that fetching, so on these cores its throughput is at most the in-memory read's
-times ``ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores``
-(the in-memory read's seconds over the sum of both CPU times divided by the
-number of cores). Goals:
+(of its cheapest run).
+
+``limits``: what any ``ledger`` read or write over the same Spark Python data
+source path, gRPC transport and disk must pay, each part measured in this run
+after the timed runs (``bench/spark_limits.py``): the read's, from the
+in-memory ``read_string`` run and a bare fetch of the stream's entry bytes
+from 3 in-memory gRPC servers (``bench/bare_fetch.py``); the write's, from the
+in-memory sink's run, the bare gRPC fan-out of entries of the stream's size to
+3 no-op servers and 3 storage engines storing them on this disk. Each is the
+slowest of its parts and of their CPU spread over the cores, each part its
+cheapest run: an upper bound on speed. Goals:
 ``ledger`` read throughput >= 0.8 x the in-memory Arrow source's (reported
 against both of its reads) and >= 1.0 x parquet's (issue 16), and ``ledger``
 write time <= 1.0 x parquet's. Prints one JSON document (also
@@ -71,9 +76,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import arrow_memory_source  # noqa: E402
+from bare_fetch import bare_fetch  # noqa: E402
 from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 from cpu_usage import ProcessGroups, cpu_seconds, machine_busy_seconds  # noqa: E402
+from spark_limits import own_cpu, read_limit, write_limit, write_parts  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
 from pyspark_ledger.spark import executor  # noqa: E402
@@ -140,6 +147,10 @@ def figures(rows: int, timing: Run | list[Run]) -> dict:
               "share_of_all_cores_busy": round(median.machine_cpu_s / (median.seconds * cores), 2)}
     if median.cpu_by_process is not None:
         result["cpu_by_process"] = median.cpu_by_process
+        # None where a Python worker's exit broke the split (a group went negative: its CPU left the tree)
+        result["own_cpu_seconds_runs"] = [None if any(value < 0 for name, value in run.cpu_by_process.items()
+                                                      if name != "rest_of_machine")
+                                          else round(own_cpu(run.cpu_by_process), 2) for run in timing]
     return result if len(runs) == 1 else dict(result, runs=[round(run.seconds, 3) for run in timing])
 
 
@@ -195,8 +206,9 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
     streams = executor.stream_client(paths.sandbox.metadata_uri)
     info = streams.open_stream(stream)
     logs = streams.partition_logs(stream)
-    return {"write": figures(rows, write), "read": figures(rows, read),
-            "client_read": client_read(paths.sandbox, logs, paths.read_repeats), "stream_partitions": info.partitions,
+    spans = [f"{span.ledger_id}:{span.last_entry_id}" for log in logs.values() for span in log.spans]
+    return {"write": figures(rows, write), "read": figures(rows, read), "spans": spans,
+            "client_read": client_read(paths.sandbox, spans, paths.read_repeats), "stream_partitions": info.partitions,
             "ledgers": sum(len(log.spans) for log in logs.values()),
             "entries": sum(span.entry_count for log in logs.values() for span in log.spans),
             "entry_bytes": sum(span.length for log in logs.values() for span in log.spans),
@@ -204,13 +216,11 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
             "read_input_partitions": reading.rdd.getNumPartitions()}
 
 
-def client_read(sandbox: Sandbox, logs, repeats: int) -> dict:
+def client_read(sandbox: Sandbox, spans: list[str], repeats: int) -> dict:
     """The stream's entries fetched by a plain ``LedgerReader`` in a fresh Python process, without Spark
     (``repeats`` runs): the CPU the client and the bookies spend to deliver the entries, which every Spark
     read of the stream spends on top of what Spark itself does with the batches. Reports the run that
     cost the least CPU (the figure a bound needs) and every run's seconds."""
-    spans = [f"{span.ledger_id}:{span.last_entry_id}" for partition_log in logs.values()
-             for span in partition_log.spans]
     bookies = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(sandbox.bookies)}
     command = [sys.executable, str(Path(__file__).resolve()), "--client-read", sandbox.metadata_uri,
                "--repeats", str(repeats), "--bookie-pids", json.dumps(bookies), *spans]
@@ -275,8 +285,20 @@ def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
     return {"read": figures(rows, read), "read_string": figures(rows, read_string), "write": figures(rows, write)}
 
 
+def limits(sandbox: Sandbox, workdir: Path, results: dict, rows: int, repeats: int, fanout_seconds: float) -> dict:
+    """The same-run limits of the read and the write (``bench/spark_limits.py``), with their measured parts."""
+    ledger, memory = results["ledger"], results["arrow_memory"]
+    fetch = bare_fetch(sandbox.metadata_uri, ledger["spans"], max(repeats, 1))
+    parts = write_parts(workdir, ledger["entries"], ledger["entry_bytes"], fanout_seconds, max(repeats, 1))
+    return {"read": read_limit(rows, memory["read_string"], fetch),
+            "write": write_limit(rows, memory["write"], parts["bare_fanout"], parts["three_storages"],
+                                 ledger["entries"]),
+            "bare_fetch": fetch, **parts}
+
+
 def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1,
-            write_repeats: int = 1, compression: str = "none") -> dict:
+            write_repeats: int = 1, compression: str = "none", limit_repeats: int = 2,
+            fanout_seconds: float = 3.0) -> dict:
     paths = Paths(spark, sandbox, workdir, compression=compression)
     paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
@@ -291,6 +313,7 @@ def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, 
     results = {"parquet": run_parquet(paths, frame, rows, "data"), "ledger": run_ledger(paths, frame, rows),
                "arrow_memory": run_arrow_memory(paths, frame, rows, partitions)}
     frame.unpersist()
+    results["limits"] = limits(sandbox, workdir, results, rows, limit_repeats, fanout_seconds)
     return results
 
 
@@ -300,14 +323,13 @@ def ratios(results: dict) -> dict:
     parquet_read_ratio = ledger["read"]["rows_per_s"] / parquet["read"]["rows_per_s"]
     same_schema_ratio = ledger["read"]["rows_per_s"] / memory["read_string"]["rows_per_s"]
     write_ratio = ledger["write"]["seconds"] / parquet["write"]["seconds"]
-    # A ledger read does at least what the in-memory read does with the same batches (Python worker to JVM,
-    # the JVM's work) plus fetching the entries (client and bookies); with every core busy on both:
-    cores = os.cpu_count() or 1
-    fastest_read_s = (memory["read_string"]["machine_cpu_seconds"] + ledger["client_read"]["cpu_seconds"]) / cores
-    read_bound = memory["read_string"]["seconds"] / fastest_read_s if fastest_read_s else float("nan")
+    limit = results["limits"]
     return {"ledger_read_vs_arrow_memory_read": round(read_ratio, 3),
             "ledger_read_vs_arrow_memory_string_read": round(same_schema_ratio, 3),
-            "ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores": round(read_bound, 3),
+            "read_limit_vs_parquet_read": round(limit["read"]["rows_per_s"] / parquet["read"]["rows_per_s"], 3),
+            "ledger_read_vs_read_limit": round(ledger["read"]["rows_per_s"] / limit["read"]["rows_per_s"], 3),
+            "write_limit_vs_parquet_write": round(limit["write"]["seconds"] / parquet["write"]["seconds"], 3),
+            "ledger_write_vs_write_limit": round(ledger["write"]["seconds"] / limit["write"]["seconds"], 3),
             "ledger_read_bookie_bytes_per_entry_byte": round(ledger["bookie_bytes_read"] / ledger["entry_bytes"], 3),
             "ledger_write_vs_parquet_write": round(write_ratio, 3),
             "ledger_read_vs_parquet_read": round(parquet_read_ratio, 3),
@@ -331,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                                                   "processes again)")
     parser.add_argument("--compression", default="none", choices=("none", "lz4", "zstd"),
                         help="the ledger write's option compression (default none)")
+    parser.number("--limit-repeats", int, 2, 1, help="runs of the bare fetch and of the 3 storage engines (the limits "
+                                                  "take the cheapest)")
+    parser.number("--fanout-seconds", float, 3.0, 1.0, help="seconds of the bare fan-out (the write limit's gRPC part)")
     parser.add_argument("--client-read", metavar="URI", help=argparse.SUPPRESS)  # the child of client_read()
     parser.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--bookie-pids", default="{}", help=argparse.SUPPRESS)
@@ -345,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Sandbox(bookies=3) as sandbox:
             results = measure(spark, sandbox, workdir, args.rows, args.partitions, args.read_repeats,
-                              args.write_repeats, args.compression)
+                              args.write_repeats, args.compression, args.limit_repeats, args.fanout_seconds)
             executor.close_all(sandbox.metadata_uri)
     finally:
         stop_spark_session(spark)

@@ -41,10 +41,11 @@ from pyspark_ledger.spark.schema import METADATA_FIELDS, add_metadata_columns, c
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
-#: Bytes of entries one input partition reads, at most: Spark's own default for file sources
-#: (spark.sql.files.maxPartitionBytes). Smaller splits make more tasks, each paying a task's start
-#: (its Python worker's request, opening the ledger, an idle first range read before the read-ahead
-#: fills): docs/measurements.md, "Input split size".
+#: Bytes of entries one input partition reads, at most (the option maxPartitionBytes changes it): Spark's own
+#: default for file sources (spark.sql.files.maxPartitionBytes). Smaller splits make more tasks, each paying a
+#: task's start (Spark's JVM and its Python worker about 0.1 CPU s each time, opening the ledger, an idle
+#: first range read before the read-ahead fills): docs/measurements.md, "Input split size". Larger ones
+#: leave cores idle where a stream has fewer splits than the cluster has cores.
 SPLIT_BYTES = 128 * MiB
 #: What reading one entry costs beyond its bytes (a range read round trip, decoding), counted
 #: against SPLIT_BYTES so that a log of tiny entries is not read by a swarm of tiny tasks.
@@ -122,7 +123,7 @@ def plan_batch(options: ReadOptions, logs: Mapping[int, PartitionLog]) -> list[R
                 f"{options.stream!r} at {starts[partition]} and {stop}: the end is before the start")
         skip_lost(options, partition, begin, stop, partition_log)
         ranges += plan_ranges(partition, begin, stop, partition_log,
-                              max_entries_per_range=entries_per_split(partition_log))
+                              max_entries_per_range=entries_per_split(partition_log, options.max_partition_bytes))
     return ranges
 
 
@@ -163,12 +164,13 @@ def _same_slot(partition_log: PartitionLog, first: LogPosition, second: LogPosit
     return partition_log.backlog(first)[0] == partition_log.backlog(second)[0]
 
 
-def entries_per_split(partition_log: PartitionLog) -> int:
-    """How many entries of this log one input partition reads (its mean entry size against SPLIT_BYTES)."""
+def entries_per_split(partition_log: PartitionLog, split_bytes: int | None = None) -> int:
+    """How many entries of this log one input partition reads (its mean entry size against ``split_bytes``, the
+    option maxPartitionBytes, by default SPLIT_BYTES)."""
     entries = sum(span.entry_count for span in partition_log.spans)
     size = sum(span.length for span in partition_log.spans)
     mean = size // entries if entries > 0 else 0
-    return max(1, SPLIT_BYTES // (mean + ENTRY_COST_BYTES))
+    return max(1, (split_bytes or SPLIT_BYTES) // (mean + ENTRY_COST_BYTES))
 
 
 # --- reading (executors) ----------------------------------------------------------------------

@@ -73,6 +73,18 @@ def _size(name: str, raw: str) -> int:
     return value
 
 
+#: maxPartitionBytes: from one entry-sized split to one that still leaves a 1 TiB stream 16 tasks
+PARTITION_BYTES_RANGE = (2**20, 64 * 2**30)
+
+
+def _partition_bytes(name: str, raw: str) -> int:
+    value = _size(name, raw)
+    low, high = PARTITION_BYTES_RANGE
+    if not low <= value <= high:
+        raise _invalid(name, raw, "a number of bytes from 1m to 64g")
+    return value
+
+
 def _bool(name: str, raw: str) -> bool:
     text = raw.strip().lower()
     if text not in ("true", "false"):

@@ -18,6 +18,7 @@ failOnDataLoss       yes      yes                          true
 includeMetadata      yes      yes                          false
 maxEntriesPerTrigger          yes                          none (all available)
 maxBytesPerTrigger            yes                          none; accepts 1048576, 512k, 64m, 1g
+maxPartitionBytes    yes                                   128m: entry bytes per input partition, 1m-64g
 partitions                             yes       yes       the input's partition count
 ensembleSize                           yes       yes       3
 writeQuorum                            yes       yes       3
@@ -77,7 +78,8 @@ from pyspark_ledger.spark.driver_master import SHARED_OPTION, check_metadata_rea
 from pyspark_ledger.security.tls import ClientTls
 from pyspark_ledger.spark.offsets import OffsetSpec, parse_ending_offsets, parse_starting_offsets
 from pyspark_ledger.spark.option_values import (_ack_zones, _bool, _compression, _digest, _location, _metadata_uri,
-                                                _partitions, _positive_int, _size, _stream, _text, _writer_id)
+                                                _partition_bytes, _partitions, _positive_int, _size, _stream, _text,
+                                                _writer_id)
 
 BATCH_READ, STREAM_READ, BATCH_WRITE, STREAM_WRITE = ("batch read", "streaming read", "batch write",
                                                       "streaming write")
@@ -103,6 +105,7 @@ class ReadOptions:
     include_metadata: bool = False
     max_entries_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
+    max_partition_bytes: int | None = None  # None: batch_reader.SPLIT_BYTES
     password: str = field(default="", repr=False)
     tls: ClientTls | None = None  # the tlsCa/tlsCert/tlsKey options; None: each process's LEDGER_TLS_*
 
@@ -158,6 +161,8 @@ _OPTIONS = {option.name.lower(): option for option in (
             "a batch read reads everything between startingOffsets and endingOffsets"),
     _Option("maxBytesPerTrigger", frozenset({STREAM_READ}), _size,
             "a batch read reads everything between startingOffsets and endingOffsets"),
+    _Option("maxPartitionBytes", frozenset({BATCH_READ}), _partition_bytes,
+            "a streaming read plans each micro-batch's entries by maxEntriesPerTrigger and maxBytesPerTrigger"),
     _Option("partitions", WRITES, _partitions, "a reader sees the partitions the stream has"),
     _Option("ensembleSize", WRITES, _positive_int, "replication is chosen when a stream is written"),
     _Option("writeQuorum", WRITES, _positive_int, "replication is chosen when a stream is written"),
@@ -193,6 +198,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
         include_metadata=values.get("includemetadata", False),
         max_entries_per_trigger=values.get("maxentriespertrigger"),
         max_bytes_per_trigger=values.get("maxbytespertrigger"),
+        max_partition_bytes=values.get("maxpartitionbytes"),
         password=values.get("password", ""), tls=_tls(values))
 
 

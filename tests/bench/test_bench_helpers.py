@@ -100,38 +100,62 @@ class TestSparkIo:
         assert figures["machine_cpu_seconds"] == 3.0
         assert figures["share_of_all_cores_busy"] == round(3.0 / (2.0 * cores), 2)
         assert figures["runs"] == [3.0, 1.0, 2.0]
+        split = [spark_io.Run(1.0, 2.0, {"jvm": 1.0, "python_workers": 0.5, "rest_of_machine": -0.1}),
+                 spark_io.Run(1.0, 2.0, {"jvm": 1.0, "python_workers": -4.0, "rest_of_machine": 6.0})]
+        assert spark_io.figures(1_000, split)["own_cpu_seconds_runs"] == [1.5, None]  # a worker's exit broke it
 
-    def test_the_client_read_fetches_every_entry_in_a_child_process(self, spark_io, tmp_path):
+    def test_the_client_read_and_the_bare_fetch_fetch_every_entry_in_child_processes(self, spark_io, tmp_path):
+        from bench import bare_fetch
         from pyspark_ledger import LedgerClient
         from pyspark_ledger.sandbox import Sandbox
-        from pyspark_ledger.log.log_spans import LedgerSpan
-
-        class Log:  # the part of a PartitionLog that client_read looks at
-            def __init__(self, spans) -> None:
-                self.spans = spans
 
         with Sandbox(bookies=3, data_dir=tmp_path / "sandbox") as sandbox:
             with LedgerClient(sandbox.metadata_uri) as client:
-                writer = client.create_ledger(3, 3, 2, password=b"")
-                for index in range(20):
-                    writer.append(bytes([index]) * 10_000)
-                writer.close()
-            read = spark_io.client_read(sandbox, {0: Log([LedgerSpan(0, writer.ledger_id, 19, 200_000)])}, 2)
-        assert read["entry_bytes"] == 200_000 and len(read["runs"]) == 2
+                spans = []
+                for size in (10_000, 40_000):  # answers protobuf encodes, and answers read_wire encodes
+                    writer = client.create_ledger(3, 3, 2, password=b"")
+                    for index in range(20):
+                        writer.append(bytes([index]) * size)
+                    writer.close()
+                    spans.append(f"{writer.ledger_id}:19")
+            read = spark_io.client_read(sandbox, spans, 2)
+            fetched = bare_fetch.bare_fetch(sandbox.metadata_uri, spans, 2)
+        assert read["entry_bytes"] == 1_000_000 and len(read["runs"]) == 2
         assert set(read["cpu_ms_per_mib"]) == {"client", "bookie-0", "bookie-1", "bookie-2"}
         assert read["cpu_seconds"] >= 0 and read["mib_per_s"] > 0
+        # the bare fetch moves the encoded entries: the payloads and each entry's header
+        assert fetched["entry_bytes"] > 1_000_000 and len(fetched["runs"]) == len(fetched["cpu_seconds_runs"]) == 2
+        assert set(fetched["cpu_ms_per_mib"]) == {"fetcher", "server-0", "server-1", "server-2"}
+        assert fetched["cpu_seconds"] == min(fetched["cpu_seconds_runs"]) and fetched["seconds"] == min(fetched["runs"])
 
-    def test_the_read_bound_adds_the_in_memory_read_and_the_client_read_on_all_cores(self, spark_io):
-        def run(seconds, cpu=0.0):
-            return {"seconds": seconds, "rows_per_s": round(1000 / seconds), "machine_cpu_seconds": cpu}
-        cores = os.cpu_count() or 1
+    def test_the_limits_are_the_slowest_part_or_all_parts_cpu_on_all_cores(self, spark_io):
+        from bench import spark_limits
+
+        def run(seconds, cpu=0.0, runs=None, own=None):
+            figures = {"seconds": seconds, "rows_per_s": round(1000 / seconds), "machine_cpu_seconds": cpu}
+            return dict(figures, runs=runs, own_cpu_seconds_runs=own) if runs else figures
+        memory_read = run(1.0, 9.0, runs=[3.0, 0.8, 1.0], own=[2.5, 2.0, None])  # cheapest: 0.8 s, 2.0 CPU s
+        limit = spark_limits.read_limit(1000, memory_read, {"seconds": 0.5, "cpu_seconds": 2.0}, cores=2)
+        assert limit["parts_seconds"] == {"in_memory_read": 0.8, "bare_fetch": 0.5,
+                                          "cpu_of_all_parts_on_all_cores": 2.0}
+        assert limit["seconds"] == 2.0 and limit["bound_by"] == "cpu_of_all_parts_on_all_cores"
+        assert limit["rows_per_s"] == 500
+        fanout = {"entries_per_s": 100, "cpu_us_per_entry": {"client": 3000.0, "noop-0": 1000.0}}
+        storages = [{"entries_per_s": 20, "cpu_us_per_entry_per_storage": 1000.0},
+                    {"entries_per_s": 25, "cpu_us_per_entry_per_storage": 900.0}]
+        write = spark_limits.write_limit(1000, run(1.5, 2.0), fanout, storages, 100, cores=4)
+        assert write["parts_seconds"]["three_storages_one_disk"] == 4.0 and write["bound_by"] == "three_storages_one_disk"
+        assert write["cpu_seconds"] == {"in_memory_write": 2.0, "bare_fanout": 0.4, "three_storages": 0.27}
+        assert write["parts_seconds"]["bare_fanout"] == 1.0 and write["seconds"] == 4.0
+        assert spark_limits.own_cpu({"jvm": 1.0, "python_workers": 0.5, "bookie-0": 0.3, "rest_of_machine": 4}) == 1.5
+
         results = {"parquet": {"write": run(4.0), "read": run(1.0)},
-                   "ledger": {"write": run(5.0), "read": run(2.0), "bookie_bytes_read": 10, "entry_bytes": 10,
-                              "client_read": {"cpu_seconds": 1.0}},
-                   "arrow_memory": {"read": run(1.0, 2.0), "read_string": run(1.0, 2.0), "write": run(2.0)}}
+                   "ledger": {"write": run(5.0), "read": run(2.0), "bookie_bytes_read": 10, "entry_bytes": 10},
+                   "arrow_memory": {"read": run(1.0), "read_string": run(1.0), "write": run(2.0)},
+                   "limits": {"read": limit, "write": write}}
         ratios = spark_io.ratios(results)
-        assert ratios["ledger_read_vs_arrow_memory_string_read_upper_bound_on_these_cores"] == round(
-            1.0 / (3.0 / cores), 3)
+        assert ratios["read_limit_vs_parquet_read"] == 0.5 and ratios["write_limit_vs_parquet_write"] == 1.0
+        assert ratios["ledger_read_vs_read_limit"] == 1.0 and ratios["ledger_write_vs_write_limit"] == 1.25
         assert ratios["ledger_write_vs_parquet_write"] == 1.25 and not ratios["write_goal_met"]
 
 

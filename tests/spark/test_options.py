@@ -99,6 +99,13 @@ def test_byte_sizes(raw, expected):
     assert parse("streaming read", maxbytespertrigger=raw).max_bytes_per_trigger == expected
 
 
+def test_max_partition_bytes_of_a_batch_read():
+    assert parse("batch read").max_partition_bytes is None  # batch_reader.SPLIT_BYTES
+    assert parse("batch read", maxpartitionbytes="512m").max_partition_bytes == 512 * 2**20
+    assert parse("batch read", maxpartitionbytes="1m").max_partition_bytes == 2**20
+    assert parse("batch read", maxpartitionbytes="64g").max_partition_bytes == 64 * 2**30
+
+
 @pytest.mark.parametrize("raw, expected", [("1", 1), ("3", 3), ("2147483647", 2**31 - 1)])
 def test_positive_integers(raw, expected):
     assert parse("batch write", rowsperentry=raw).rows_per_entry == expected
@@ -144,6 +151,9 @@ def test_stream_and_path_disagree():
     ("maxBytesPerTrigger", "0", "streaming read", "positive number of bytes"),
     ("maxBytesPerTrigger", "64x", "streaming read", "positive number of bytes"),
     ("maxBytesPerTrigger", "-1m", "streaming read", "positive number of bytes"),
+    ("maxPartitionBytes", "1048575", "batch read", "from 1m to 64g"),
+    ("maxPartitionBytes", "65g", "batch read", "from 1m to 64g"),
+    ("maxPartitionBytes", "lots", "batch read", "positive number of bytes"),
     ("failOnDataLoss", "yes", "batch read", "true or false"),
     ("includeMetadata", "1", "streaming read", "true or false"),
     ("digest", "md5", "batch write", "crc32c or hmac-sha256"),
@@ -198,6 +208,7 @@ def test_an_option_given_twice_in_different_case_is_refused():
     ("endingOffsets", "latest", "streaming read", "availableNow"),
     ("maxEntriesPerTrigger", "10", "batch read", "endingOffsets"),
     ("maxBytesPerTrigger", "1m", "batch read", "endingOffsets"),
+    ("maxPartitionBytes", "512m", "streaming read", "maxBytesPerTrigger"),
     ("startingOffsets", "earliest", "batch write", "appends at the end"),
     ("endingOffsets", "latest", "streaming write", "only to a batch read"),
     ("failOnDataLoss", "false", "batch write", "only to a batch read and streaming read"),

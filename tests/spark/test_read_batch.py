@@ -272,3 +272,20 @@ def test_reading_a_stream_without_a_schema_fails_clearly(spark, cluster, streams
     with pytest.raises(Exception) as caught:
         load(spark, cluster, name).collect()
     assert f"stream {name!r} has no schema" in str(caught.value)
+
+
+def test_max_partition_bytes_sets_how_many_entries_one_task_reads():
+    from pyspark_ledger.log.log_spans import LedgerSpan, PartitionLog
+    from pyspark_ledger.spark.batch_reader import ENTRY_COST_BYTES, SPLIT_BYTES
+    from pyspark_ledger.spark.options import parse_read_options
+    from pyspark_ledger.spark.batch_reader import plan_batch
+
+    mib = 2**20
+    log = PartitionLog((LedgerSpan(0, 7, 249, 250 * mib), LedgerSpan(1, 8, 249, 250 * mib)))  # 2 × 250 MiB
+    assert entries_per_split(log) == SPLIT_BYTES // (mib + ENTRY_COST_BYTES) == 120
+    assert entries_per_split(log, 512 * mib) == 481
+    base = {"metadataserviceuri": "sqlite:///x.db", "stream": "s"}
+    default = plan_batch(parse_read_options(base), {0: log})
+    larger = plan_batch(parse_read_options({**base, "maxpartitionbytes": "512m"}), {0: log})
+    assert len(default) == 6 and len(larger) == 2  # one task per ledger: Spark's per-task cost paid twice
+    assert [(r.ledger_id, r.first_entry_id, r.last_entry_id) for r in larger] == [(7, 0, 249), (8, 0, 249)]
