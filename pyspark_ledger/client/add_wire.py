@@ -173,6 +173,15 @@ class FutureAnswers:
                 future.set_result(ADD_OK if result.status == pb.OK
                                   else AddResult(as_status(result.status), result.message))
 
+    def on_add_acks(self, bookie_id: str, spans: list[tuple[int, range]]) -> None:
+        """Runs of OK answers (docs/protocol.md W9): ``(ledger id, range of entry ids)`` pairs."""
+        with self._lock:
+            answered = [self._futures.pop((ledger_id, entry_id), None)
+                        for ledger_id, entry_ids in spans for entry_id in entry_ids]
+        for future in answered:
+            if future is not None:
+                future.set_result(ADD_OK)
+
     def on_add_failure(self, bookie_id: str, keys: list[tuple[int, int]], error: BookieError) -> None:
         with self._lock:
             failed = [self._futures.pop(key, None) for key in keys]
