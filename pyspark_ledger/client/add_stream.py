@@ -28,17 +28,16 @@ import threading
 from concurrent.futures import Future
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import grpc
 import grpc.aio
 
-from pyspark_ledger.client.add_wire import ADD_OK, AddResult, FutureAnswers, encode_add
+from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError, InvalidStateError
 from pyspark_ledger.status import BookieStatus
-from pyspark_ledger.wire.v1.bookie_pb2 import OK
 
 __all__ = ["ADD_OK", "AckedAdd", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
            "DEFAULT_MAX_INFLIGHT", "as_results"]
@@ -57,15 +56,6 @@ class AddListener(Protocol):
     def on_add_failure(self, bookie_id: str, keys: list[tuple[int, int]], error: BookieError) -> None: ...
 
 
-class AckedAdd(NamedTuple):
-    """An add answered OK within a run (docs/protocol.md W9), for a listener that takes only results."""
-
-    ledger_id: int
-    entry_id: int
-    status: int = OK
-    message: str = ""
-
-
 class AddCallbacks:
     """An AddListener made of two callables, and a third for runs of OK answers (else they reach the first)."""
 
@@ -77,11 +67,6 @@ class AddCallbacks:
         self.on_add_results = on_add_results
         self.on_add_failure = on_add_failure
         self.on_add_acks = on_add_acks or (lambda bookie_id, spans: on_add_results(bookie_id, as_results(spans)))
-
-
-def as_results(spans: list[tuple[int, range]]) -> list[AckedAdd]:
-    """Runs of OK answers as one result each (for listeners that take only results)."""
-    return [AckedAdd(ledger_id, entry_id) for ledger_id, entry_ids in spans for entry_id in entry_ids]
 
 
 class AddStream:
