@@ -9,6 +9,7 @@ them as bookies in a SQLite metadata store so that a ``LedgerClient`` or a
 from __future__ import annotations
 
 import contextlib
+import operator
 import subprocess
 import sys
 from concurrent import futures as cf
@@ -21,14 +22,26 @@ import grpc  # noqa: E402
 from bookie_server.listening import grpc_server_options  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import child_env, free_port  # noqa: E402
+from pyspark_ledger.wire.ack_runs import RunBuilder, asks_for_runs  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
 
 
+_LEDGER_ID, _ENTRY_ID = operator.attrgetter("ledger_id"), operator.attrgetter("entry_id")
+
+
 class NoopBookie(pb_grpc.BookieServicer):
-    """Acknowledges every add at once and stores nothing."""
+    """Acknowledges every add at once and stores nothing; in runs (docs/protocol.md W9) to a client that asks, as
+    a bookie does (the cheaper form for any server, so the floor uses it too)."""
 
     def AddStream(self, request_iterator, context):
+        if asks_for_runs(context.invocation_metadata()):
+            builder = RunBuilder()
+            for batch in request_iterator:
+                adds = batch.adds
+                builder.acked(list(map(_LEDGER_ID, adds)), list(map(_ENTRY_ID, adds)))
+                yield from builder.messages()
+            return
         for batch in request_iterator:
             yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=a.ledger_id, entry_id=a.entry_id, status=pb.OK)
                                              for a in batch.adds])

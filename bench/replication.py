@@ -200,21 +200,27 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
     acks: dict[int, int] = {}
     lock = threading.Lock()
 
-    def answered(_bookie: str, results: list) -> None:
+    def count_acks(entry_ids) -> None:
         done, now = 0, time.perf_counter()
         with lock:
-            for result in results:
-                count = acks.pop(result.entry_id) - 1
+            for entry_id in entry_ids:
+                count = acks.pop(entry_id) - 1
                 if count == 1:
-                    latencies.append(now - sent_at[result.entry_id])
+                    latencies.append(now - sent_at[entry_id])
                 if count:
-                    acks[result.entry_id] = count
+                    acks[entry_id] = count
                 else:
-                    del sent_at[result.entry_id]
+                    del sent_at[entry_id]
                     done += 1
         for _ in range(done):
             window.release()
-    listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"))
+
+    def answered(_bookie: str, results: list) -> None:  # one AddResult per add
+        count_acks([result.entry_id for result in results])
+
+    def acked(_bookie: str, spans: list) -> None:  # runs of OK answers (docs/protocol.md W9), as a bookie sends them
+        count_acks(entry_id for _ledger_id, entry_ids in spans for entry_id in entry_ids)
+    listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"), acked)
     with noop_registrations(ports, directory, f"fanout-{size}-{rate}") as uri, \
             open_metadata_store(uri) as store:
         transport = GrpcTransport(store)

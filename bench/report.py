@@ -62,8 +62,9 @@ APPENDS = Spec(
     (_nats_note,
      "Goals (issue 16), each a ratio in the same run: 1 KiB ours ÷ floor ≥ 0.7 and ≥ 2 × NATS; 1 MiB ours ÷ fan-out "
      "≥ 0.75 and ≥ 3 × NATS; paced p99 ours ÷ fan-out ≤ 2 and p50, p99 ≤ NATS's. The 1 KiB floor is the rate the CPU of "
-     "the fan-out plus 3 storage adds per entry allows if every core did only that; storage alone is one bookie's "
-     "engine driven without gRPC. For 1 MiB the 3 storage engines run at once, one process each, on this disk with "
+     "the fan-out plus 3 storage adds per entry allows if every core did only that; the no-op servers of the "
+     "fan-out answer as a bookie does, OK adds as runs of entry ids to a client that asks (docs/protocol.md W9, "
+     "from commit 4bb3ce5 on; per add before); storage alone is one bookie's engine driven without gRPC. For 1 MiB the 3 storage engines run at once, one process each, on this disk with "
      "the same entries and 8 adds in flight each, durable before an add counts (each byte is written once, to the "
      "entry log, fsync'd before the journal's reference to it), at the rate until 2 of the 3 (the ack quorum) have "
      "stored every entry; the 1 MiB floor is the least of the fan-out, those "

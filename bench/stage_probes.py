@@ -94,7 +94,9 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
         for response in responses(self, request_iterator, context):
             handed = _now()
             yield response
-            records.append(("answer", handed, _now(), [(r.ledger_id, r.entry_id) for r in response.results]))
+            keys = [(run.ledger_id, entry_id) for run in response.acked  # docs/protocol.md W9
+                    for entry_id in range(run.first_entry_id, run.last_entry_id + 1)]
+            records.append(("answer", handed, _now(), keys + [(r.ledger_id, r.entry_id) for r in response.results]))
     add_stream.AddStreamSession.responses = probed_responses
 
     class TimedOs:

@@ -15,7 +15,8 @@ sender back). A batch with more than ``--max-batch-adds`` adds ends the
 stream with INVALID_ARGUMENT (answering each add would cost more than the
 batch). When a batch's future completes (on the
 journal thread) its statuses are queued; the handler thread merges whatever
-is queued into one AddResultBatch (and frees their in-flight slots). Answers
+is queued into one AddResultBatch (and frees their in-flight slots), its OK answers
+as runs when the client asked (docs/protocol.md W9). Answers
 therefore come in durability order, not request order, and never block the
 journal thread.
 
@@ -36,12 +37,13 @@ from typing import Callable, Iterator
 import grpc
 
 from bookie_server.add_wire import ReceivedBatch
-from bookie_server.authorization import missing_key, wrong_key
+from bookie_server.add_refusals import describe_refusal
+from bookie_server.authorization import missing_key
 from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
-                                   InflightLimiter, StreamLimits, add_cost, check_add, check_batch,
-                                   explain_bad_add, refusal_over_budget)
+                                   InflightLimiter, StreamLimits, add_cost, check_add, check_batch, refusal_over_budget)
 from bookie_server.metrics import STATUS_NAMES, BookieMetrics
 from bookie_server.storage import BookieStorage
+from pyspark_ledger.wire.ack_runs import RunBuilder
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ _REFUSED = "refused"
 _STORED = "stored"
 READER_JOIN_TIMEOUT_S = 5.0
 BACKPRESSURE_POLL_S = 0.5  # a reader held back re-checks the end of the call this often
-_BODY = operator.itemgetter(3)  # of an add tuple
+_LEDGER, _ENTRY, _BODY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(3)  # of an add tuple
 
 
 class AddStreamSession:
@@ -59,7 +61,7 @@ class AddStreamSession:
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str,
                  limits: StreamLimits, bookie_bytes: Budget | None = None, peer: str = "",
                  on_bytes_freed: Callable[[int], None] | None = None, ledger_guard=None,
-                 admin: bool = False) -> None:
+                 admin: bool = False, answer_runs: bool = False) -> None:
         self._storage = storage
         self._metrics = metrics
         self._bookie_id = bookie_id
@@ -75,6 +77,7 @@ class AddStreamSession:
         self._peer = peer
         self._guard = ledger_guard  # bookie_server.ledger_guard.LedgerGuard or None
         self._admin = admin  # the caller is an --admin-identity (decided once per stream)
+        self._answer_runs = answer_runs  # OK answers as AckRuns (docs/protocol.md W9)
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._reader_done = False
         self._rpc_done = False
@@ -100,6 +103,9 @@ class AddStreamSession:
                               self._limits.idle_timeout_s)
                     self.ended_idle = True
                     break
+                if self._answer_runs:  # docs/protocol.md W9: the client asked for runs
+                    yield from self._build_runs(items)
+                    continue
                 response = self._build_response(items)
                 if response.results:
                     yield response
@@ -159,9 +165,7 @@ class AddStreamSession:
             if item[0] == _REFUSED:
                 for ledger_id, entry_id, status, message in item[1]:
                     add_result(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
-                with self._room:
-                    self._refusals_held -= len(item[1]) * ADD_OVERHEAD_BYTES
-                    self._room.notify()
+                self._refusals_answered(len(item[1]))
                 continue
             _, ops, statuses, error, cost = item
             self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
@@ -178,6 +182,36 @@ class AddStreamSession:
                     add_result(ledger_id=op[0], entry_id=op[1], status=status,
                                message=error or self._describe(op, status))
         return response
+
+    def _build_runs(self, items: list) -> list[pb.AddResultBatch]:
+        """``_build_response`` in the form of docs/protocol.md W9: OK answers as runs, in the same order."""
+        builder = RunBuilder()
+        ok = pb.OK
+        for item in items:
+            if item is _WAKE:
+                continue
+            if item[0] == _REFUSED:
+                for answer in item[1]:
+                    builder.refused(*answer)
+                self._refusals_answered(len(item[1]))
+                continue
+            _, ops, statuses, error, cost = item
+            self._limiter.release(len(ops))
+            self._free(cost)
+            if statuses.count(ok) == len(statuses):
+                builder.acked(list(map(_LEDGER, ops)), list(map(_ENTRY, ops)))
+                continue
+            for op, status in zip(ops, statuses):
+                if status == ok:
+                    builder.acked([op[0]], [op[1]])
+                else:
+                    builder.refused(op[0], op[1], status, error or self._describe(op, status))
+        return builder.messages()
+
+    def _refusals_answered(self, count: int) -> None:
+        with self._room:
+            self._refusals_held -= count * ADD_OVERHEAD_BYTES
+            self._room.notify()
 
     def _free(self, cost: int) -> None:
         """Give back the bytes of answered adds; wake a reader held back by the stream's byte limit."""
@@ -198,21 +232,7 @@ class AddStreamSession:
             self._bookie_bytes.give_back(held)
 
     def _describe(self, op: tuple, status: int) -> str:
-        ledger_id, entry_id, master_key, body, _ = op
-        where = f"ledger {ledger_id} entry {entry_id}"
-        if status == pb.BAD_REQUEST:
-            return explain_bad_add(ledger_id, entry_id, master_key, body)
-        if status == pb.FENCED:
-            return f"ledger {ledger_id} is fenced on bookie {self._bookie_id}: {where} was not added"
-        if status == pb.UNAUTHORIZED:
-            return f"{wrong_key('add', ledger_id)} ({where} was not added)"
-        if status == pb.READ_ONLY:
-            return (f"bookie {self._bookie_id} is read-only ({self._storage.read_only or 'not taking adds'}): "
-                    f"{where} was not added")
-        if status == pb.IO_ERROR:
-            return (f"bookie {self._bookie_id} could not store {where} (its storage or this ledger's index failed; "
-                    "the bookie's log says which): outcome unknown")
-        return f"{where}: {STATUS_NAMES.get(status, status)}"
+        return describe_refusal(op[0], op[1], op[2], op[3], status, self._bookie_id, self._storage.read_only)
 
     def _on_rpc_done(self) -> None:
         self._rpc_done = True

@@ -68,6 +68,7 @@ class ServerConfig:
     allow_new_data_dir: bool = False
     adopt_metadata_store: str | None = None
     verify_new_ledgers: bool = True
+    add_answer_runs: bool = True  # OK add answers as runs to clients that ask (docs/protocol.md W9)
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
@@ -270,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-verify-new-ledgers", dest="verify_new_ledgers", action="store_false",
         help="create state for a ledger never seen here on any first add or fence, without checking that the "
              "metadata store has the ledger and its master key matches (lets anyone squat ledger ids)")
+    add("--no-add-answer-runs", dest="add_answer_runs", action="store_false",
+        help="answer every add with its own AddResult even to clients that ask for runs of acknowledged "
+             "entry ids (docs/protocol.md W9): what a bookie of an earlier version does")
     add("--shutdown-grace", dest="shutdown_grace_s", type=_non_negative_float, default=DEFAULT_SHUTDOWN_GRACE_S,
         help="seconds to let in-flight requests finish after SIGTERM/SIGINT")
     add("--grpc-workers", type=_positive_int, default=DEFAULT_GRPC_WORKERS,

@@ -275,6 +275,7 @@ class StreamLimits:
     max_batch_adds: int = 65_536
     max_stream_inflight_bytes: int = 64 * 1024 * 1024
     idle_timeout_s: float = 0.0  # 0 = never
+    answer_runs: bool = True  # OK answers as runs to a client that asks (docs/protocol.md W9)
 
 
 class BookieBudgets:

@@ -201,7 +201,8 @@ class BookieServer:
         limits = StreamLimits(max_entry_size=config.max_entry_size, max_inflight_adds=config.max_inflight_adds,
                               max_batch_adds=config.max_batch_adds,
                               max_stream_inflight_bytes=config.max_stream_inflight_bytes,
-                              idle_timeout_s=config.add_stream_idle_timeout_s)
+                              idle_timeout_s=config.add_stream_idle_timeout_s,
+                              answer_runs=config.add_answer_runs)
         self._trimmer = BurstTrimmer(budgets.inflight_bytes, on_trim=self.metrics.memory_trimmed)
         self._servicer = BookieServicer(self._storage, self.metrics, bookie_id=self.bookie_id,
                                         version=pyspark_ledger.__version__, limits=limits, budgets=budgets,

@@ -53,6 +53,7 @@ from bookie_server.metrics import BookieMetrics
 from bookie_server.read_wire import EncodedReadResponse, read_response, returned_bytes
 from bookie_server.storage import BookieStorage, LedgerView
 from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedError
+from pyspark_ledger.wire.ack_runs import asks_for_runs
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
@@ -100,7 +101,9 @@ class BookieServicer(pb_grpc.BookieServicer):
                                    bookie_bytes=self._budgets.inflight_bytes, peer=context.peer(),
                                    on_bytes_freed=self._on_bytes_freed,
                                    ledger_guard=self.ledger_guard,
-                                   admin=self._authority.caller_is_admin(context))
+                                   admin=self._authority.caller_is_admin(context),
+                                   answer_runs=self._limits.answer_runs
+                                   and asks_for_runs(context.invocation_metadata()))  # docs/protocol.md W9
         with self._sessions_lock:
             self._sessions.add(session)
             if self._draining.is_set():

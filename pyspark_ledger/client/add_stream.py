@@ -6,7 +6,11 @@ the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done. For each AddResultBatch it calls ``listener.on_add_results(
 bookie_id, results)`` once, with the ``AddResult`` messages of that
-listener's adds in the bookie's durability order. When the stream ends (bookie gone, cancelled,
+listener's adds in the bookie's durability order. A bookie that answers in runs (docs/protocol.md W9,
+asked for by ``BookieClient``) sends OK answers as ``AckRun``s: they go first, to
+``listener.on_add_acks(bookie_id, spans)`` with ``(ledger id, range of entry ids)`` pairs in the
+bookie's order (a listener without that method gets them as ``AckedAdd``s through
+``on_add_results``); a run longer than the adds in flight ends the stream. When the stream ends (bookie gone, cancelled,
 ended by a draining bookie, closed) each listener gets one
 ``on_add_failure(bookie_id, keys, error)`` with every unanswered
 ``(ledger_id, entry_id)``: those adds may or may not be stored. Listeners run
@@ -29,14 +33,14 @@ from typing import Callable, Iterable, Protocol, Sequence
 import grpc
 import grpc.aio
 
-from pyspark_ledger.client.add_wire import ADD_OK, AddResult, FutureAnswers, encode_add
+from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError, InvalidStateError
 from pyspark_ledger.status import BookieStatus
 
-__all__ = ["ADD_OK", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
-           "DEFAULT_MAX_INFLIGHT"]
+__all__ = ["ADD_OK", "AckedAdd", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
+           "DEFAULT_MAX_INFLIGHT", "as_results"]
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
@@ -53,14 +57,16 @@ class AddListener(Protocol):
 
 
 class AddCallbacks:
-    """An AddListener made of two callables."""
+    """An AddListener made of two callables, and a third for runs of OK answers (else they reach the first)."""
 
-    __slots__ = ("on_add_results", "on_add_failure")
+    __slots__ = ("on_add_results", "on_add_failure", "on_add_acks")
 
     def __init__(self, on_add_results: Callable[[str, list], None],
-                 on_add_failure: Callable[[str, list[tuple[int, int]], BookieError], None]) -> None:
+                 on_add_failure: Callable[[str, list[tuple[int, int]], BookieError], None],
+                 on_add_acks: Callable[[str, list[tuple[int, range]]], None] | None = None) -> None:
         self.on_add_results = on_add_results
         self.on_add_failure = on_add_failure
+        self.on_add_acks = on_add_acks or (lambda bookie_id, spans: on_add_results(bookie_id, as_results(spans)))
 
 
 class AddStream:
@@ -274,7 +280,10 @@ class AddStream:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return None
-                self._deliver(response.results)
+                if response.acked:  # docs/protocol.md W9: a message's runs come before its results
+                    self._deliver_runs(response.acked)
+                if response.results:
+                    self._deliver(response.results)
         except grpc.RpcError as exc:
             return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
         finally:
@@ -300,6 +309,40 @@ class AddStream:
                 groups.setdefault(id(listener), (listener, []))[1].append(result)
         for listener, answered in groups.values():
             _notify(listener.on_add_results, self.bookie_id, answered)
+
+    def _deliver_runs(self, runs: Iterable) -> None:
+        """Hand runs of OK answers (docs/protocol.md W9) to the listeners of their adds, one call each, in order.
+
+        BookieError (ending the stream) if the runs hold more entries than there are adds in flight."""
+        bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs]
+        groups: dict[int, tuple[AddListener, list]] = {}
+        with self._lock:
+            pending = self._pending
+            if sum(last - first + 1 for _, first, last in bounds) > len(pending) or any(
+                    last < first for _, first, last in bounds):
+                raise BookieError(f"bookie {self.bookie_id} answered with runs of entries that are not in flight "
+                                  f"on this stream ({len(pending)} adds are): a malformed answer",
+                                  bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
+            pop = pending.pop
+            for ledger_id, first, last in bounds:
+                entry_ids = range(first, last + 1)
+                listeners = list(map(pop, zip(repeat(ledger_id), entry_ids), repeat(None)))
+                owner = listeners[0]
+                if listeners.count(owner) == len(listeners):  # one listener has the whole run: nearly always
+                    if owner is not None:
+                        groups.setdefault(id(owner), (owner, []))[1].append((ledger_id, entry_ids))
+                    continue
+                start = 0
+                for index in range(1, len(listeners) + 1):  # the run split where its adds' listener changes
+                    if index == len(listeners) or listeners[index] is not listeners[start]:
+                        if listeners[start] is not None:
+                            groups.setdefault(id(listeners[start]), (listeners[start], []))[1].append(
+                                (ledger_id, entry_ids[start:index]))
+                        start = index
+            if self._room_waiters and len(pending) < self._max_inflight:
+                self._room.notify_all()
+        for listener, answered in groups.values():
+            _notify(_acks_callback(listener), self.bookie_id, answered)
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:
@@ -335,6 +378,14 @@ def _repeats(keys: list[tuple[int, int]]):
         if key in seen:
             yield key[1]
         seen.add(key)
+
+
+def _acks_callback(listener: AddListener):
+    """The listener's ``on_add_acks``, or one that hands the runs to its ``on_add_results``."""
+    callback = getattr(listener, "on_add_acks", None)
+    if callback is not None:
+        return callback
+    return lambda bookie_id, spans: listener.on_add_results(bookie_id, as_results(spans))
 
 
 def _notify(callback, *args) -> None:

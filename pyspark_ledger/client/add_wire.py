@@ -8,13 +8,15 @@ byte for byte, to what protobuf serializes (checked by the tests).
 
 ``FutureAnswers`` is an add-stream listener that completes one
 ``concurrent.futures.Future`` per add with an ``AddResult``: the convenient
-form for tools and tests; the writer listens per batch instead.
+form for tools and tests; the writer listens per batch instead. ``AckedAdd`` is an OK answer taken out
+of a run (docs/protocol.md W9) for a listener that only takes results.
 """
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger.errors import BookieError, EntryTooLargeError, InvalidArgumentError, InvalidStateError
@@ -43,6 +45,20 @@ class AddResult:
 
 
 ADD_OK = AddResult(BookieStatus.OK)
+
+
+class AckedAdd(NamedTuple):
+    """An add answered OK within a run (docs/protocol.md W9), for a listener that takes only results."""
+
+    ledger_id: int
+    entry_id: int
+    status: int = pb.OK
+    message: str = ""
+
+
+def as_results(spans: list[tuple[int, range]]) -> list[AckedAdd]:
+    """Runs of OK answers as one result each (for listeners that take only results)."""
+    return [AckedAdd(ledger_id, entry_id) for ledger_id, entry_ids in spans for entry_id in entry_ids]
 
 
 _ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
@@ -172,6 +188,15 @@ class FutureAnswers:
             if future is not None:
                 future.set_result(ADD_OK if result.status == pb.OK
                                   else AddResult(as_status(result.status), result.message))
+
+    def on_add_acks(self, bookie_id: str, spans: list[tuple[int, range]]) -> None:
+        """Runs of OK answers (docs/protocol.md W9): ``(ledger id, range of entry ids)`` pairs."""
+        with self._lock:
+            answered = [self._futures.pop((ledger_id, entry_id), None)
+                        for ledger_id, entry_ids in spans for entry_id in entry_ids]
+        for future in answered:
+            if future is not None:
+                future.set_result(ADD_OK)
 
     def on_add_failure(self, bookie_id: str, keys: list[tuple[int, int]], error: BookieError) -> None:
         with self._lock:

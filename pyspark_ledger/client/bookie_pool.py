@@ -30,7 +30,8 @@ class BookiePool:
     """Channels and add streams to the bookies of one client."""
 
     def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
-                 max_inflight: int = 10_000, tls=None) -> None:
+                 max_inflight: int = 10_000, tls=None, answer_runs: bool = True) -> None:
+        self._answer_runs = answer_runs
         self._tls = tls if tls is not None and tls.enabled else None
         # read (and checked) once: a bad file fails here, naming its setting
         self._credentials = self._tls.channel_credentials() if self._tls is not None else None
@@ -92,7 +93,8 @@ class BookiePool:
             if client is None:
                 client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout,
                                                                  io_loop=self._io, tls=self._tls,
-                                                                 credentials=self._credentials)
+                                                                 credentials=self._credentials,
+                                                                 answer_runs=self._answer_runs)
             return client
 
     def stream(self, bookie_id: str) -> AddStream:

@@ -38,6 +38,7 @@ from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_
 from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+from pyspark_ledger.wire.ack_runs import ASK_FOR_RUNS
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
@@ -128,8 +129,9 @@ class BookieClient:
 
     def __init__(self, bookie_id_or_address: str, *, address: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None, tls=None,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True) -> None:
         self.bookie_id = str(bookie_id_or_address)
+        self._add_metadata = ASK_FOR_RUNS if answer_runs else None  # docs/protocol.md W9
         target = address if address is not None else self.bookie_id
         host, port = parse_address(target)
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -164,7 +166,7 @@ class BookieClient:
         method = self._reconnected().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
                                                       request_serializer=None,
                                                       response_deserializer=pb.AddResultBatch.FromString)
-        return method()
+        return method(metadata=self._add_metadata)
 
     def _ensure_channel(self) -> grpc.aio.Channel:
         """The aio channel, made at first use (only ever called on the loop thread)."""

@@ -47,6 +47,9 @@ class ClientConfig:
     explicit_lac_interval_s: float = 0.1
     #: Bytes of queued adds coalesced into one streamed message to a bookie.
     max_batch_bytes: int = 4 * MiB
+    #: Ask bookies to answer OK adds as runs of entry ids (docs/protocol.md W9);
+    #: bookies that do not know the form answer each add, which works too.
+    add_answer_runs: bool = True
     #: Largest encoded entry (payload + 36-byte header + digest) a writer sends;
     #: keep it at or below the bookies' ``--max-entry-size`` (default 5 MiB).
     max_entry_bytes: int = 5 * MiB
@@ -118,6 +121,8 @@ class ClientConfig:
         for name in ("max_inflight_adds", "max_batch_bytes", "max_entry_bytes", "read_batch_entries",
                      "read_batch_bytes", "read_ahead_batches", "metadata_retries", "io_threads"):
             _positive_int(name, getattr(self, name))
+        if not isinstance(self.add_answer_runs, bool):
+            raise InvalidConfigurationError(f"add_answer_runs must be True or False, got {self.add_answer_runs!r}")
         window = self.recovery_read_window
         if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_RECOVERY_READ_WINDOW:
             raise InvalidConfigurationError(

@@ -109,7 +109,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         # the owner's side
         self._frames: dict[int, bytes] = {}  # entry id -> encoded add, kept until confirmed (for re-sends)
         self._futures: dict[int, Future] = {}
-        self._answers = AddCallbacks(self._answered, self._stream_failed)
+        self._answers = AddCallbacks(self._answered, self._stream_failed, self._acked_runs)
         self._outstanding = UnansweredAdds()  # send times; which bookies are silent (protocol.add_timeouts)
         self._failed_bookies: set[str] = set()
         self._failure: LedgerError | None = None
@@ -327,6 +327,10 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
     def _answered(self, bookie: str, results: list) -> None:
         """The add-stream listener (network thread): one writer event per answer batch of a bookie."""
         self._owner.post(self._on_results, bookie, results)
+
+    def _acked_runs(self, bookie: str, spans: list) -> None:
+        """The listener of runs of OK answers (docs/protocol.md W9; network thread): one writer event each."""
+        self._owner.post(self._on_acks, bookie, spans)
 
     def _stream_failed(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
         """The stream to ``bookie`` broke with these adds unanswered."""

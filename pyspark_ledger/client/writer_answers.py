@@ -59,6 +59,17 @@ class AddAnswers:
             self._outstanding.acked(bookie)
             self._confirm(self._tracker.ack_range(acked, bookie))
 
+    def _on_acks(self, bookie: str, spans: list) -> None:
+        """Runs of OK answers of a bookie (docs/protocol.md W9): ``(ledger id, range of entry ids)`` pairs of this
+        writer's ledger, in the bookie's order, each acknowledged as ``_on_results`` acknowledges an all-OK batch."""
+        sent = self._outstanding.of(bookie)
+        if sent is not None:
+            for _, entry_ids in spans:
+                deque(map(sent.pop, entry_ids, repeat(None)), maxlen=0)
+        self._outstanding.acked(bookie)
+        for _, entry_ids in spans:
+            self._confirm(self._tracker.ack_range(entry_ids, bookie))
+
     def _on_status(self, entry_id: int, bookie: str, status: BookieStatus, message: str,
                    sent_at: float | None) -> None:
         action = action_for_status(status.name)  # the decision is the protocol core's (``add_answers``)

@@ -25,6 +25,9 @@ used by recovery for its write-back (``add_recovered``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
+from itertools import repeat
+from operator import and_, or_
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from pyspark_ledger.errors import InvalidArgumentError, InvalidStateError, LedgerClosedError
@@ -106,6 +109,7 @@ class AddTracker:
         quorums = self.quorums  # an entry's write set and targets depend only on entry_id % E
         self._write_sets = tuple(quorums.write_set(residue) for residue in range(quorums.ensemble_size))
         self._write_masks = tuple(sum(1 << i for i in write_set) for write_set in self._write_sets)
+        self._in_every_write_set = reduce(and_, self._write_masks)  # the indexes every entry goes to (E = Qw: all)
         self._targets = tuple(tuple(bookies[i] for i in write_set) for write_set in self._write_sets)
 
     # --- queries ------------------------------------------------------------
@@ -228,6 +232,14 @@ class AddTracker:
     def _mark(self, entry_ids: Iterable[int], index: int) -> None:
         bit = 1 << index
         pending = self._pending
+        if type(entry_ids) is range and entry_ids.step == 1 and self._in_every_write_set & bit:
+            # a run of acks (docs/protocol.md W9) from a bookie of every write set: the unconfirmed entries are
+            # exactly the ids after the LAC up to the last one added, so the run's part among them is known
+            # without a look-up per id, and each is marked by C-level maps
+            lac = self._lac
+            ids = range(max(entry_ids.start, lac + 1), min(entry_ids.stop, lac + len(pending) + 1))
+            pending.update(zip(ids, map(or_, map(pending.__getitem__, ids), repeat(bit))))
+            return
         ensemble_size, write_masks = self.quorums.ensemble_size, self._write_masks
         for entry_id in entry_ids:
             acked = pending.get(entry_id)

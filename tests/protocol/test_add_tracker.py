@@ -277,3 +277,30 @@ def test_a_turn_of_adds_and_acks_as_ranges_match_one_add_and_one_ack_at_a_time(s
     fast.stop("closed")
     with pytest.raises(LedgerClosedError):
         fast.add_many([1])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_acks_given_as_runs_of_ids_match_acks_given_one_by_one(seed):
+    """ack_range with a ``range`` (docs/protocol.md W9 runs: marked without a look-up per id when the bookie is
+    in every write set) against the same ids as a list: runs reaching below the LAC and past the last entry
+    added, acks of degraded and of replaced bookies, E = Qw and E > Qw alike."""
+    rng = random.Random(seed)
+    ensemble = ALL_BOOKIES[:rng.choice((3, 4))]
+    write_quorum = rng.randint(2, len(ensemble))
+    ack_quorum = rng.randint(1, write_quorum)
+    delay = rng.random() < 0.5
+    fast = AddTracker(ensemble, write_quorum, ack_quorum, delay_ensemble_change=delay)
+    slow = AddTracker(ensemble, write_quorum, ack_quorum, delay_ensemble_change=delay)
+    for turn in range(8):
+        if turn == 4:
+            failed = rng.choice(ensemble)
+            assert fast.failed(failed) == slow.failed(failed)
+        sizes = [rng.randint(0, 50) for _ in range(rng.randint(1, 12))]
+        assert fast.add_many(sizes) == slow.add_many(sizes)
+        for _ in range(rng.randint(1, 12)):
+            bookie = rng.choice(ALL_BOOKIES)
+            start = rng.randint(fast.last_add_confirmed - 3, fast.next_entry_id + 2)
+            run = range(start, start + rng.randint(0, 8))
+            assert fast.ack_range(run, bookie) == slow.ack_range(list(run), bookie)
+            assert (fast.last_add_confirmed, fast.length) == (slow.last_add_confirmed, slow.length)
+            assert fast._pending == slow._pending  # the same acks marked on every unconfirmed entry

@@ -24,41 +24,43 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#pyspark_ledger/wire/v1/bookie.proto\x12\x16pyspark_ledger.wire.v1\"e\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x10\n\x08recovery\x18\x05 \x01(\x08\"<\n\x08\x41\x64\x64\x42\x61tch\x12\x30\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\".pyspark_ledger.wire.v1.AddRequest\"q\n\tAddResult\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12.\n\x06status\x18\x03 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x04 \x01(\t\"D\n\x0e\x41\x64\x64ResultBatch\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.pyspark_ledger.wire.v1.AddResult\"\xab\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x10\n\x08recovery\x18\x05 \x01(\x08\x12\x12\n\nmaster_key\x18\x06 \x01(\x0c\x12\x11\n\tmax_bytes\x18\x07 \x01(\x04\x12\x12\n\nentry_step\x18\x08 \x01(\r\"\'\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\"\xc2\x01\n\x0cReadResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12.\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1d.pyspark_ledger.wire.v1.Entry\x12\x1a\n\x12last_add_confirmed\x18\x04 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\"w\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x14\n\x0chas_previous\x18\x02 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x03 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x04 \x01(\r\x12\x12\n\nmaster_key\x18\x05 \x01(\x0c\"\x95\x01\n\x0fReadLacResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x05 \x01(\x08\"T\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\"\x7f\n\x10WriteLacResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\"\x13\n\x11\x42ookieInfoRequest\"\xbd\x01\n\x12\x42ookieInfoResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x11\n\tbookie_id\x18\x02 \x01(\t\x12\x12\n\nfree_bytes\x18\x03 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x11\n\tread_only\x18\x05 \x01(\x08\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x17\n\x0fmax_entry_bytes\x18\x07 \x01(\x04*\xb2\x01\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x02\x12\x11\n\rNO_SUCH_ENTRY\x10\x03\x12\n\n\x06\x46\x45NCED\x10\x04\x12\x10\n\x0cUNAUTHORIZED\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x07\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x08\x12\x0c\n\x08IO_ERROR\x10\t2\xd0\x03\n\x06\x42ookie\x12Y\n\tAddStream\x12 .pyspark_ledger.wire.v1.AddBatch\x1a&.pyspark_ledger.wire.v1.AddResultBatch(\x01\x30\x01\x12Q\n\x04Read\x12#.pyspark_ledger.wire.v1.ReadRequest\x1a$.pyspark_ledger.wire.v1.ReadResponse\x12Z\n\x07ReadLac\x12&.pyspark_ledger.wire.v1.ReadLacRequest\x1a\'.pyspark_ledger.wire.v1.ReadLacResponse\x12]\n\x08WriteLac\x12\'.pyspark_ledger.wire.v1.WriteLacRequest\x1a(.pyspark_ledger.wire.v1.WriteLacResponse\x12]\n\x04Info\x12).pyspark_ledger.wire.v1.BookieInfoRequest\x1a*.pyspark_ledger.wire.v1.BookieInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#pyspark_ledger/wire/v1/bookie.proto\x12\x16pyspark_ledger.wire.v1\"e\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x10\n\x08recovery\x18\x05 \x01(\x08\"<\n\x08\x41\x64\x64\x42\x61tch\x12\x30\n\x04\x61\x64\x64s\x18\x01 \x03(\x0b\x32\".pyspark_ledger.wire.v1.AddRequest\"q\n\tAddResult\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12.\n\x06status\x18\x03 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x04 \x01(\t\"J\n\x06\x41\x63kRun\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\"s\n\x0e\x41\x64\x64ResultBatch\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.pyspark_ledger.wire.v1.AddResult\x12-\n\x05\x61\x63ked\x18\x02 \x03(\x0b\x32\x1e.pyspark_ledger.wire.v1.AckRun\"\xab\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x04 \x01(\x08\x12\x10\n\x08recovery\x18\x05 \x01(\x08\x12\x12\n\nmaster_key\x18\x06 \x01(\x0c\x12\x11\n\tmax_bytes\x18\x07 \x01(\x04\x12\x12\n\nentry_step\x18\x08 \x01(\r\"\'\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\"\xc2\x01\n\x0cReadResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12.\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1d.pyspark_ledger.wire.v1.Entry\x12\x1a\n\x12last_add_confirmed\x18\x04 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\"w\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x14\n\x0chas_previous\x18\x02 \x01(\x08\x12\x14\n\x0cprevious_lac\x18\x03 \x01(\x03\x12\x12\n\ntimeout_ms\x18\x04 \x01(\r\x12\x12\n\nmaster_key\x18\x05 \x01(\x0c\"\x95\x01\n\x0fReadLacResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x05 \x01(\x08\"T\n\x0fWriteLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\"\x7f\n\x10WriteLacResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1a\n\x12last_add_confirmed\x18\x03 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x04 \x01(\x08\"\x13\n\x11\x42ookieInfoRequest\"\xbd\x01\n\x12\x42ookieInfoResponse\x12.\n\x06status\x18\x01 \x01(\x0e\x32\x1e.pyspark_ledger.wire.v1.Status\x12\x11\n\tbookie_id\x18\x02 \x01(\t\x12\x12\n\nfree_bytes\x18\x03 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x11\n\tread_only\x18\x05 \x01(\x08\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x17\n\x0fmax_entry_bytes\x18\x07 \x01(\x04*\xb2\x01\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x02\x12\x11\n\rNO_SUCH_ENTRY\x10\x03\x12\n\n\x06\x46\x45NCED\x10\x04\x12\x10\n\x0cUNAUTHORIZED\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x15\n\x11TOO_MANY_REQUESTS\x10\x07\x12\x0f\n\x0b\x42\x41\x44_REQUEST\x10\x08\x12\x0c\n\x08IO_ERROR\x10\t2\xd0\x03\n\x06\x42ookie\x12Y\n\tAddStream\x12 .pyspark_ledger.wire.v1.AddBatch\x1a&.pyspark_ledger.wire.v1.AddResultBatch(\x01\x30\x01\x12Q\n\x04Read\x12#.pyspark_ledger.wire.v1.ReadRequest\x1a$.pyspark_ledger.wire.v1.ReadResponse\x12Z\n\x07ReadLac\x12&.pyspark_ledger.wire.v1.ReadLacRequest\x1a\'.pyspark_ledger.wire.v1.ReadLacResponse\x12]\n\x08WriteLac\x12\'.pyspark_ledger.wire.v1.WriteLacRequest\x1a(.pyspark_ledger.wire.v1.WriteLacResponse\x12]\n\x04Info\x12).pyspark_ledger.wire.v1.BookieInfoRequest\x1a*.pyspark_ledger.wire.v1.BookieInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pyspark_ledger.wire.v1.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=1527
-  _globals['_STATUS']._serialized_end=1705
+  _globals['_STATUS']._serialized_start=1650
+  _globals['_STATUS']._serialized_end=1828
   _globals['_ADDREQUEST']._serialized_start=63
   _globals['_ADDREQUEST']._serialized_end=164
   _globals['_ADDBATCH']._serialized_start=166
   _globals['_ADDBATCH']._serialized_end=226
   _globals['_ADDRESULT']._serialized_start=228
   _globals['_ADDRESULT']._serialized_end=341
-  _globals['_ADDRESULTBATCH']._serialized_start=343
-  _globals['_ADDRESULTBATCH']._serialized_end=411
-  _globals['_READREQUEST']._serialized_start=414
-  _globals['_READREQUEST']._serialized_end=585
-  _globals['_ENTRY']._serialized_start=587
-  _globals['_ENTRY']._serialized_end=626
-  _globals['_READRESPONSE']._serialized_start=629
-  _globals['_READRESPONSE']._serialized_end=823
-  _globals['_READLACREQUEST']._serialized_start=825
-  _globals['_READLACREQUEST']._serialized_end=944
-  _globals['_READLACRESPONSE']._serialized_start=947
-  _globals['_READLACRESPONSE']._serialized_end=1096
-  _globals['_WRITELACREQUEST']._serialized_start=1098
-  _globals['_WRITELACREQUEST']._serialized_end=1182
-  _globals['_WRITELACRESPONSE']._serialized_start=1184
-  _globals['_WRITELACRESPONSE']._serialized_end=1311
-  _globals['_BOOKIEINFOREQUEST']._serialized_start=1313
-  _globals['_BOOKIEINFOREQUEST']._serialized_end=1332
-  _globals['_BOOKIEINFORESPONSE']._serialized_start=1335
-  _globals['_BOOKIEINFORESPONSE']._serialized_end=1524
-  _globals['_BOOKIE']._serialized_start=1708
-  _globals['_BOOKIE']._serialized_end=2172
+  _globals['_ACKRUN']._serialized_start=343
+  _globals['_ACKRUN']._serialized_end=417
+  _globals['_ADDRESULTBATCH']._serialized_start=419
+  _globals['_ADDRESULTBATCH']._serialized_end=534
+  _globals['_READREQUEST']._serialized_start=537
+  _globals['_READREQUEST']._serialized_end=708
+  _globals['_ENTRY']._serialized_start=710
+  _globals['_ENTRY']._serialized_end=749
+  _globals['_READRESPONSE']._serialized_start=752
+  _globals['_READRESPONSE']._serialized_end=946
+  _globals['_READLACREQUEST']._serialized_start=948
+  _globals['_READLACREQUEST']._serialized_end=1067
+  _globals['_READLACRESPONSE']._serialized_start=1070
+  _globals['_READLACRESPONSE']._serialized_end=1219
+  _globals['_WRITELACREQUEST']._serialized_start=1221
+  _globals['_WRITELACREQUEST']._serialized_end=1305
+  _globals['_WRITELACRESPONSE']._serialized_start=1307
+  _globals['_WRITELACRESPONSE']._serialized_end=1434
+  _globals['_BOOKIEINFOREQUEST']._serialized_start=1436
+  _globals['_BOOKIEINFOREQUEST']._serialized_end=1455
+  _globals['_BOOKIEINFORESPONSE']._serialized_start=1458
+  _globals['_BOOKIEINFORESPONSE']._serialized_end=1647
+  _globals['_BOOKIE']._serialized_start=1831
+  _globals['_BOOKIE']._serialized_end=2295
 # @@protoc_insertion_point(module_scope)

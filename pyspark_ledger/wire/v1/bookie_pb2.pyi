@@ -62,11 +62,23 @@ class AddResult(_message.Message):
     message: str
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class AckRun(_message.Message):
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ...) -> None: ...
+
 class AddResultBatch(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "acked")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[AddResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ...) -> None: ...
+    acked: _containers.RepeatedCompositeFieldContainer[AckRun]
+    def __init__(self, results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[AckRun, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "fence", "recovery", "master_key", "max_bytes", "entry_step")
