@@ -43,7 +43,7 @@ from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_I
                                    InflightLimiter, StreamLimits, add_cost, check_add, check_batch, refusal_over_budget)
 from bookie_server.metrics import STATUS_NAMES, BookieMetrics
 from bookie_server.storage import BookieStorage
-from pyspark_ledger.wire.ack_runs import RunBuilder
+from pyspark_ledger.wire.ack_runs import PerAddBuilder, RunBuilder
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _log = logging.getLogger(__name__)
@@ -103,12 +103,7 @@ class AddStreamSession:
                               self._limits.idle_timeout_s)
                     self.ended_idle = True
                     break
-                if self._answer_runs:  # docs/protocol.md W9: the client asked for runs
-                    yield from self._build_runs(items)
-                    continue
-                response = self._build_response(items)
-                if response.results:
-                    yield response
+                yield from self._answers(items)
             if self._abort is not None and not self._rpc_done:
                 _log.info("ending add stream from %s: %s", self._peer, self._abort)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"BAD_REQUEST: {self._abort}")
@@ -155,37 +150,10 @@ class AddStreamSession:
             items.append(self._results.get_nowait())
         return items
 
-    def _build_response(self, items: list) -> pb.AddResultBatch:
-        response = pb.AddResultBatch()
-        add_result = response.results.add
-        ok = pb.OK
-        for item in items:
-            if item is _WAKE:
-                continue
-            if item[0] == _REFUSED:
-                for ledger_id, entry_id, status, message in item[1]:
-                    add_result(ledger_id=ledger_id, entry_id=entry_id, status=status, message=message)
-                self._refusals_answered(len(item[1]))
-                continue
-            _, ops, statuses, error, cost = item
-            self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
-            self._free(cost)
-            if statuses.count(ok) == len(statuses):
-                for op in ops:  # setting fields one by one is twice as fast as keyword arguments
-                    result = add_result()
-                    result.ledger_id, result.entry_id, result.status = op[0], op[1], ok
-                continue
-            for op, status in zip(ops, statuses):
-                if status == ok:
-                    add_result(ledger_id=op[0], entry_id=op[1], status=status)
-                else:
-                    add_result(ledger_id=op[0], entry_id=op[1], status=status,
-                               message=error or self._describe(op, status))
-        return response
-
-    def _build_runs(self, items: list) -> list[pb.AddResultBatch]:
-        """``_build_response`` in the form of docs/protocol.md W9: OK answers as runs, in the same order."""
-        builder = RunBuilder()
+    def _answers(self, items: list) -> list[pb.AddResultBatch]:
+        """The messages answering ``items`` in their order: OK adds as runs to a client that asked for them
+        (docs/protocol.md W9), else one ``AddResult`` per add."""
+        builder = RunBuilder() if self._answer_runs else PerAddBuilder()
         ok = pb.OK
         for item in items:
             if item is _WAKE:
@@ -196,7 +164,7 @@ class AddStreamSession:
                 self._refusals_answered(len(item[1]))
                 continue
             _, ops, statuses, error, cost = item
-            self._limiter.release(len(ops))
+            self._limiter.release(len(ops))  # freed by the thread that checks _finished(), with the answers
             self._free(cost)
             if statuses.count(ok) == len(statuses):
                 builder.acked(list(map(_LEDGER, ops)), list(map(_ENTRY, ops)))
