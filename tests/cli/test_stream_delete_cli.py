@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import json
 
-from pyspark_ledger.errors import NoSuchLedgerError
 from pyspark_ledger.log import StreamClient
 from tests.cli.conftest import ledger
+from tests.stream_ledgers import exists
 
 PASSWORD = "cli-streams"
 
-
-def exists(streams, ledger_id):
-    try:
-        streams.client.ledger_metadata(ledger_id)
-    except NoSuchLedgerError:
-        return False
-    return True
 
 
 def stream_of_ledgers(streams, name, count):

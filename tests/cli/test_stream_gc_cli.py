@@ -3,24 +3,11 @@ from __future__ import annotations
 
 import json
 
-from pyspark_ledger.errors import NoSuchLedgerError
 from pyspark_ledger.log import StreamClient
 from tests.cli.test_admin_cli import run_ledger
+from tests.stream_ledgers import closed_ledger, exists
 
 
-def exists(streams, ledger_id):
-    try:
-        streams.client.ledger_metadata(ledger_id)
-    except NoSuchLedgerError:
-        return False
-    return True
-
-
-def closed_ledger(streams, stream, data):
-    ledger = streams.create_ledger(stream, 0)
-    ledger.append(data)
-    ledger.close()
-    return ledger.ledger_id
 
 
 def gc(sandbox, *args):
@@ -30,9 +17,9 @@ def gc(sandbox, *args):
 def test_gc_keeps_young_orphans_dry_runs_then_deletes(sandbox):
     with StreamClient(sandbox.metadata_uri) as streams:
         streams.create_stream("gc-orders", 1)
-        committed = closed_ledger(streams, "gc-orders", b"committed")
+        committed = closed_ledger(streams, "gc-orders", 0, b"committed")
         streams.commit_ledgers("gc-orders", "job-1", 0, {0: [committed]})
-        orphan = closed_ledger(streams, "gc-orders", b"orphan")
+        orphan = closed_ledger(streams, "gc-orders", 0, b"orphan")
 
         young = gc(sandbox, "gc-orders", "--json")  # default minimum age: one hour
         assert young.returncode == 0, young.stderr

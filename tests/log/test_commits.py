@@ -11,14 +11,8 @@ from pyspark_ledger.log.commits import ALREADY_COMMITTED, COMMITTED
 from pyspark_ledger.log import log_transitions
 from pyspark_ledger.log.log_metadata import stream_key
 from pyspark_ledger.log.stream_store import read_stream
+from tests.stream_ledgers import closed_ledger
 
-
-def closed_ledger(streams, stream, partition, *entries):
-    ledger = streams.create_ledger(stream, partition)
-    for data in entries:
-        ledger.append(data)
-    ledger.close()
-    return ledger.ledger_id
 
 
 def version(streams, stream):

@@ -14,6 +14,7 @@ from pyspark_ledger.log.stream_store import read_stream, update_stream
 from pyspark_ledger.testing.bookies import _REPO_ROOT, child_env
 from pyspark_ledger.testing.metadata_hooks import HookedStore
 from tests.log.conftest import PASSWORD, wait_until
+from tests.stream_ledgers import closed_ledger, exists
 
 TWO_HOURS_MS = 2 * 3600 * 1000
 
@@ -23,20 +24,6 @@ def later_clock():
     return lambda: int(time.time() * 1000) + TWO_HOURS_MS
 
 
-def closed_ledger(streams, stream, partition, *entries):
-    ledger = streams.create_ledger(stream, partition)
-    for data in entries:
-        ledger.append(data)
-    ledger.close()
-    return ledger.ledger_id
-
-
-def exists(streams, ledger_id):
-    try:
-        streams.client.ledger_metadata(ledger_id)
-    except NoSuchLedgerError:
-        return False
-    return True
 
 
 def read(streams, stream, partition):
