@@ -45,6 +45,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.testing.spark import spark_unavailable_reason
+from tests.sessions import kill_session
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -137,30 +138,6 @@ def free_names(code: str) -> set[str]:
 
 
 # --- processes ------------------------------------------------------------------------------------------------
-def _session_members(session_id: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[3]) == session_id:
-            members.append(int(entry.name))
-    return members
-
-
-def _kill_session(session_id: int) -> list[int]:
-    """SIGKILL what is left of a session; returns the pids found."""
-    left = _session_members(session_id)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return left
-
 
 _PR_SET_PDEATHSIG = 1
 
@@ -188,7 +165,7 @@ def run_foreground(command: list[str], run: Run, what: str) -> str:
     except subprocess.TimeoutExpired:
         status = None
     finally:
-        left = _kill_session(process.pid)
+        left = kill_session(process.pid)
         process.wait()
     text = output.read_text(errors="replace")
     run.outputs.append(text)
@@ -226,7 +203,7 @@ def stop_sandboxes(run: Run) -> None:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-        _kill_session(process.pid)
+        kill_session(process.pid)
         process.wait()
 
 

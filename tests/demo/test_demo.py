@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.testing.spark import spark_unavailable_reason
+from tests.sessions import kill_session
 
 RUN_TIMEOUT_S = 840  # the machine is shared: Spark's warm-up alone can take a minute under load
 INTERRUPT_TIMEOUT_S = 120
@@ -35,30 +36,8 @@ def _demo_command(data_dir: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", "pyspark_ledger.cli.main", "demo", "--data-dir", str(data_dir), *flags]
 
 
-def _session_members(session_id: int) -> list[int]:
-    """Live (non-zombie) processes of session ``session_id``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[3]) == session_id:
-            members.append(int(entry.name))
-    return members
 
 
-def _kill_session(session_id: int) -> list[int]:
-    """SIGKILL whatever is left of the session (so a failing test leaves nothing); the pids found."""
-    left = _session_members(session_id)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return left
 
 
 def _require_spark() -> None:
@@ -77,7 +56,7 @@ def demo_run(tmp_path_factory):
         stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
     finally:
         process.kill()
-        leftovers = _kill_session(process.pid)
+        leftovers = kill_session(process.pid)
     yield process.returncode, stdout, stderr, data_dir, leftovers
     shutil.rmtree(data_dir, ignore_errors=True)  # several hundred MB of replicated entries
 
@@ -151,7 +130,7 @@ def test_ctrl_c_while_streaming_stops_everything_and_exits_130(tmp_path):
         rest, _ = process.communicate(timeout=INTERRUPT_TIMEOUT_S)
     finally:
         process.kill()
-        leftovers = _kill_session(process.pid)
+        leftovers = kill_session(process.pid)
     assert process.returncode == 130, rest[-4000:]
     assert "interrupted" in rest
     assert leftovers == [], f"processes of the demo's session still running after Ctrl-C: {leftovers}"
