@@ -71,12 +71,19 @@ def _lean_future() -> Future:
 
 
 def _matches_this_python() -> bool:
-    """``Future.__init__`` fills exactly the fields ``_lean_future`` does, and the lock offers what
-    ``Condition`` uses."""
+    """``Future.__init__`` fills exactly the fields ``_lean_future`` does, and ``Condition``'s wait and notify
+    work on a ``_LeanCondition`` (they reach the lock only through what an RLock offers)."""
     plain = Future()
-    lock = _thread.RLock()
-    return (set(vars(plain)) == _FIELDS and plain._state == _PENDING and _PENDING is not None
-            and all(hasattr(lock, name) for name in ("_release_save", "_acquire_restore", "_is_owned")))
+    if not (set(vars(plain)) == _FIELDS and plain._state == _PENDING and _PENDING is not None):
+        return False
+    condition = _LeanCondition()
+    try:
+        with condition:
+            condition.notify_all()
+            timed_out = not condition.wait(0)
+            return timed_out and condition._is_owned() and not condition._waiters
+    except (AttributeError, TypeError, RuntimeError):
+        return False
 
 
 def _complete_lean(future: Future, value: object) -> None:
