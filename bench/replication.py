@@ -104,16 +104,18 @@ def paced(started: float, seconds: float, rate: float | None):
 
 
 def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
-    """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed)."""
+    """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed).
+
+    Every add must succeed. That is checked once, at the end, as the fan-out limit checks its acks (no
+    per-entry cost beyond counting): the writer confirms entries in order and fails every add after one that
+    failed, so all ``count`` adds succeeded exactly when its last add confirmed is the last id sent."""
     data = os.urandom(size)
     latencies: list[float] = []
     window = threading.BoundedSemaphore(inflight)
-    errors: list[BaseException] = []
+    first = writer.last_add_confirmed + 1
 
-    def done(started: float, future) -> None:
+    def done(started: float, _future) -> None:
         latencies.append(time.perf_counter() - started)
-        if future.exception() is not None:
-            errors.append(future.exception())
         window.release()
     started = time.perf_counter()
     count = 0
@@ -125,8 +127,10 @@ def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float |
     for _ in range(inflight):
         window.acquire()
     elapsed = time.perf_counter() - started
-    if errors:
-        raise RuntimeError(f"{len(errors)} adds failed, first: {errors[0]!r}")
+    confirmed = writer.last_add_confirmed + 1 - first
+    if confirmed != count:
+        raise RuntimeError(f"{count - confirmed} of {count} adds were not confirmed (last add confirmed: "
+                           f"{writer.last_add_confirmed}, first id sent: {first})")
     return {"entries": count, "seconds": round(elapsed, 3), "entries_per_s": round(count / elapsed),
             "mb_per_s": round(count * size / elapsed / 1e6, 1), "p50_ms": round(percentile(latencies, 0.5), 3),
             "p99_ms": round(percentile(latencies, 0.99), 3)}

@@ -30,8 +30,7 @@ import logging
 import threading
 from collections import deque
 from concurrent.futures import Future
-from itertools import repeat
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from pyspark_ledger.client.add_futures import complete, fail
 from pyspark_ledger.errors import BookieUnavailableError
@@ -115,37 +114,51 @@ class WriterOwner:
 
 
 class OrderedCompletions:
-    """Futures to complete, in the order pushed, by whichever thread calls ``run`` first."""
+    """Futures to complete, in the order pushed, by whichever thread calls ``run`` first.
+
+    The queue holds runs -- (futures, values, error) -- as they were pushed: a batch of confirmations is one
+    item, completed with one loop over its pairs instead of one queue item per future."""
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[Future, object, BaseException | None]] = deque()
+        self._queue: deque[tuple[Sequence[Future], Sequence[object], BaseException | None]] = deque()
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
         return bool(self._queue)
 
     def push(self, future: Future, value: object = None, error: BaseException | None = None) -> None:
-        self._queue.append((future, value, error))
+        self._queue.append(((future,), (value,), error))
 
     def push_results(self, futures: list[Future], values: list[object]) -> None:
-        """``push(future, value)`` for each pair, in order."""
-        self._queue.extend(zip(futures, values, repeat(None)))
+        """``push(future, value)`` for each pair, in order (the lists are kept: the caller must not change them)."""
+        if futures:
+            self._queue.append((futures, values, None))
 
     def run(self) -> int:
         """Complete what is queued; how many this call completed (0 at once if another thread is at it:
-        it will finish)."""
+        it will finish). If completing one raises, the ones after it stay queued, first."""
         done = 0
-        while self._queue:
+        queue = self._queue
+        while queue:
             if not self._lock.acquire(blocking=False):
                 return done
             try:
-                while self._queue:
-                    future, value, error = self._queue.popleft()
-                    done += 1
-                    if error is not None:
-                        fail(future, error)
-                    else:
-                        complete(future, value)
+                while queue:
+                    futures, values, error = queue.popleft()
+                    pairs = zip(futures, values)
+                    try:
+                        if error is None:
+                            for future, value in pairs:
+                                complete(future, value)
+                        else:
+                            for future, _ in pairs:
+                                fail(future, error)
+                    except BaseException:
+                        rest = list(pairs)
+                        if rest:
+                            queue.appendleft(([pair[0] for pair in rest], [pair[1] for pair in rest], error))
+                        raise
+                    done += len(futures)
             finally:
                 self._lock.release()
         return done

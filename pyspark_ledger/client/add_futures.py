@@ -5,9 +5,11 @@ A writer hands out one future per entry, and ``Future()`` spent most of its time
 ``threading.Condition()``, a Python-level constructor (about a fifth of the caller's CPU per 1 KiB
 add: docs/measurements.md, "Client CPU per entry, issue 16"). ``new_future()`` returns an ordinary
 ``Future`` (same class, same methods, usable with ``concurrent.futures.wait`` and
-``asyncio.wrap_future``) whose condition is a ``_LeanCondition``: a ``threading.Condition`` over a
-new re-entrant lock that reaches the lock through methods instead of copying six bound methods
-into each instance. If this Python's ``Future`` keeps other attributes than the ones filled in
+``asyncio.wrap_future``) whose condition is a ``_LeanCondition``: a re-entrant lock that is its own
+condition variable (``threading.Condition``'s ``wait`` and ``notify`` over an ``RLock`` subclass), so the
+``with future._condition`` of ``add_done_callback``, ``exception`` and ``result`` costs the lock's C-level
+enter and exit only (docs/measurements.md, "Futures and pending adds, session 14"). If this Python's
+``Future`` keeps other attributes than the ones filled in
 here (checked once, at import), ``new_future`` is simply ``Future``.
 
 ``complete(future, value)`` and ``fail(future, error)`` finish a future as ``set_result`` and
@@ -28,36 +30,26 @@ from concurrent.futures import _base
 __all__ = ["complete", "fail", "new_future"]
 
 
-class _LeanCondition(threading.Condition):
-    """``threading.Condition(threading.RLock())``, one store to make: the queue of waiting threads is made
-    by the first ``wait`` (most futures of a writer are never waited on: one container less per entry in
-    flight for the garbage collector to count and traverse). Until then ``_waiters`` is the class's empty
+class _LeanCondition(_thread.RLock):
+    """A re-entrant lock that is also its own condition variable: what ``threading.Condition(threading.RLock())``
+    offers a ``Future``, in one object. ``with future._condition`` (``add_done_callback``, ``exception``,
+    ``result``, ``concurrent.futures.wait``) enters the lock's C-level ``__enter__`` directly, where a
+    ``Condition`` runs a Python-level ``__enter__`` and ``__exit__`` around it. ``wait``, ``notify`` and
+    ``notify_all`` are ``threading.Condition``'s own, which reach the lock only through ``_is_owned``,
+    ``_release_save`` and ``_acquire_restore`` (an RLock's) and the queue of waiting threads. That queue is
+    made by the first ``wait`` (most futures of a writer are never waited on: one container less per entry in
+    flight for the garbage collector to count and traverse); until then ``_waiters`` is the class's empty
     tuple, which ``notify`` and ``notify_all`` read as no waiter."""
 
     _waiters = ()
 
-    def __init__(self) -> None:  # noqa: super().__init__ is what this class avoids
-        self._lock = _thread.RLock()
-
     def wait(self, timeout=None) -> bool:
         if type(self._waiters) is tuple and self._is_owned():  # under the lock, as every use of the queue
             self._waiters = deque()
-        return super().wait(timeout)
+        return threading.Condition.wait(self, timeout)
 
-    def acquire(self, *args, **kwargs) -> bool:
-        return self._lock.acquire(*args, **kwargs)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def _release_save(self):
-        return self._lock._release_save()
-
-    def _acquire_restore(self, state) -> None:
-        self._lock._acquire_restore(state)
-
-    def _is_owned(self) -> bool:
-        return self._lock._is_owned()
+    notify = threading.Condition.notify
+    notify_all = threading.Condition.notify_all
 
 
 _FIELDS = {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
@@ -79,19 +71,26 @@ def _lean_future() -> Future:
 
 
 def _matches_this_python() -> bool:
-    """``Future.__init__`` fills exactly the fields ``_lean_future`` does, and the lock offers what
-    ``Condition`` uses."""
+    """``Future.__init__`` fills exactly the fields ``_lean_future`` does, and ``Condition``'s wait and notify
+    work on a ``_LeanCondition`` (they reach the lock only through what an RLock offers)."""
     plain = Future()
-    lock = _thread.RLock()
-    return (set(vars(plain)) == _FIELDS and plain._state == _PENDING and _PENDING is not None
-            and all(hasattr(lock, name) for name in ("_release_save", "_acquire_restore", "_is_owned")))
+    if not (set(vars(plain)) == _FIELDS and plain._state == _PENDING and _PENDING is not None):
+        return False
+    condition = _LeanCondition()
+    try:
+        with condition:
+            condition.notify_all()
+            timed_out = not condition.wait(0)
+            return timed_out and condition._is_owned() and not condition._waiters
+    except (AttributeError, TypeError, RuntimeError):
+        return False
 
 
 def _complete_lean(future: Future, value: object) -> None:
     condition = future._condition
     if type(condition) is not _LeanCondition:
         return _set(future, future.set_result, value)
-    with condition._lock:
+    with condition:
         state = future._state
         if state is not _PENDING and state is not _RUNNING:
             return None  # cancelled by its caller: it stays so
@@ -110,7 +109,7 @@ def _fail_lean(future: Future, error: BaseException) -> None:
     condition = future._condition
     if type(condition) is not _LeanCondition:
         return _set(future, future.set_exception, error)
-    with condition._lock:
+    with condition:
         state = future._state
         if state is not _PENDING and state is not _RUNNING:
             return None

@@ -26,7 +26,6 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Future
-from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Protocol, Sequence
 
@@ -34,6 +33,7 @@ import grpc
 import grpc.aio
 
 from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
+from pyspark_ledger.client.inflight_adds import InflightAdds
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError, InvalidStateError
@@ -88,7 +88,7 @@ class AddStream:
         self._queue: list[bytes] = []
         self._queued_bytes = 0
         self._large_queued = 0
-        self._pending: dict[tuple[int, int], AddListener] = {}
+        self._pending = InflightAdds()  # (ledger id, entry id) -> listener, as spans of ids where they follow
         self._closing = False
         self._failure: BookieError | None = None
         self._ended = threading.Event()
@@ -124,16 +124,9 @@ class AddStream:
                     self._room_waiters -= 1
             if self._failure is not None or self._closing:
                 raise self._ended_error()
-            pending = self._pending
-            keys = list(zip(repeat(ledger_id), map(_FIRST, adds)))
-            size = len(pending)
-            if not pending.keys().isdisjoint(keys):
-                self._refuse_repeat(ledger_id, next(key[1] for key in keys if key in pending))
-            pending.update(dict.fromkeys(keys, listener))
-            if len(pending) != size + len(keys):  # an entry twice in this send: none of them is registered
-                for key in keys:
-                    pending.pop(key, None)
-                self._refuse_repeat(ledger_id, next(_repeats(keys)))
+            repeated = self._pending.add(ledger_id, list(map(_FIRST, adds)), listener)
+            if repeated is not None:  # in flight already, or twice in this send: none of them is registered
+                self._refuse_repeat(ledger_id, repeated)
             frames = list(map(_SECOND, adds))
             queued_bytes = sum(map(len, frames))
             if queued_bytes >= WRITE_ALONE_BYTES:
@@ -296,7 +289,7 @@ class AddStream:
         results = list(results)
         keys = list(zip(map(_LEDGER_ID, results), map(_ENTRY_ID, results)))
         with self._lock:
-            listeners = list(map(self._pending.pop, keys, repeat(None)))
+            listeners = self._pending.pop_keys(keys)
             if self._room_waiters and len(self._pending) < self._max_inflight:
                 self._room.notify_all()
         first = listeners[0] if listeners else None
@@ -323,22 +316,9 @@ class AddStream:
                 raise BookieError(f"bookie {self.bookie_id} answered with runs of entries that are not in flight "
                                   f"on this stream ({len(pending)} adds are): a malformed answer",
                                   bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
-            pop = pending.pop
-            for ledger_id, first, last in bounds:
-                entry_ids = range(first, last + 1)
-                listeners = list(map(pop, zip(repeat(ledger_id), entry_ids), repeat(None)))
-                owner = listeners[0]
-                if listeners.count(owner) == len(listeners):  # one listener has the whole run: nearly always
-                    if owner is not None:
-                        groups.setdefault(id(owner), (owner, []))[1].append((ledger_id, entry_ids))
-                    continue
-                start = 0
-                for index in range(1, len(listeners) + 1):  # the run split where its adds' listener changes
-                    if index == len(listeners) or listeners[index] is not listeners[start]:
-                        if listeners[start] is not None:
-                            groups.setdefault(id(listeners[start]), (listeners[start], []))[1].append(
-                                (ledger_id, entry_ids[start:index]))
-                        start = index
+            for ledger_id, first, last in bounds:  # each run split where its adds' listener changes
+                for listener, entry_ids in pending.pop_run(ledger_id, first, last):
+                    groups.setdefault(id(listener), (listener, []))[1].append((ledger_id, entry_ids))
             if self._room_waiters and len(pending) < self._max_inflight:
                 self._room.notify_all()
         for listener, answered in groups.values():
@@ -349,11 +329,11 @@ class AddStream:
             if self._failure is None:
                 self._failure = failure
             failure = self._failure
-            pending, self._pending = self._pending, {}
+            pending, self._pending = self._pending, InflightAdds()
             self._queue, self._queued_bytes, self._large_queued = [], 0, 0
             self._room.notify_all()
         unanswered: dict[int, tuple[AddListener, list]] = {}
-        for key, listener in pending.items():
+        for key, listener in pending.take_all():
             unanswered.setdefault(id(listener), (listener, []))[1].append(key)
         for listener, keys in unanswered.values():
             _notify(listener.on_add_failure, self.bookie_id, keys, failure)
@@ -369,15 +349,6 @@ class AddStream:
     def _closed_error(self) -> BookieUnavailableError:
         return BookieUnavailableError(f"add stream to bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
                                       status=BookieStatus.CLOSED)
-
-
-def _repeats(keys: list[tuple[int, int]]):
-    """Entry ids that occur more than once in ``keys``."""
-    seen: set[tuple[int, int]] = set()
-    for key in keys:
-        if key in seen:
-            yield key[1]
-        seen.add(key)
 
 
 def _acks_callback(listener: AddListener):

@@ -48,6 +48,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
+from itertools import repeat
 from concurrent.futures import Future
 from operator import itemgetter
 
@@ -338,14 +340,12 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
 
     def _confirm(self, confirmed) -> None:
         """The entries of ``confirmed`` (ids, in order) are confirmed: their futures complete, in order."""
-        pop_frame, pop_future = self._frames.pop, self._futures.pop
-        done_ids, done_futures = [], []
-        for entry_id in confirmed:
-            pop_frame(entry_id, None)
-            future = pop_future(entry_id, None)
-            if future is not None:
-                done_ids.append(entry_id)
-                done_futures.append(future)
+        deque(map(self._frames.pop, confirmed, repeat(None)), maxlen=0)
+        done_futures = list(map(self._futures.pop, confirmed, repeat(None)))
+        done_ids = list(confirmed)
+        if None in done_futures:  # a future already failed or handed out elsewhere: only the others complete
+            done_ids = [entry_id for entry_id, future in zip(done_ids, done_futures) if future is not None]
+            done_futures = [future for future in done_futures if future is not None]
         if done_futures:
             self._released += len(done_futures)
             self._done.push_results(done_futures, done_ids)

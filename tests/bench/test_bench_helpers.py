@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -191,3 +192,27 @@ def test_a_number_that_is_not_positive_is_refused_naming_its_flag(argv, capsys):
     with pytest.raises(SystemExit):
         parser_of_a_script().parse_args(argv)
     assert f"{argv[0]} must be positive, got" in capsys.readouterr().err
+
+
+def test_drive_writer_counts_every_add_and_refuses_a_run_with_an_add_that_failed(tmp_path):
+    from pyspark_ledger.client.config import ClientConfig
+    from pyspark_ledger.client.ledger_client import LedgerClient
+    from pyspark_ledger.metadata import open_metadata_store
+    from pyspark_ledger.testing.fake_bookies import FakeCluster
+    cluster = FakeCluster(3)
+    store = open_metadata_store(f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2", create=True)
+    try:
+        with LedgerClient(store, ClientConfig(add_timeout_s=5.0), transport=cluster.transport()) as client:
+            writer = client.create_ledger(3, 3, 2, password=b"pw")
+            run = rep.drive_writer(writer, 64, 0.2, 16)
+            assert run["entries"] > 0 and writer.last_add_confirmed == run["entries"] - 1
+            stopped = client.create_ledger(3, 3, 2, password=b"pw")
+            cluster.hold(op="add")  # no answer: every add stays in flight until the writer is aborted
+            timer = threading.Timer(1.0, stopped.abort)  # long after the last add was sent
+            timer.start()
+            with pytest.raises(RuntimeError, match="were not confirmed"):  # each future failed, none raised
+                rep.drive_writer(stopped, 64, 0.1, 20, rate=100.0)  # about 10 adds: the window never fills
+            timer.join()
+    finally:
+        store.close()
+        cluster.close()

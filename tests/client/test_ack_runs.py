@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pyspark_ledger.client.add_stream import AddCallbacks, AddStream
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
-from pyspark_ledger.errors import BookieError
+from pyspark_ledger.errors import BookieError, InvalidStateError
 from pyspark_ledger.wire.ack_runs import ANSWERS_AS_RUNS, ANSWERS_KEY, RunBuilder, asks_for_runs
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.waiting import wait_until
@@ -215,3 +215,33 @@ def test_W9_ids_in_a_run_that_were_not_sent_count_for_nothing(io_loop):
     deliver(io_loop, owners, [message])
     assert recorder.seen == [(5, 2, pb.OK, ""), (5, 3, pb.OK, "")]
     assert sorted(recorder.failed) == [(5, 0), (5, 1)]  # the stream ended (EOF) with them unanswered
+
+
+def test_a_stream_that_ends_fails_exactly_the_adds_still_in_flight_spans_resends_and_per_add_alike(io_loop):
+    """Adds kept as spans (sends of the ids that follow), re-sent below them and answered out of order: when the
+    stream ends, each listener learns exactly its adds that were not answered, and a repeat is refused."""
+    first, second = Recorder(takes_runs=True), Recorder(takes_runs=False)
+    call = PreparedCall([
+        pb.AddResultBatch(acked=[pb.AckRun(ledger_id=1, first_entry_id=0, last_entry_id=3),
+                                 pb.AckRun(ledger_id=2, first_entry_id=5, last_entry_id=5)]),
+        pb.AddResultBatch(results=[pb.AddResult(ledger_id=1, entry_id=12, status=pb.OK),
+                                   pb.AddResult(ledger_id=1, entry_id=30, status=pb.TOO_MANY_REQUESTS)]),
+        pb.AddResultBatch(acked=[pb.AckRun(ledger_id=1, first_entry_id=6, last_entry_id=7)])])
+    stream = AddStream(lambda: call, "bookie-1", io_loop)
+    stream.send(1, [(entry_id, b"") for entry_id in range(10)], first.listener)  # one span
+    stream.send(1, [(entry_id, b"") for entry_id in range(10, 15)], second.listener)  # the next span
+    stream.send(2, [(5, b""), (6, b"")], first.listener)
+    stream.send(1, [(30, b"")], second.listener)  # a re-send above the spans: a span too
+    with pytest.raises(InvalidStateError):
+        stream.send(1, [(12, b"")], second.listener)  # in flight already
+    with pytest.raises(InvalidStateError):
+        stream.send(3, [(1, b""), (1, b"")], second.listener)  # twice in one send
+    assert stream.pending == 18
+    call.ready.set()
+    wait_until(lambda: stream.closed, 10, "the prepared answers to be read")
+    assert first.seen == [(1, 0, pb.OK, ""), (1, 1, pb.OK, ""), (1, 2, pb.OK, ""), (1, 3, pb.OK, ""),
+                          (2, 5, pb.OK, ""), (1, 6, pb.OK, ""), (1, 7, pb.OK, "")]
+    assert second.seen == [(1, 12, pb.OK, ""), (1, 30, pb.TOO_MANY_REQUESTS, "")]
+    assert sorted(first.failed) == [(1, 4), (1, 5), (1, 8), (1, 9), (2, 6)]
+    assert sorted(second.failed) == [(1, 10), (1, 11), (1, 13), (1, 14)]
+    assert stream.pending == 0

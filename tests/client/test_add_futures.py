@@ -78,3 +78,37 @@ def test_a_cancelled_future_stays_cancelled_and_a_finished_one_keeps_its_value(m
     complete(finished, 3)
     fail(finished, ValueError("late"))
     assert finished.result(0) == 2
+
+
+def test_the_lean_condition_is_a_reentrant_lock_with_the_conditions_wait_and_notify():
+    future = new_future()
+    condition = future._condition
+    with condition:
+        with condition:  # re-entrant, as Future's RLock is
+            assert condition._is_owned()
+        assert not condition.wait(0.01)  # a timeout: False, and the lock is held again
+        assert condition._is_owned()
+    assert not condition._is_owned()
+    with pytest.raises(RuntimeError):
+        condition.wait(0)
+    with pytest.raises(RuntimeError):
+        condition.notify_all()
+
+
+def test_every_thread_waiting_in_result_is_woken_by_complete_and_a_timeout_leaves_no_waiter():
+    future = new_future()
+    with pytest.raises(cf.TimeoutError):
+        future.result(0.01)
+    assert len(future._condition._waiters) == 0  # the timed-out waiter left the queue
+    seen: list[int] = []
+    threads = [threading.Thread(target=lambda: seen.append(future.result(60)), daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(future._condition._waiters) < 4 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    complete(future, 3)
+    woken_by = time.monotonic() + 10  # woken, not timed out (60 s)
+    for thread in threads:
+        thread.join(max(0.0, woken_by - time.monotonic()))
+    assert seen == [3, 3, 3, 3] and not future._condition._waiters
