@@ -125,7 +125,7 @@ def analyse(ledger_id: int, stamps, client_records, bookie_records: dict[str, li
     result = {"whole_add": quantiles(whole), "gaps_for_the_quorum_bookie": {k: quantiles(v) for k, v in gaps.items()}}
     if os.environ.get("PACED_STAGES_RAW"):  # every add's stamps and every probe record, to match against other traces
         Path(os.environ["PACED_STAGES_RAW"]).write_text(json.dumps(
-            {"adds": rows, "client": [r for r in client_records if r[0] == "gc"], "bookies": {
+            {"adds": rows, "stamps": stamps, "client": [r for r in client_records if r[0] == "gc"], "bookies": {
                 bookie: [r for r in records if r[0] in ("gc", "commit", "checkpoint", "entrylog_sync")]
                 for bookie, records in bookie_records.items()}}))
     first, last = min(s[1] for s in stamps), max(s[2] for s in stamps)

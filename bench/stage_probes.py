@@ -8,10 +8,11 @@ the machine, so stamps of the client and of the bookies can be subtracted.
 Bookie stamps (``records`` kinds): ``recv`` the stream's reader took an AddBatch (ids), ``store`` the
 storage add of a batch (in, journal submitted, durable: the storage future's first callback), ``answer`` the
 handler thread handed an AddResultBatch to gRPC (ids) and got control back (gRPC sent it), ``commit`` a
-journal group commit (start, fdatasync start and end, records), ``checkpoint`` and ``entrylog_sync``
+journal group commit (start, fdatasync start and end, records, oldest queued, bytes the file grew by
+beyond the records: preallocated zeros that its fdatasync wrote), ``checkpoint`` and ``entrylog_sync``
 (start, end), ``gc`` a collection (generation, start, end). Client stamps: ``take`` a stream's writer took
-queued adds for one gRPC write (bookie, ids), ``deliver`` an AddResultBatch reached the stream's reader
-(bookie, ids), ``gc``.
+queued adds for one gRPC write (bookie, ids), ``deliver`` an AddResultBatch's results or acked runs reached the
+stream's reader (bookie, ids), ``gc``.
 """
 from __future__ import annotations
 
@@ -117,10 +118,12 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
     def probed_commit(self, batch):
         started = _now()
         _fsyncs.clear()
+        allocated = getattr(self, "_allocated", 0)
         commit(self, batch)
         sync = _fsyncs[-1] if _fsyncs else (None, None)
+        zeros = max(0, getattr(self, "_allocated", 0) - allocated)
         records.append(("commit", started, sync[0], sync[1], sum(item.nrecords for item in batch),
-                        min(item.queued_at for item in batch)))
+                        min(item.queued_at for item in batch), zeros))
     journal.Journal._commit = probed_commit
 
     for kind, owner, name in (("checkpoint", checkpoint.Checkpointer, "_checkpoint"),
@@ -168,6 +171,15 @@ def install_client() -> None:
         records.append(("deliver", _now(), self.bookie_id, [(r.ledger_id, r.entry_id) for r in results]))
         return deliver(self, results)
     add_stream.AddStream._deliver = probed_deliver
+    deliver_runs = add_stream.AddStream._deliver_runs
+
+    def probed_deliver_runs(self, runs):  # runs of OK answers (docs/protocol.md W9)
+        runs = list(runs)
+        records.append(("deliver", _now(), self.bookie_id, [(run.ledger_id, entry) for run in runs
+                                                            for entry in range(run.first_entry_id,
+                                                                               run.last_entry_id + 1)]))
+        return deliver_runs(self, runs)
+    add_stream.AddStream._deliver_runs = probed_deliver_runs
     _watch_gc()
 
 
