@@ -94,7 +94,7 @@ class AddAnswers:
         wait = busy_retry_delay(time.monotonic() - sent_at, self._ctx.config.add_timeout_s)
         if wait is None:
             return False
-        self._outstanding.sent(bookie, entry_id, sent_at)
+        self._outstanding.kept_unanswered(bookie, entry_id, sent_at)
         self._ctx.scheduler.call_later(wait, lambda: self._owner.post(self._resend, entry_id, bookie))
         return True
 

@@ -6,9 +6,12 @@ error status or a broken stream is. W7: a bookie that keeps shedding load
 add it shed is still unanswered ``add_timeout_s`` after its *first* send, and
 then the reason names the shedding, not silence.
 
-``UnansweredAdds`` keeps, per bookie, the time each add was sent to it (a
-re-send of a shed add keeps the first send time), in send order, so a
-bookie's oldest unanswered add is the first of its dict. Time is given, never
+``UnansweredAdds`` keeps, per bookie, the time each add was sent to it, in
+send order, so a bookie's oldest unanswered add is the first of its dict. A
+shed add's answer took it out of that order; it goes back in with its first
+send time (``kept_unanswered``) and is also remembered apart, so the sweep
+weighs it by that time and not by its new place (W7: the timeout counts from
+the first send, also when newer adds are ahead of it in the dict). Time is given, never
 read: the caller passes ``now`` (the core reads no clock). ``timed_out(now,
 add_timeout_s)`` is the decision: for each bookie whose oldest unanswered add
 was sent more than ``add_timeout_s`` before ``now``, a ``SilentBookie`` with
@@ -36,6 +39,7 @@ class UnansweredAdds:
     def __init__(self) -> None:
         self._sent: dict[str, dict[int, float]] = {}
         self._shedding: dict[str, str] = {}  # bookie -> its last TOO_MANY_REQUESTS message
+        self._shed_adds: dict[str, set[int]] = {}  # bookie -> shed adds put back out of send order
 
     def sent(self, bookie: str, entry_id: int, now: float) -> None:
         per_bookie = self._sent.get(bookie)
@@ -60,6 +64,11 @@ class UnansweredAdds:
             per_bookie = self._sent[bookie] = {}
         per_bookie.update(dict.fromkeys(entry_ids, now))
 
+    def kept_unanswered(self, bookie: str, entry_id: int, first_sent: float) -> None:
+        """A shed add waits for its re-send: unanswered again, still timed from ``first_sent`` (W7)."""
+        self.sent(bookie, entry_id, first_sent)
+        self._shed_adds.setdefault(bookie, set()).add(entry_id)
+
     def of(self, bookie: str) -> dict[int, float] | None:
         """The bookie's unanswered adds (entry id -> first send time), to pop answers from; None if none."""
         return self._sent.get(bookie)
@@ -80,6 +89,7 @@ class UnansweredAdds:
     def forget(self, bookie: str) -> None:
         """``bookie`` failed or left the ensemble: none of its adds is awaited any more."""
         self._sent.pop(bookie, None)
+        self._shed_adds.pop(bookie, None)
 
     def timed_out(self, now: float, add_timeout_s: float) -> list[SilentBookie]:
         """The bookies whose oldest unanswered add was sent more than ``add_timeout_s`` before ``now``."""
@@ -87,6 +97,12 @@ class UnansweredAdds:
         silent = []
         for bookie, per_bookie in self._sent.items():
             oldest = next(iter(per_bookie.items()), None)
+            shed_adds = self._shed_adds.get(bookie)
+            if shed_adds:  # a few at most: adds shed since the last sweep, or still waiting for their re-send
+                shed_adds &= per_bookie.keys()  # answered or confirmed ones are done
+                for entry_id in shed_adds:
+                    if oldest is None or per_bookie[entry_id] < oldest[1]:
+                        oldest = (entry_id, per_bookie[entry_id])
             if oldest is None or oldest[1] >= limit:
                 continue
             shed = self._shedding.get(bookie)

@@ -54,3 +54,16 @@ def test_sent_many_is_sent_for_each_entry_in_order():
     assert list(adds.of("a").items()) == [(3, 9.0), (4, 1.0), (5, 1.0), (6, 2.0)]
     adds.of("a").pop(3)
     assert adds.timed_out(4.0, TIMEOUT) == [SilentBookie("a", 4, "no answer within 2.0 s")]
+
+
+def test_a_shed_add_put_back_behind_newer_ones_times_out_from_its_first_send():
+    adds = UnansweredAdds()
+    adds.sent("a", 1, 0.0)
+    adds.sent("a", 2, 1.5)
+    first_sent = adds.of("a").pop(1)  # the bookie shed entry 1: its answer took it out
+    adds.shed("a", "busy")
+    adds.kept_unanswered("a", 1, first_sent)  # waiting for its re-send, behind entry 2 in the dict
+    assert adds.timed_out(2.0, TIMEOUT) == []
+    assert adds.timed_out(2.5, TIMEOUT) == [SilentBookie("a", 1, "TOO_MANY_REQUESTS for 2.0 s (shedding load): busy")]
+    adds.of("a").pop(1)  # answered after all: entry 2 decides again, from its own send
+    assert adds.timed_out(3.0, TIMEOUT) == [] and adds.timed_out(3.6, TIMEOUT)[0].entry_id == 2
