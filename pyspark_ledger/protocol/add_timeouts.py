@@ -99,7 +99,7 @@ class UnansweredAdds:
             oldest = next(iter(per_bookie.items()), None)
             shed_adds = self._shed_adds.get(bookie)
             if shed_adds:  # a few at most: adds shed since the last sweep, or still waiting for their re-send
-                shed_adds &= per_bookie.keys()  # answered or confirmed ones are done
+                shed_adds.intersection_update(per_bookie.keys())  # answered or confirmed ones are done
                 for entry_id in shed_adds:
                     if oldest is None or per_bookie[entry_id] < oldest[1]:
                         oldest = (entry_id, per_bookie[entry_id])

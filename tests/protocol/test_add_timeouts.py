@@ -67,3 +67,12 @@ def test_a_shed_add_put_back_behind_newer_ones_times_out_from_its_first_send():
     assert adds.timed_out(2.5, TIMEOUT) == [SilentBookie("a", 1, "TOO_MANY_REQUESTS for 2.0 s (shedding load): busy")]
     adds.of("a").pop(1)  # answered after all: entry 2 decides again, from its own send
     assert adds.timed_out(3.0, TIMEOUT) == [] and adds.timed_out(3.6, TIMEOUT)[0].entry_id == 2
+
+
+def test_shed_adds_answered_since_are_let_go_at_the_sweep():
+    adds = UnansweredAdds()
+    for entry_id in range(50):
+        adds.kept_unanswered("a", entry_id, 0.0)
+        adds.of("a").pop(entry_id)
+    adds.timed_out(1.0, TIMEOUT)
+    assert adds._shed_adds["a"] == set()  # remembered only while unanswered: bounded by what is in flight
