@@ -20,18 +20,23 @@ Made as cheap as a minimal server can be (an honest limit must not be handicappe
 
 ``durable_servers(count, parent)`` starts ``count`` of them as processes (``python bench/durable_bookies.py
 PORT FILE PREALLOCATE`` is one) with their files in a fresh directory under ``parent``, and removes the
-processes and the directory afterwards.
+processes and the directory afterwards. ``sync_figures(port)`` asks one for its group commits so far (their
+count, adds per ``fdatasync``, its time): a bench-only server, it puts them as JSON in Info's ``version``.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import operator
 import os
 import shutil
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
+
+import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -55,6 +60,7 @@ class DurableBookie(pb_grpc.BookieServicer):
         if preallocate:
             os.fsync(self._fd)
         self._sync = sync
+        self._commits: list[tuple[float, int]] = []  # (fdatasync seconds, adds) per group commit
         self._offset = 0
         self._write_lock = threading.Lock()  # the streams share the file
 
@@ -94,7 +100,9 @@ class DurableBookie(pb_grpc.BookieServicer):
                     return
                 taken = queued[:]
                 queued.clear()
+            started = time.perf_counter()
             self._sync(self._fd)  # every id taken was written before this call
+            self._commits.append((time.perf_counter() - started, sum(len(ids) for _, ids in taken)))
             for ledger_ids, entry_ids in taken:
                 builder.acked(ledger_ids, entry_ids)
             yield from builder.messages()
@@ -103,7 +111,25 @@ class DurableBookie(pb_grpc.BookieServicer):
         return pb.WriteLacResponse(status=pb.OK, last_add_confirmed=request.last_add_confirmed)
 
     def Info(self, request, context):
-        return pb.BookieInfoResponse(status=pb.OK, bookie_id="durable")
+        return pb.BookieInfoResponse(status=pb.OK, bookie_id="durable", version=json.dumps(self.figures()))
+
+    def figures(self) -> dict:
+        """The group commits so far: how many, adds per ``fdatasync``, and its time (p50, p99, mean, max)."""
+        commits = list(self._commits)
+        if not commits:
+            return {"commits": 0}
+        seconds = sorted(duration for duration, _ in commits)
+        at = lambda fraction: round(seconds[min(len(seconds) - 1, int(fraction * len(seconds)))] * 1e3, 3)  # noqa: E731
+        return {"commits": len(commits), "adds_per_fdatasync": round(sum(n for _, n in commits) / len(commits), 2),
+                "fdatasync_p50_ms": at(0.5), "fdatasync_p99_ms": at(0.99),
+                "fdatasync_mean_ms": round(sum(seconds) / len(seconds) * 1e3, 3),
+                "fdatasync_max_ms": round(seconds[-1] * 1e3, 3)}
+
+
+def sync_figures(port: int) -> dict:
+    """The group-commit figures of the durable server on 127.0.0.1:``port`` (``DurableBookie.figures``)."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        return json.loads(pb_grpc.BookieStub(channel).Info(pb.BookieInfoRequest(), timeout=10).version)
 
 
 @contextlib.contextmanager

@@ -74,7 +74,7 @@ from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
 from paced_fsync import paced_group_commits  # noqa: E402
 from storage_limit import floor_1kib, floor_1mib, storage_cost, three_storages  # noqa: E402
-from durable_bookies import durable_servers  # noqa: E402
+from durable_bookies import durable_servers, sync_figures  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
@@ -270,7 +270,8 @@ def durable_fanout_limit(parent: Path, seconds: float) -> dict:
         pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
         result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
                                    DURABLE_METHOD)
-    return {**result, "files_in": str(parent)}
+        commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
+    return {**result, "files_in": str(parent), "group_commits": commits}
 
 
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,

@@ -9,7 +9,7 @@ from concurrent import futures as cf
 import grpc
 import pytest
 
-from bench.durable_bookies import DurableBookie, durable_servers
+from bench.durable_bookies import DurableBookie, durable_servers, sync_figures
 from pyspark_ledger.client.add_stream import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder
 from pyspark_ledger.client.bookie_rpc import BookieClient
@@ -111,6 +111,10 @@ def test_W9_durable_servers_answer_as_a_bookie_does_and_remove_their_files(tmp_p
                 for stream in streams:
                     stream.send(3, [(e, frame(e)) for e in range(start, start + 50)], answers.listener)
             wait_until(lambda: len(answers.seen) == 600, 30, "every add to be answered by both servers")
+            for _, port in servers:  # every add was in one group commit
+                figures = sync_figures(port)
+                assert figures["commits"] >= 1 and figures["fdatasync_p50_ms"] >= 0
+                assert figures["commits"] * figures["adds_per_fdatasync"] == pytest.approx(300, abs=0.01 * 300)
             for stream in streams:
                 stream.close()
         finally:
