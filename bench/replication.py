@@ -26,7 +26,8 @@ run, on the same machine, it measures two limits for the same bytes:
 * ``paced_1KiB_1000_per_s.grpc_fanout_durable``: the same paced fan-out to 3 servers that make each add
   durable before answering it and do nothing else (``durable_bookies.py``: the bodies written to a preallocated
   file per server in a fresh directory beside the bookies', one fdatasync per group commit): what any durable
-  server over this transport and disk cannot beat; where /dev/shm is a tmpfs, also with its files there
+  server over this transport and disk cannot beat; run before and after the paced run against bookies, the
+  one with the lower p99 kept (both in ``runs``); where /dev/shm is a tmpfs, also with its files there
   (``grpc_fanout_durable_tmpfs``: the same CPU, fdatasync free), which splits the disk's share from the CPU's.
 
 It also runs the client against those 3 no-op servers, which separates the
@@ -274,6 +275,16 @@ def durable_fanout_limit(parent: Path, seconds: float) -> dict:
     return {**result, "files_in": str(parent), "group_commits": commits}
 
 
+def faster(before: dict, after: dict) -> dict:
+    """Of two runs of a paced limit, the one with the lower p99 (the disk's stalls come and go: a limit is what
+    the better run reached), with both runs' p50/p99."""
+    key = "p99_ms_to_second_ack"
+    kept = min((before, after), key=lambda run: run[key])
+    runs = [{"when": when, **{k: run[k] for k in ("p50_ms_to_second_ack", key)}}
+            for when, run in (("before ours", before), ("after ours", after))]
+    return {**kept, "runs": runs, "kept": "the run with the lower p99 of the two"}
+
+
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
                      rate: float | None = None, servers: dict[str, int] | None = None) -> dict:
     with noop_registrations(ports, directory, f"{size}-{rate}") as uri:
@@ -333,6 +344,9 @@ def run(seconds: float, paced_only: bool = False) -> dict:
             for name, (size, inflight) in ({} if paced_only else SIZES).items():
                 result["runs"][name] = client_run(uri, size, seconds, inflight, servers=pids)
             result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids, cluster)
+        paced_limits = result["limits"]["paced_1KiB_1000_per_s"]  # the durable fan-out once more, after ours
+        paced_limits["grpc_fanout_durable"] = faster(paced_limits["grpc_fanout_durable"],
+                                                     durable_fanout_limit(directory, seconds))
         if not paced_only:
             uri = f"sqlite:///{directory}/metadata-write-data.db?lease_seconds=5"
             with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True) as cluster:
