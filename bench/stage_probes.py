@@ -168,6 +168,16 @@ def install_client() -> None:
         records.append(("deliver", _now(), self.bookie_id, [(r.ledger_id, r.entry_id) for r in results]))
         return deliver(self, results)
     add_stream.AddStream._deliver = probed_deliver
+
+    deliver_runs = add_stream.AddStream._deliver_runs
+
+    def probed_deliver_runs(self, runs):  # answers as runs (docs/protocol.md W9), as bookies now send them
+        runs = list(runs)
+        records.append(("deliver", _now(), self.bookie_id, [(run.ledger_id, entry_id) for run in runs
+                                                            for entry_id in range(run.first_entry_id,
+                                                                                  run.last_entry_id + 1)]))
+        return deliver_runs(self, runs)
+    add_stream.AddStream._deliver_runs = probed_deliver_runs
     _watch_gc()
 
 
