@@ -75,7 +75,7 @@ from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
 from paced_fsync import paced_group_commits  # noqa: E402
 from storage_limit import floor_1kib, floor_1mib, storage_cost, three_storages  # noqa: E402
-from durable_bookies import durable_servers, sync_figures  # noqa: E402
+from durable_bookies import DURABLE_METHOD, durable_servers, faster, sync_figures  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
@@ -258,11 +258,6 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
             "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
 
 
-DURABLE_METHOD = ("AddStream fan-out to 3 servers that make each add durable before answering it "
-                  "(durable_bookies.py: bodies written to a preallocated file per server, one fdatasync per group "
-                  "commit, nothing else), all 3 acks per entry")
-
-
 def durable_fanout_limit(parent: Path, seconds: float) -> dict:
     """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
     directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server."""
@@ -273,16 +268,6 @@ def durable_fanout_limit(parent: Path, seconds: float) -> dict:
                                    DURABLE_METHOD)
         commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
     return {**result, "files_in": str(parent), "group_commits": commits}
-
-
-def faster(before: dict, after: dict) -> dict:
-    """Of two runs of a paced limit, the one with the lower p99 (the disk's stalls come and go: a limit is what
-    the better run reached), with both runs' p50/p99."""
-    key = "p99_ms_to_second_ack"
-    kept = min((before, after), key=lambda run: run[key])
-    runs = [{"when": when, **{k: run[k] for k in ("p50_ms_to_second_ack", key)}}
-            for when, run in (("before ours", before), ("after ours", after))]
-    return {**kept, "runs": runs, "kept": "the run with the lower p99 of the two"}
 
 
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
