@@ -4,7 +4,8 @@ The benchmarks measure gRPC's own share against them: ``start_noop_servers(n)``
 starts ``n`` of them as processes on free 127.0.0.1 ports (``python
 bench/noop_bookies.py PORT`` is one), and ``noop_registrations`` registers
 them as bookies in a SQLite metadata store so that a ``LedgerClient`` or a
-``GrpcTransport`` can use them. The caller kills the processes.
+``GrpcTransport`` can use them. The caller kills the processes (``stop_servers``). ``serve`` and
+``start_servers`` also start the durable fan-out's servers (``durable_bookies.py``).
 """
 from __future__ import annotations
 
