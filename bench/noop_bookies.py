@@ -4,7 +4,8 @@ The benchmarks measure gRPC's own share against them: ``start_noop_servers(n)``
 starts ``n`` of them as processes on free 127.0.0.1 ports (``python
 bench/noop_bookies.py PORT`` is one), and ``noop_registrations`` registers
 them as bookies in a SQLite metadata store so that a ``LedgerClient`` or a
-``GrpcTransport`` can use them. The caller kills the processes.
+``GrpcTransport`` can use them. The caller kills the processes (``stop_servers``). ``serve`` and
+``start_servers`` also start the durable fan-out's servers (``durable_bookies.py``).
 """
 from __future__ import annotations
 
@@ -59,28 +60,44 @@ KEEPALIVE_OPTIONS = [(name, value) for name, value in grpc_server_options(1, 1)
                      if "keepalive" in name or "ping" in name]
 
 
-def serve_noop(port: int) -> None:
+def serve(servicer: pb_grpc.BookieServicer, port: int) -> None:
+    """Serve ``servicer`` on 127.0.0.1:``port`` until killed; prints "ready" once it listens."""
     server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
                          options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
                                   *KEEPALIVE_OPTIONS])
-    pb_grpc.add_BookieServicer_to_server(NoopBookie(), server)
+    pb_grpc.add_BookieServicer_to_server(servicer, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     print("ready", flush=True)
     server.wait_for_termination()
 
 
-def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
+def start_servers(count: int, command) -> list[tuple[subprocess.Popen, int]]:
+    """``count`` server processes, each ``command(port)`` (an argv) on a free port, once all are ready."""
     servers = []
-    for _ in range(count):
-        port = free_port()
-        process = subprocess.Popen([sys.executable, __file__, str(port)], stdout=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, env=child_env(), text=True)
-        servers.append((process, port))
-    for process, _ in servers:
-        if process.stdout.readline().strip() != "ready":
-            raise RuntimeError("a no-op server did not start")
+    try:
+        for _ in range(count):
+            port = free_port()
+            process = subprocess.Popen(command(port), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                       env=child_env(), text=True)
+            servers.append((process, port))
+        for process, _ in servers:
+            if process.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a server did not start: {command(0)}")
+    except BaseException:
+        stop_servers(servers)
+        raise
     return servers
+
+
+def stop_servers(servers: list[tuple[subprocess.Popen, int]]) -> None:
+    for process, _ in servers:
+        process.kill()
+        process.wait()
+
+
+def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
+    return start_servers(count, lambda port: [sys.executable, __file__, str(port)])
 
 
 @contextlib.contextmanager
@@ -99,4 +116,4 @@ def noop_registrations(ports: list[int], directory: Path, name: str):
 
 
 if __name__ == "__main__":
-    serve_noop(int(sys.argv[1]))
+    serve(NoopBookie(), int(sys.argv[1]))

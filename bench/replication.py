@@ -22,7 +22,13 @@ run, on the same machine, it measures two limits for the same bytes:
   servers of the same proto that store nothing (``noop_bookies.py``),
   each entry done once all 3 acknowledged; for 1 KiB also paced at 1,000
   entries/s, with its latency to the second ack and CPU per entry: gRPC's
-  share of the paced goal, with no replication logic and no storage.
+  share of the paced goal, with no replication logic and no storage;
+* ``paced_1KiB_1000_per_s.grpc_fanout_durable``: the same paced fan-out to 3 servers that make each add
+  durable before answering it and do nothing else (``durable_bookies.py``: the bodies written to a preallocated
+  file per server in a fresh directory beside the bookies', one fdatasync per group commit): what any durable
+  server over this transport and disk cannot beat; run before and after the paced run against bookies, the
+  one with the lower p99 kept (both in ``runs``); where /dev/shm is a tmpfs, also with its files there
+  (``grpc_fanout_durable_tmpfs``: the same CPU, fdatasync free), which splits the disk's share from the CPU's.
 
 It also runs the client against those 3 no-op servers, which separates the
 client's own cost from the bookies' -- at full speed, and paced at 1,000
@@ -69,6 +75,7 @@ from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
 from paced_fsync import paced_group_commits  # noqa: E402
 from storage_limit import floor_1kib, floor_1mib, storage_cost, three_storages  # noqa: E402
+from durable_bookies import DURABLE_METHOD, durable_servers, faster, sync_figures  # noqa: E402
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
@@ -189,7 +196,8 @@ def fsync_limit(directory: Path, size: int, entries: int) -> dict:
 
 
 def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
-                      servers: dict[str, int] | None = None, rate: float | None = None) -> dict:
+                      servers: dict[str, int] | None = None, rate: float | None = None,
+                      method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry") -> dict:
     """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
 
     Through the client's own transport (``GrpcTransport.send_adds_to``, as the writer sends), without the
@@ -225,7 +233,7 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
     def acked(_bookie: str, spans: list) -> None:  # runs of OK answers (docs/protocol.md W9), as a bookie sends them
         count_acks(entry_id for _ledger_id, entry_ids in spans for entry_id in entry_ids)
     listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"), acked)
-    with noop_registrations(ports, directory, f"fanout-{size}-{rate}") as uri, \
+    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{ports[0]}") as uri, \
             open_metadata_store(uri) as store:
         transport = GrpcTransport(store)
         bookies = transport.bookies()
@@ -250,9 +258,20 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
         finally:
             transport.close()
     return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
-            "method": "AddStream fan-out to 3 no-op servers, all 3 acks per entry",
-            "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
+            "method": method, "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
             "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
+
+
+def durable_fanout_limit(parent: Path, seconds: float) -> dict:
+    """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
+    directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server."""
+    room = int(1_000 * seconds * 1_100 * 1.25) + MiB  # the paced run's bodies, and then some: no file grows
+    with durable_servers(3, parent, room) as servers:
+        pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
+        result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
+                                   DURABLE_METHOD)
+        commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
+    return {**result, "files_in": str(parent), "group_commits": commits}
 
 
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
@@ -296,7 +315,8 @@ def run(seconds: float, paced_only: bool = False) -> dict:
                 result["client_over_noop_servers"][name] = client_over_noop(ports, directory, size, seconds / 2,
                                                                             inflight)
             result["limits"]["paced_1KiB_1000_per_s"] = {
-                "grpc_fanout": grpc_fanout_limit(ports, directory, KiB, seconds, 1_000, noop_pids, 1000.0)}
+                "grpc_fanout": grpc_fanout_limit(ports, directory, KiB, seconds, 1_000, noop_pids, 1000.0),
+                "grpc_fanout_durable": durable_fanout_limit(directory, seconds)}
             result["client_over_noop_servers"]["paced_1KiB_1000_per_s"] = client_over_noop(
                 ports, directory, KiB, seconds, 1_000, 1000.0, noop_pids)
         finally:
@@ -313,6 +333,9 @@ def run(seconds: float, paced_only: bool = False) -> dict:
             for name, (size, inflight) in ({} if paced_only else SIZES).items():
                 result["runs"][name] = client_run(uri, size, seconds, inflight, servers=pids)
             result["runs"]["paced_1KiB_1000_per_s"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids, cluster)
+        paced_limits = result["limits"]["paced_1KiB_1000_per_s"]  # the durable fan-out once more, after ours
+        paced_limits["grpc_fanout_durable"] = faster(paced_limits["grpc_fanout_durable"],
+                                                     durable_fanout_limit(directory, seconds))
         if not paced_only:
             uri = f"sqlite:///{directory}/metadata-write-data.db?lease_seconds=5"
             with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True) as cluster:
@@ -321,6 +344,8 @@ def run(seconds: float, paced_only: bool = False) -> dict:
                                                                                         1000.0, pids, cluster)
     if is_tmpfs(TMPFS):  # the same paced run where fdatasync costs nothing: what the disk adds (not durable)
         with tempfile.TemporaryDirectory(prefix="bench-replication-", dir=TMPFS) as tmp:
+            result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout_durable_tmpfs"] = durable_fanout_limit(
+                Path(tmp), seconds)  # the same, fdatasync free: the durable fan-out's CPU without its disk
             uri = f"sqlite:///{tmp}/metadata.db?lease_seconds=5"
             with BookieCluster(3, Path(tmp) / "bookies", uri) as cluster:
                 pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
@@ -333,6 +358,8 @@ def run(seconds: float, paced_only: bool = False) -> dict:
                                                                  result["limits"]["1MiB"]["three_storages"], MiB)
     result["where_the_time_goes"]["paced_1KiB_1000_per_s_grpc_fanout_alone"] = cpu_bound(
         result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout"])
+    result["where_the_time_goes"]["paced_1KiB_1000_per_s_grpc_fanout_durable_alone"] = cpu_bound(
+        result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout_durable"])
     noop_paced = result["client_over_noop_servers"].get("paced_1KiB_1000_per_s")
     if noop_paced is not None:  # the same paced load when the servers store nothing: gRPC's own share
         result["where_the_time_goes"]["paced_1KiB_1000_per_s_over_noop_servers"] = cpu_bound(noop_paced)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench import bookie_journal, paced_fsync  # noqa: E402
+from bench import bookie_journal, durable_bookies, paced_fsync  # noqa: E402
 from bench import replication as rep  # noqa: E402
 
 METRICS_BEFORE = """# HELP bookie_journal_fsync_latency_seconds Journal group-commit fsync time
@@ -74,3 +74,13 @@ def test_the_preallocated_floor_overwrites_zeros_and_removes_its_files(tmp_path)
     result = paced_fsync.paced_group_commits(tmp_path, files=2, seconds=0.2, preallocated=True)
     assert result["preallocated"] is True and result["p50_ms_to_copy_2"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_of_the_durable_fan_out_before_and_after_ours_the_run_with_the_lower_p99_is_kept():
+    before = {"p50_ms_to_second_ack": 3.0, "p99_ms_to_second_ack": 90.0, "cpu_us_per_entry": {"client": 500}}
+    after = {"p50_ms_to_second_ack": 4.0, "p99_ms_to_second_ack": 12.0, "cpu_us_per_entry": {"client": 600}}
+    kept = durable_bookies.faster(before, after)
+    assert kept["p50_ms_to_second_ack"] == 4.0 and kept["p99_ms_to_second_ack"] == 12.0  # one run's figures
+    assert kept["cpu_us_per_entry"] == {"client": 600}
+    assert kept["runs"] == [{"when": "before ours", "p50_ms_to_second_ack": 3.0, "p99_ms_to_second_ack": 90.0},
+                            {"when": "after ours", "p50_ms_to_second_ack": 4.0, "p99_ms_to_second_ack": 12.0}]

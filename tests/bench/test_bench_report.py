@@ -74,8 +74,8 @@ def test_markdown_names_the_run_its_load_and_what_is_missing_and_why():
     block = report.table_block(data, tables["replication"])
     assert "commit 0123456789" in block and "load average 1.0–2.0 over its runs (full: a fixed example)" in block
     assert "| 1 KiB appends, 2,000 in flight (entries/s; higher is better) | 10,000 (9,000–12,000) | " \
-           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | 50,000 | — | 20,000 | 2.00 | 0.50 | 0.50 |" in block
-    assert "| 1 MiB appends, 8 in flight (MB/s; higher is better) | 150 | 75.0 | 200 | 300 | — | 180 | 180 | 2.00 | 0.50 " \
+           "5,000 (3,000–8,000) | 100,000 | 20,000 (20,000–30,000) | — | 50,000 | — | 20,000 | 2.00 | 0.50 | 0.50 |" in block
+    assert "| 1 MiB appends, 8 in flight (MB/s; higher is better) | 150 | 75.0 | 200 | 300 | — | — | 180 | 180 | 2.00 | 0.50 " \
            "| 0.83 | 0.75 |" in block
     assert "NATS: nats-server v2.9.10. acks from the page cache" in block
     tls = report.table_block(data, tables["tls"])
@@ -229,6 +229,28 @@ def test_goals_are_judged_from_the_tables_ratios_and_say_what_was_not_measured()
     assert large_row.cells["storage3"] == [180.0] * 3 and large_row.cells["floor"] == [180.0] * 3
     assert "- 3 goals cannot be met on this machine" in text  # paced p99, both 1 MiB goals
     assert "## goals" in report.markdown_document(data, tables)
+
+
+def test_the_durable_fan_out_is_the_limit_of_the_paced_goals_when_the_run_has_it():
+    from bench import goals
+    data = session()
+    for doc, p99 in zip(data["benchmarks"]["replication"], (12.0, 13.5, 9.0)):  # ÷ the fan-out's 4.5: 2.67, 3, 2
+        doc["result"]["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout_durable"] = {
+            "p50_ms_to_second_ack": 1.5, "p99_ms_to_second_ack": p99}
+    tables = report.build_tables(data)
+    p99_row = tables["replication"].rows[3]
+    assert p99_row.cells["durable"] == [12.0, 13.5, 9.0]
+    paced_fanout = next(goal for goal in goals.GOALS if "fan-out's p99" in goal.text)
+    assert goals.limit_allows_by(paced_fanout, tables, report.ratio) == ("durable", pytest.approx(8 / 3), False)
+    paced_nats = [goal for goal in goals.GOALS if goal.text.startswith("paced 1,000/s") and goal.denominator == "nats"]
+    assert [goals.limit_allows_by(goal, tables, report.ratio)[:2] for goal in paced_nats] == [
+        ("durable", pytest.approx(1.5)), ("durable", pytest.approx(4.0))]  # NATS: 1.0 and 3.0 ms
+    text = report.blocks(data)["goals"]
+    assert "| paced 1,000/s: p99 ours ÷ the bare fan-out's p99 | 2.00 | ≤ 2 | yes | the durable gRPC fan-out (3 " \
+           "servers that fdatasync each add, nothing else): 2.67 (the limit itself misses the goal) |" in text
+    assert "NATS acks from the page cache" in text
+    block = report.table_block(data, tables["replication"])
+    assert "limit: gRPC fan-out to 3 servers that fdatasync each add, nothing else" in block
 
 
 def test_every_goal_names_a_row_and_columns_its_table_has():

@@ -1,0 +1,130 @@
+"""The durable fan-out's servers (bench/durable_bookies.py): an add is answered only after an fdatasync that began
+once its bytes were in the file; they answer as a bookie does (docs/protocol.md W9) and leave no file behind."""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent import futures as cf
+
+import grpc
+import pytest
+
+from bench.durable_bookies import DurableBookie, durable_servers, sync_figures
+from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_wire import AddEncoder
+from pyspark_ledger.client.bookie_rpc import BookieClient
+from pyspark_ledger.testing.bookies import free_port
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+from tests.waiting import wait_until
+
+ENCODER = AddEncoder(3, b"k" * 20)
+
+
+def body(entry_id: int) -> bytes:
+    return entry_id.to_bytes(8, "big") * 8
+
+
+def frame(entry_id: int) -> bytes:
+    """The encoded AddRequest (ledger 3) carrying ``body(entry_id)``."""
+    return ENCODER.encode(entry_id, body(entry_id))
+
+
+class Answers:
+    """What a client heard, in either form, as (ledger id, entry id, status)."""
+
+    def __init__(self, check=None) -> None:
+        self.seen: list[tuple[int, int, int]] = []
+        self.forms: set[str] = set()
+        self._lock, self._check = threading.Lock(), check or (lambda _answers: None)
+        self.listener = AddCallbacks(self._results, lambda *_: None, self._acks)
+
+    def _add(self, form: str, answers: list) -> None:
+        self._check(answers)
+        with self._lock:
+            self.forms.add(form)
+            self.seen += answers
+
+    def _results(self, _bookie, results) -> None:
+        self._add("results", [(r.ledger_id, r.entry_id, r.status) for r in results])
+
+    def _acks(self, _bookie, spans) -> None:
+        self._add("runs", [(ledger_id, e, pb.OK) for ledger_id, ids in spans for e in ids])
+
+
+def test_an_add_is_answered_only_after_an_fdatasync_begun_once_it_was_written(tmp_path):
+    size = len(body(0))
+    durable = {"entries": 0, "syncs": 0}
+    entered, release = threading.Event(), threading.Event()
+    violations: list[int] = []
+
+    def watched_sync(fd: int) -> None:
+        written = os.fstat(fd).st_size // size  # not preallocated: the file's size is what was written
+        entered.set()
+        release.wait(10)  # the first sync is held until the test has looked for an early answer
+        os.fdatasync(fd)
+        durable["entries"] = max(durable["entries"], written)
+        durable["syncs"] += 1
+
+    def check(answers) -> None:  # runs on the client when answers arrive: each must be durable already
+        violations.extend(entry_id for _ledger_id, entry_id, _status in answers if entry_id >= durable["entries"])
+    servicer = DurableBookie(tmp_path / "adds", sync=watched_sync)
+    server = grpc.server(cf.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_BookieServicer_to_server(servicer, server)
+    port = free_port()
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    client = BookieClient(f"127.0.0.1:{port}", answer_runs=True)
+    answers = Answers(check)
+    try:
+        with client.add_stream() as stream:
+            stream.send(3, [(0, frame(0))], answers.listener)
+            assert entered.wait(10), "the server never synced"
+            assert (tmp_path / "adds").read_bytes() == body(0)  # written before the sync
+            stream.send(3, [(1, frame(1))], answers.listener)
+            threading.Event().wait(0.3)
+            assert answers.seen == [], "answered while its fdatasync had not returned"
+            release.set()
+            for start in range(2, 200, 9):
+                stream.send(3, [(e, frame(e)) for e in range(start, min(start + 9, 200))], answers.listener)
+            wait_until(lambda: len(answers.seen) == 200, 30, "every add to be answered")
+    finally:
+        release.set()
+        client.close()
+        server.stop(None)
+        servicer.close()
+    assert violations == []
+    assert answers.seen == [(3, e, pb.OK) for e in range(200)]
+    assert 2 <= durable["syncs"] <= 24  # the adds queued during a sync share the next one
+    assert (tmp_path / "adds").read_bytes() == b"".join(body(e) for e in range(200))
+
+
+@pytest.mark.parametrize("runs", [True, False], ids=["asks-for-runs", "per-add"])
+def test_W9_durable_servers_answer_as_a_bookie_does_and_remove_their_files(tmp_path, runs):
+    answers = Answers()
+    with durable_servers(2, tmp_path, preallocate=1 << 20) as servers:
+        (directory,) = tmp_path.iterdir()
+        clients = [BookieClient(f"127.0.0.1:{port}", answer_runs=runs) for _, port in servers]
+        try:
+            streams = [client.add_stream() for client in clients]
+            for start in range(0, 300, 50):
+                for stream in streams:
+                    stream.send(3, [(e, frame(e)) for e in range(start, start + 50)], answers.listener)
+            wait_until(lambda: len(answers.seen) == 600, 30, "every add to be answered by both servers")
+            for _, port in servers:  # every add was in one group commit
+                figures = sync_figures(port)
+                assert figures["commits"] >= 1 and figures["fdatasync_p50_ms"] >= 0
+                assert figures["commits"] * figures["adds_per_fdatasync"] == pytest.approx(300, abs=0.01 * 300)
+            for stream in streams:
+                stream.close()
+        finally:
+            for client in clients:
+                client.close()
+        files = sorted(directory.iterdir())
+        assert len(files) == 2 and all(path.stat().st_size == 1 << 20 for path in files)  # overwritten in place
+        bodies = b"".join(body(e) for e in range(300))
+        assert all(path.read_bytes()[:len(bodies)] == bodies for path in files)
+    assert list(tmp_path.iterdir()) == []
+    assert all(process.poll() is not None for process, _ in servers)
+    assert answers.forms == {"runs" if runs else "results"}
+    assert sorted(answers.seen) == sorted([(3, e, pb.OK) for e in range(300)] * 2)
