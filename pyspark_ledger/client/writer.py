@@ -67,7 +67,7 @@ from pyspark_ledger.client.metadata_update import retry_policy
 from pyspark_ledger.client.writer_answers import AddAnswers
 from pyspark_ledger.client.writer_changes import EnsembleChanges
 from pyspark_ledger.entry import HEADER_SIZE, EntryCodec, master_key
-from pyspark_ledger.errors import (BookieError, BookieUnavailableError, InternalError, LedgerClosedError, LedgerError,
+from pyspark_ledger.errors import (BookieUnavailableError, InternalError, LedgerClosedError, LedgerError,
                                    LedgerFullError)
 from pyspark_ledger.metadata.model import LedgerMetadata
 from pyspark_ledger.metadata.store import Versioned
@@ -325,19 +325,6 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._outstanding.sent_many(bookie, [entry_id for entry_id, _ in adds], now)
         self._transmit(bookie, adds)
 
-    # --- the owner: answers ----------------------------------------------------------------
-    def _answered(self, bookie: str, results: list) -> None:
-        """The add-stream listener (network thread): one writer event per answer batch of a bookie."""
-        self._owner.post(self._on_results, bookie, results)
-
-    def _acked_runs(self, bookie: str, spans: list) -> None:
-        """The listener of runs of OK answers (docs/protocol.md W9; network thread): one writer event each."""
-        self._owner.post(self._on_acks, bookie, spans)
-
-    def _stream_failed(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
-        """The stream to ``bookie`` broke with these adds unanswered."""
-        self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
-
     def _confirm(self, confirmed) -> None:
         """The entries of ``confirmed`` (ids, in order) are confirmed: their futures complete, in order."""
         deque(map(self._frames.pop, confirmed, repeat(None)), maxlen=0)
@@ -366,21 +353,6 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
             self._failure = error
             log.info("ledger %d: writer stopped: %s", self.ledger_id, error)
         self._stop(error)
-
-    # --- add timeouts -----------------------------------------------------------------
-    def _sweep_interval(self) -> float:
-        return max(0.01, self._ctx.config.add_timeout_s / 4)
-
-    def _check_timeouts(self) -> None:
-        self._owner.post(self._time_out)
-
-    def _time_out(self) -> None:
-        """The sweep: bookies silent (or still shedding) for ``add_timeout_s`` fail -- the core decides which
-        (``protocol.add_timeouts``, docs/protocol.md W2, W7); then the next sweep, unless stopped."""
-        for silent in self._outstanding.timed_out(time.monotonic(), self._ctx.config.add_timeout_s):
-            self._on_bookie_error(silent.entry_id, silent.bookie, silent.reason)
-        if not self._tracker.stopped:  # also while close() waits for adds in flight
-            self._timer = self._ctx.scheduler.call_later(self._sweep_interval(), self._check_timeouts)
 
     # --- completions ----------------------------------------------------------------------
     def _complete_futures(self) -> None:

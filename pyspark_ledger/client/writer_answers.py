@@ -7,7 +7,9 @@ docs/protocol.md W7, W8): FENCED and UNAUTHORIZED stop the writer;
 TOO_MANY_REQUESTS (shed load) is sent to the same bookie again after a
 back-off until ``add_timeout_s`` after its first send; READ_ONLY is a bookie
 failure replaced at once; anything else is a bookie failure
-(``writer_changes``).
+(``writer_changes``). Silence is one too: the add-timeout sweep asks the
+core (``protocol.add_timeouts``, W2, W7) which bookies left an add
+unanswered for ``add_timeout_s``.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from itertools import repeat
 from operator import attrgetter
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
-from pyspark_ledger.errors import error_for_status
+from pyspark_ledger.errors import BookieError, error_for_status
 from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
@@ -32,6 +34,20 @@ _ENTRY_ID, _STATUS = attrgetter("entry_id"), attrgetter("status")
 class AddAnswers:
     """The answer half of ``LedgerWriter`` (see the module docstring)."""
 
+    # --- the listeners of the add streams (network thread): one owner event each -----------
+    def _answered(self, bookie: str, results: list) -> None:
+        """The add-stream listener (network thread): one writer event per answer batch of a bookie."""
+        self._owner.post(self._on_results, bookie, results)
+
+    def _acked_runs(self, bookie: str, spans: list) -> None:
+        """The listener of runs of OK answers (docs/protocol.md W9; network thread): one writer event each."""
+        self._owner.post(self._on_acks, bookie, spans)
+
+    def _stream_failed(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
+        """The stream to ``bookie`` broke with these adds unanswered."""
+        self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
+
+    # --- the owner: answers --------------------------------------------------------------
     def _on_results(self, bookie: str, results: list) -> None:
         """One answer batch of a bookie: acks, and statuses that end a bookie or the writer."""
         sent = self._outstanding.of(bookie)
@@ -105,3 +121,18 @@ class AddAnswers:
         if self._failure is not None or frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
             return
         self._transmit(bookie, [(entry_id, frame)])
+
+    # --- add timeouts -----------------------------------------------------------------
+    def _sweep_interval(self) -> float:
+        return max(0.01, self._ctx.config.add_timeout_s / 4)
+
+    def _check_timeouts(self) -> None:
+        self._owner.post(self._time_out)
+
+    def _time_out(self) -> None:
+        """The sweep: bookies silent (or still shedding) for ``add_timeout_s`` fail -- the core decides which
+        (``protocol.add_timeouts``, docs/protocol.md W2, W7); then the next sweep, unless stopped."""
+        for silent in self._outstanding.timed_out(time.monotonic(), self._ctx.config.add_timeout_s):
+            self._on_bookie_error(silent.entry_id, silent.bookie, silent.reason)
+        if not self._tracker.stopped:  # also while close() waits for adds in flight
+            self._timer = self._ctx.scheduler.call_later(self._sweep_interval(), self._check_timeouts)
