@@ -11,7 +11,7 @@ Starts 3 real bookie processes (SQLite metadata in a temporary directory) and
 writes through ``LedgerClient`` with many adds in flight: 1 KiB and 1 MiB
 entries (throughput, p50/p99 latency from ``append_async`` to confirmation),
 and a paced run of 1 KiB entries at 1,000 entries/s (p50/p99). In the same
-run, on the same machine, it measures two limits for the same bytes:
+run, on the same machine, it measures limits for the same bytes (``fanout_limits.py``):
 
 * ``fsync``: 3 threads, each appending the entries to its own file with one
   fsync per write of up to 1 MiB (an ideal group-committing journal);
@@ -75,41 +75,19 @@ from bookie_journal import JournalWatch  # noqa: E402
 from cpu_usage import CpuMeter  # noqa: E402
 from paced_fsync import paced_group_commits  # noqa: E402
 from storage_limit import floor_1kib, floor_1mib, storage_cost, three_storages  # noqa: E402
-from durable_bookies import DURABLE_METHOD, durable_servers, faster, sync_figures  # noqa: E402
+from durable_bookies import faster  # noqa: E402
+from fanout_limits import (KiB, MiB, PASSWORD, durable_fanout_limit, fsync_limit,  # noqa: E402
+                           grpc_fanout_limit, paced, percentile)
 from noop_bookies import noop_registrations, start_noop_servers  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
-from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
-from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
-from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
-from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
-from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
 
-KiB, MiB = 1024, 1024 * 1024
 SIZES = {"1KiB": (KiB, 2_000), "1MiB": (MiB, 8)}  # payload bytes, adds in flight
 GOALS = {"1KiB_entries_per_s": 20_000, "1MiB_ratio_to_lower_limit": 0.6, "paced_p99_ms": 5.0}
-PASSWORD = b"bench"
 TMPFS = Path("/dev/shm")  # where Linux mounts a tmpfs: fdatasync there returns at once
 
 
 # --- measurements ---------------------------------------------------------------------------------
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000.0 if ordered else float("nan")
-
-
-def paced(started: float, seconds: float, rate: float | None):
-    """0, 1, 2, ... until ``seconds`` after ``started``; with ``rate``, number n not before n / rate s."""
-    count = 0
-    while time.perf_counter() - started < seconds:
-        if rate is not None:
-            delay = started + count / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-        yield count
-        count += 1
-
-
 def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
     """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed).
 
@@ -167,111 +145,6 @@ def cpu_bound(run: dict) -> dict:
     return {"cpu_us_per_entry_all_processes": round(total, 1),
             "entries_per_s_if_all_cores_did_only_this": round(cores * 1e6 / total) if total else None,
             "share_of_all_cores_busy": round(total * run["entries_per_s"] / (cores * 1e6), 2)}
-
-
-def fsync_limit(directory: Path, size: int, entries: int) -> dict:
-    """3 threads append ``entries`` x ``size`` bytes each to a file, one fsync per write of <= 1 MiB."""
-    per_write = max(1, MiB // size)
-    chunk = os.urandom(size) * per_write
-
-    def one(index: int) -> None:
-        path = directory / f"fsync-limit-{index}"
-        with open(path, "wb", buffering=0) as handle:
-            left = entries
-            while left > 0:
-                count = min(per_write, left)
-                handle.write(chunk[:count * size])
-                os.fsync(handle.fileno())
-                left -= count
-        path.unlink()
-    started = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    return {"entries_per_s": round(entries / elapsed), "mb_per_s": round(entries * size / elapsed / 1e6, 1),
-            "method": f"3 files, one fsync per {per_write} entries"}
-
-
-def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
-                      servers: dict[str, int] | None = None, rate: float | None = None,
-                      method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry") -> dict:
-    """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
-
-    Through the client's own transport (``GrpcTransport.send_adds_to``, as the writer sends), without the
-    writer: each entry is encoded once and its bytes go to the 3 streams, answered per batch. With
-    ``servers`` (name -> pid) also the CPU per entry of this process and of each server; with ``rate``,
-    paced at that many entries/s, with the p50/p99 latency to the second ack (an ack quorum of 2).
-    """
-    sent_at: dict[int, float] = {}
-    latencies: list[float] = []
-    codec, encoder, data = EntryCodec(), AddEncoder(1, master_key(PASSWORD)), os.urandom(size)
-    window = threading.BoundedSemaphore(inflight)
-    acks: dict[int, int] = {}
-    lock = threading.Lock()
-
-    def count_acks(entry_ids) -> None:
-        done, now = 0, time.perf_counter()
-        with lock:
-            for entry_id in entry_ids:
-                count = acks.pop(entry_id) - 1
-                if count == 1:
-                    latencies.append(now - sent_at[entry_id])
-                if count:
-                    acks[entry_id] = count
-                else:
-                    del sent_at[entry_id]
-                    done += 1
-        for _ in range(done):
-            window.release()
-
-    def answered(_bookie: str, results: list) -> None:  # one AddResult per add
-        count_acks([result.entry_id for result in results])
-
-    def acked(_bookie: str, spans: list) -> None:  # runs of OK answers (docs/protocol.md W9), as a bookie sends them
-        count_acks(entry_id for _ledger_id, entry_ids in spans for entry_id in entry_ids)
-    listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"), acked)
-    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{ports[0]}") as uri, \
-            open_metadata_store(uri) as store:
-        transport = GrpcTransport(store)
-        bookies = transport.bookies()
-        meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
-        started = time.perf_counter()
-        count = 0
-        try:
-            for count in paced(started, seconds, rate):
-                window.acquire()
-                frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
-                with lock:
-                    acks[count] = len(bookies)
-                    sent_at[count] = time.perf_counter()
-                refused = transport.send_adds_to(bookies, 1, ((count, frame),), listener)
-                if refused:
-                    raise RuntimeError(f"fan-out refused: {refused}")
-                count += 1  # after the loop: how many were sent
-            for _ in range(inflight):
-                window.acquire()
-            elapsed = time.perf_counter() - started
-            used = meter.per_item(count)
-        finally:
-            transport.close()
-    return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
-            "method": method, "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
-            "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
-
-
-def durable_fanout_limit(parent: Path, seconds: float) -> dict:
-    """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
-    directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server."""
-    room = int(1_000 * seconds * 1_100 * 1.25) + MiB  # the paced run's bodies, and then some: no file grows
-    with durable_servers(3, parent, room) as servers:
-        pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
-        result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
-                                   DURABLE_METHOD)
-        commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
-    return {**result, "files_in": str(parent), "group_commits": commits}
 
 
 def client_over_noop(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,

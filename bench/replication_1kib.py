@@ -12,7 +12,8 @@ import platform
 import tempfile
 from pathlib import Path
 
-from replication import SIZES, BookieCluster, client_run, cpu_bound, grpc_fanout_limit, ratio, start_noop_servers
+from fanout_limits import grpc_fanout_limit
+from replication import SIZES, BookieCluster, client_run, cpu_bound, ratio, start_noop_servers
 from storage_limit import floor_1kib, storage_cost
 
 

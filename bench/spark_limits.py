@@ -19,7 +19,7 @@ The write of the same rows (``write_limit``) must at least
 * do what the in-memory sink does with the same rows (Spark reading the cached input, handing Arrow
   batches to its Python worker, which counts them): its fastest run's seconds, and its CPU;
 * send the stream's entry bytes to 3 servers over AddStream (the bare fan-out to no-op servers,
-  ``replication.grpc_fanout_limit``, with entries of the stream's mean entry size; its CPU per entry times
+  ``fanout_limits.grpc_fanout_limit``, with entries of the stream's mean entry size; its CPU per entry times
   the stream's entries, and the entries at its rate);
 * store them with 3 bookies' storage engines at once on this disk (``storage_limit.three_storages``: the
   same number of entries of the same size, durable, until 2 of the 3 stored every entry): the disk-bound
@@ -91,7 +91,7 @@ def write_parts(directory, entries: int, entry_bytes: int, fanout_seconds: float
     """The bare fan-out of entries of the stream's mean size for ``fanout_seconds``, and ``storage_repeats`` runs
     of 3 storage engines storing ``entries`` of them (``directory``: on the bookies' disk)."""
     from noop_bookies import start_noop_servers
-    from replication import grpc_fanout_limit
+    from fanout_limits import grpc_fanout_limit
     from storage_limit import three_storages
 
     size = max(1, round(entry_bytes / entries))

@@ -1,0 +1,155 @@
+"""The transport's limits of the replication benchmark (``replication.py``), each measured in the same run.
+
+* ``fsync_limit``: 3 threads appending the entries to their own files, one fsync per write of up to 1 MiB (an
+  ideal group-committing journal);
+* ``grpc_fanout_limit``: encoded entries through the client's own transport to 3 servers of the bookie's proto
+  (``noop_bookies.py``: they store nothing; ``durable_bookies.py``: they make each add durable first), each
+  entry done once all 3 acknowledged; paced, with the latency to the second ack;
+* ``durable_fanout_limit``: the paced fan-out to 3 durable servers whose files are in a fresh directory.
+
+Also the pacing and percentile helpers the benchmark's drivers share.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu_usage import CpuMeter  # noqa: E402
+from durable_bookies import DURABLE_METHOD, durable_servers, sync_figures  # noqa: E402
+from noop_bookies import noop_registrations  # noqa: E402
+from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
+from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
+from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
+from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
+from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
+
+KiB, MiB = 1024, 1024 * 1024
+PASSWORD = b"bench"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000.0 if ordered else float("nan")
+
+
+def paced(started: float, seconds: float, rate: float | None):
+    """0, 1, 2, ... until ``seconds`` after ``started``; with ``rate``, number n not before n / rate s."""
+    count = 0
+    while time.perf_counter() - started < seconds:
+        if rate is not None:
+            delay = started + count / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        yield count
+        count += 1
+
+
+def fsync_limit(directory: Path, size: int, entries: int) -> dict:
+    """3 threads append ``entries`` x ``size`` bytes each to a file, one fsync per write of <= 1 MiB."""
+    per_write = max(1, MiB // size)
+    chunk = os.urandom(size) * per_write
+
+    def one(index: int) -> None:
+        path = directory / f"fsync-limit-{index}"
+        with open(path, "wb", buffering=0) as handle:
+            left = entries
+            while left > 0:
+                count = min(per_write, left)
+                handle.write(chunk[:count * size])
+                os.fsync(handle.fileno())
+                left -= count
+        path.unlink()
+    started = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    return {"entries_per_s": round(entries / elapsed), "mb_per_s": round(entries * size / elapsed / 1e6, 1),
+            "method": f"3 files, one fsync per {per_write} entries"}
+
+
+def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
+                      servers: dict[str, int] | None = None, rate: float | None = None,
+                      method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry") -> dict:
+    """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
+
+    Through the client's own transport (``GrpcTransport.send_adds_to``, as the writer sends), without the
+    writer: each entry is encoded once and its bytes go to the 3 streams, answered per batch. With
+    ``servers`` (name -> pid) also the CPU per entry of this process and of each server; with ``rate``,
+    paced at that many entries/s, with the p50/p99 latency to the second ack (an ack quorum of 2).
+    """
+    sent_at: dict[int, float] = {}
+    latencies: list[float] = []
+    codec, encoder, data = EntryCodec(), AddEncoder(1, master_key(PASSWORD)), os.urandom(size)
+    window = threading.BoundedSemaphore(inflight)
+    acks: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def count_acks(entry_ids) -> None:
+        done, now = 0, time.perf_counter()
+        with lock:
+            for entry_id in entry_ids:
+                count = acks.pop(entry_id) - 1
+                if count == 1:
+                    latencies.append(now - sent_at[entry_id])
+                if count:
+                    acks[entry_id] = count
+                else:
+                    del sent_at[entry_id]
+                    done += 1
+        for _ in range(done):
+            window.release()
+
+    def answered(_bookie: str, results: list) -> None:  # one AddResult per add
+        count_acks([result.entry_id for result in results])
+
+    def acked(_bookie: str, spans: list) -> None:  # runs of OK answers (docs/protocol.md W9), as a bookie sends them
+        count_acks(entry_id for _ledger_id, entry_ids in spans for entry_id in entry_ids)
+    listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"), acked)
+    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{ports[0]}") as uri, \
+            open_metadata_store(uri) as store:
+        transport = GrpcTransport(store)
+        bookies = transport.bookies()
+        meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
+        started = time.perf_counter()
+        count = 0
+        try:
+            for count in paced(started, seconds, rate):
+                window.acquire()
+                frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
+                with lock:
+                    acks[count] = len(bookies)
+                    sent_at[count] = time.perf_counter()
+                refused = transport.send_adds_to(bookies, 1, ((count, frame),), listener)
+                if refused:
+                    raise RuntimeError(f"fan-out refused: {refused}")
+                count += 1  # after the loop: how many were sent
+            for _ in range(inflight):
+                window.acquire()
+            elapsed = time.perf_counter() - started
+            used = meter.per_item(count)
+        finally:
+            transport.close()
+    return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
+            "method": method, "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
+            "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
+
+
+def durable_fanout_limit(parent: Path, seconds: float) -> dict:
+    """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
+    directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server."""
+    room = int(1_000 * seconds * 1_100 * 1.25) + MiB  # the paced run's bodies, and then some: no file grows
+    with durable_servers(3, parent, room) as servers:
+        pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
+        result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
+                                   DURABLE_METHOD)
+        commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
+    return {**result, "files_in": str(parent), "group_commits": commits}
