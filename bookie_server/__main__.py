@@ -31,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     configure_logging(config.log_level)
     from bookie_server.memory import keep_freed_memory
+    from bookie_server.python_heap import freeze_start_up_objects, watch_collections
     from bookie_server.server import BookieServer  # late: keeps --help and flag errors fast
 
     keep_freed_memory()  # entry bodies pass through megabyte buffers: reuse them (see bookie_server.memory)
@@ -44,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LedgerError, OSError) as exc:
         print(f"bookie-server: bookie {server.bookie_id} cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
+    # start-up objects out of the collector's full passes (bookie_server.python_heap), its pauses in the metrics
+    server.metrics.python_heap_frozen(freeze_start_up_objects())
+    watch_collections(server.metrics.python_gc_paused)
     metrics = server.metrics_url or "off"
     print(f"bookie {server.bookie_id} ready address={server.address} metrics={metrics}", flush=True)
     stop_requested.wait()

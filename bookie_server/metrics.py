@@ -12,7 +12,9 @@ Metric names (all prefixed ``bookie_``): ``add_requests_total{status}``,
 missing record and answered IO_ERROR; ``journal``: journal regions or
 entries skipped at start under ``--skip-journal-corruption``); load shedding: ``calls_refused_total{kind}``
 (calls refused at once past a cap: add streams, long polls, reads), ``memory_trims_total``
-(heap memory handed back after a burst of adds); authorization (``authorization.OPERATIONS``:
+(heap memory handed back after a burst of adds); the Python heap: ``python_frozen_objects`` (objects kept out of
+the collector's passes after start-up), ``python_gc_pause_seconds{generation}`` (each pass of Python's cyclic
+collector, which stops every thread; ``bookie_server.python_heap``); authorization (``authorization.OPERATIONS``:
 add, read, fence, read_lac, write_lac): ``unauthorized_total{op}`` (requests refused UNAUTHORIZED: a missing
 or wrong master key), ``admin_requests_total{op}`` (requests served without the ledger's key because the
 caller is an ``--admin-identity``).
@@ -90,6 +92,12 @@ class BookieMetrics:
         self._admin = {op: admin.labels(op=op) for op in OPERATIONS}
         self._trims = Counter("bookie_memory_trims", "Heap memory handed back to the system after a burst",
                               registry=reg)
+        self._frozen = Gauge("bookie_python_frozen_objects",
+                             "Python objects frozen after start-up (skipped by the cyclic collector)", registry=reg)
+        pauses = Histogram("bookie_python_gc_pause_seconds",
+                           "Passes of Python's cyclic garbage collector (every thread waits), by generation",
+                           ["generation"], buckets=_LATENCY_BUCKETS, registry=reg)
+        self._gc_pauses = {generation: pauses.labels(generation=str(generation)) for generation in range(3)}
         self._http = None
         self._http_thread: threading.Thread | None = None
 
@@ -154,6 +162,14 @@ class BookieMetrics:
 
     def memory_trimmed(self) -> None:
         self._trims.inc()
+
+    def python_heap_frozen(self, objects: int) -> None:
+        self._frozen.set(objects)
+
+    def python_gc_paused(self, generation: int, seconds: float) -> None:
+        histogram = self._gc_pauses.get(generation)
+        if histogram is not None:
+            histogram.observe(seconds)
 
     def stream_opened(self) -> None:
         self._streams.inc()
