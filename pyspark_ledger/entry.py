@@ -154,6 +154,9 @@ class EntryCodec:
                     payload: bytes | memoryview) -> bytes:
         """The encoded entry's bytes before its payload (header and digest): ``encode`` is head + payload."""
         header = _HEADER.pack(MAGIC, VERSION, self._code, ledger_id, entry_id, last_add_confirmed, length)
+        crc32c = self._crc32c
+        if crc32c is not None:  # ``_digest`` inline: a writer encodes every entry here
+            return header + crc32c(payload, value=crc32c(header)).to_bytes(4, "big")
         return header + self._digest(header, payload)
 
     def decode(self, body: bytes, ledger_id: int | None = None, entry_id: int | None = None, *,

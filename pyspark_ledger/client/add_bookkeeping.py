@@ -19,7 +19,7 @@ thread.
 
 ``OrderedCompletions`` completes callers' futures in the order they were
 queued (entry order), by one thread at a time; only the owner pushes. A future
-its caller cancelled stays cancelled (``add_futures.complete``) and the others
+its caller cancelled stays cancelled (``add_futures.complete_all``) and the others
 are still completed.
 (Which bookies are silent for ``add_timeout_s`` is the core's decision:
 ``protocol.add_timeouts``.)
@@ -32,7 +32,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Callable, Protocol, Sequence
 
-from pyspark_ledger.client.add_futures import complete, fail
+from pyspark_ledger.client.add_futures import complete_all, fail
 from pyspark_ledger.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
@@ -148,8 +148,7 @@ class OrderedCompletions:
                     pairs = zip(futures, values)
                     try:
                         if error is None:
-                            for future, value in pairs:
-                                complete(future, value)
+                            complete_all(pairs)  # on a raise, ``pairs`` has moved past the future that raised
                         else:
                             for future, _ in pairs:
                                 fail(future, error)

@@ -31,7 +31,7 @@ The path of one add over ``GrpcTransport``, from ``append_async`` to its future 
   also receives the AddResultBatch -- (3) back to the stream's reader task on the network
   thread, whose answer event runs at once (it is the owner: no hand-off); the tracker releases
   confirmations in entry order (``ack_range``: one range per answer batch) and the futures are
-  completed there, in entry order (``add_futures.complete``) -- (4) to a caller in ``result()``.
+  completed there, in entry order (``add_futures.complete_all``) -- (4) to a caller in ``result()``.
 
 Three hand-offs between threads before the future completes, one client-side queue per bookie plus
 the writer's inbox, whose chunks make the AddBatches. Measured in ``docs/measurements.md`` ("One owner
@@ -161,7 +161,10 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         Blocks while ``max_inflight_adds`` adds are unconfirmed. Done-callbacks run on the
         client's network thread: keep them short and never wait for this writer in them.
         """
-        payload = check_payload(data, self._max_payload)
+        if type(data) is bytes and len(data) <= self._max_payload:  # what check_payload returns as it is
+            payload = data
+        else:
+            payload = check_payload(data, self._max_payload)
         future = new_future()
         while True:
             with self._submit:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pyspark_ledger.client.add_futures import _lean_future, complete, fail, new_future
+from pyspark_ledger.client.add_futures import _lean_future, complete, complete_all, fail, new_future
 
 
 def test_this_python_gets_the_lean_future():
@@ -112,3 +112,43 @@ def test_every_thread_waiting_in_result_is_woken_by_complete_and_a_timeout_leave
     for thread in threads:
         thread.join(max(0.0, woken_by - time.monotonic()))
     assert seen == [3, 3, 3, 3] and not future._condition._waiters
+
+
+@pytest.mark.parametrize("make", [new_future, cf.Future], ids=["lean", "plain"])
+def test_complete_all_finishes_each_future_in_order_as_complete_does(make, caplog):
+    """One loop for a batch: values in order, a cancelled future left alone, waiters in ``wait`` and ``result``
+    told, and a callback's Exception logged while the next callbacks and futures still run."""
+    seen: list = []
+    futures = [make() for _ in range(4)]
+    assert futures[2].cancel()
+    futures[0].add_done_callback(lambda f: seen.append(("a", f.result())))
+    futures[0].add_done_callback(lambda f: 1 / 0)
+    futures[0].add_done_callback(lambda f: seen.append(("b", f.result())))
+    futures[3].add_done_callback(lambda f: seen.append(("c", f.result())))
+    waited: list = []
+    waiter = threading.Thread(target=lambda: waited.append(futures[1].result(60)), daemon=True)
+    waiter.start()
+    in_wait = threading.Thread(target=lambda: waited.append(len(cf.wait([futures[3]], timeout=60).done)),
+                               daemon=True)
+    in_wait.start()
+    time.sleep(0.05)
+    with caplog.at_level("ERROR", logger="concurrent.futures"):
+        complete_all(zip(futures, [10, 11, 12, 13]))
+    waiter.join(10)
+    in_wait.join(10)
+    assert seen == [("a", 10), ("b", 10), ("c", 13)]
+    assert "exception calling callback" in caplog.text
+    assert futures[2].cancelled() and [futures[i].result(0) for i in (0, 1, 3)] == [10, 11, 13]
+    assert sorted(waited) == [1, 11]
+
+
+def test_complete_all_stops_at_a_callback_that_raises_other_than_exception_leaving_the_rest_in_pairs():
+    class Stop(BaseException):
+        pass
+    futures = [new_future() for _ in range(3)]
+    futures[1].add_done_callback(lambda f: (_ for _ in ()).throw(Stop()))
+    pairs = zip(futures, [0, 1, 2])
+    with pytest.raises(Stop):
+        complete_all(pairs)
+    assert futures[1].result(0) == 1 and not futures[2].done()
+    assert list(pairs) == [(futures[2], 2)]

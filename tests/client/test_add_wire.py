@@ -32,14 +32,16 @@ def test_encoded_add_is_what_protobuf_serializes(ledger_id, entry_id, key, body,
 def test_one_encoder_reusing_its_size_fields_writes_what_protobuf_serializes():
     """The fields kept per body size must fit every entry id length, the recovery flag, and survive being
     dropped once more sizes than the encoder keeps were seen."""
-    encoder = AddEncoder(7, b"key")
-    for size in [1000] * 3 + list(range(90)) + [1000, 0]:
-        for entry_id in (0, 1, 127, 128, 16384, 2**21, 2**35, -1):
-            for recovery in (False, True):
-                body = bytes([size % 251]) * size
-                expected = pb.AddBatch(adds=[pb.AddRequest(ledger_id=7, entry_id=entry_id, master_key=b"key",
-                                                           body=body, recovery=recovery)]).SerializeToString()
-                assert encoder.encode_pieces(entry_id, body[:36], body[36:], recovery) == expected
+    for ledger_id, key in ((7, b"key"), (0, b"")):  # a ledger id and key at their default are left out
+        encoder = AddEncoder(ledger_id, key)
+        for size in [1000] * 3 + list(range(90)) + [1000, 0]:
+            # 16,384 .. 2**21 - 1: the ids whose varint encode_pieces makes inline
+            for entry_id in (0, 1, 127, 128, 16383, 16384, 130_000, 2**21 - 1, 2**21, 2**35, -1):
+                for recovery in (False, True):
+                    body = bytes([size % 251]) * size
+                    expected = pb.AddBatch(adds=[pb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=key,
+                                                               body=body, recovery=recovery)]).SerializeToString()
+                    assert encoder.encode_pieces(entry_id, body[:36], body[36:], recovery) == expected
 
 
 def test_a_batch_is_the_concatenation_of_its_adds():
