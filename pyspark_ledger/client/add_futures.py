@@ -91,25 +91,6 @@ def _matches_this_python() -> bool:
         return False
 
 
-def _complete_lean(future: Future, value: object) -> None:
-    condition = future._condition
-    if type(condition) is not _LeanCondition:
-        return _set(future, future.set_result, value)
-    with condition:
-        state = future._state
-        if state is not _PENDING and state is not _RUNNING:
-            return None  # cancelled by its caller: it stays so
-        future._result = value
-        future._state = _FINISHED
-        for waiter in future._waiters:
-            waiter.add_result(future)
-        if condition._waiters:
-            condition.notify_all()
-    if future._done_callbacks:
-        future._invoke_callbacks()
-    return None
-
-
 def _fail_lean(future: Future, error: BaseException) -> None:
     condition = future._condition
     if type(condition) is not _LeanCondition:
@@ -130,7 +111,7 @@ def _fail_lean(future: Future, error: BaseException) -> None:
 
 
 def _complete_all_lean(pairs: Iterator[tuple[Future, object]]) -> None:
-    """``_complete_lean`` for each ``(future, value)`` of ``pairs``, in order. If a done-callback raises other than
+    """Each ``(future, value)`` of ``pairs`` completed, in order, as the module docstring says. If a done-callback raises other than
     an ``Exception`` it propagates, with ``pairs`` consumed up to and including that future (the rest of its
     callbacks not run, as ``Future._invoke_callbacks`` leaves them): the caller keeps the rest."""
     lean, pending, running, finished, log_error = _LeanCondition, _PENDING, _RUNNING, _FINISHED, _base.LOGGER.exception
@@ -170,16 +151,16 @@ def _set(future: Future, setter, value) -> None:
             raise
 
 
-def _complete_plain(future: Future, value: object) -> None:
-    _set(future, future.set_result, value)
-
-
 def _fail_plain(future: Future, error: BaseException) -> None:
     _set(future, future.set_exception, error)
 
 
 _LEAN = _matches_this_python() and _RUNNING is not None and _FINISHED is not None
 new_future = _lean_future if _LEAN else Future
-complete = _complete_lean if _LEAN else _complete_plain
 complete_all = _complete_all_lean if _LEAN else _complete_all_plain
 fail = _fail_lean if _LEAN else _fail_plain
+
+
+def complete(future: Future, value: object) -> None:
+    """One future completed with ``value`` (``complete_all`` of one pair)."""
+    complete_all(((future, value),))

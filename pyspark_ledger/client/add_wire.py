@@ -154,6 +154,8 @@ def check_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes) -> 
 
 def check_payload(data, max_payload: int) -> bytes:
     """An entry's payload as bytes; InvalidArgumentError if it is not bytes-like, EntryTooLargeError if too large."""
+    if type(data) is bytes and len(data) <= max_payload:  # the usual case, first: a writer checks every entry
+        return data
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgumentError(
             f"an entry must be bytes-like, got {type(data).__name__}: encode text first (e.g. s.encode())")

@@ -161,10 +161,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         Blocks while ``max_inflight_adds`` adds are unconfirmed. Done-callbacks run on the
         client's network thread: keep them short and never wait for this writer in them.
         """
-        if type(data) is bytes and len(data) <= self._max_payload:  # what check_payload returns as it is
-            payload = data
-        else:
-            payload = check_payload(data, self._max_payload)
+        payload = check_payload(data, self._max_payload)
         future = new_future()
         while True:
             with self._submit:
