@@ -28,6 +28,7 @@ from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
 from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 PASSWORD = b"bench"
@@ -86,9 +87,19 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
     ``servers`` (name -> pid) also the CPU per entry of this process and of each server; with ``rate``,
     paced at that many entries/s, with the p50/p99 latency to the second ack (an ack quorum of 2).
     """
+    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{ports[0]}") as uri:
+        return fanout_run(uri, 1, size, seconds, inflight, servers, rate, method)
+
+
+def fanout_run(uri: str, ledger_id: int, size: int, seconds: float, inflight: int,
+               servers: dict[str, int] | None = None, rate: float | None = None,
+               method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry") -> dict:
+    """The fan-out of ``grpc_fanout_limit`` to every bookie registered in the metadata store at ``uri``, as adds
+    of ``ledger_id`` from entry 0 on (keyed with the benchmarks' password): real bookies take them once a
+    writer created that ledger."""
     sent_at: dict[int, float] = {}
     latencies: list[float] = []
-    codec, encoder, data = EntryCodec(), AddEncoder(1, master_key(PASSWORD)), os.urandom(size)
+    codec, encoder, data = EntryCodec(), AddEncoder(ledger_id, master_key(PASSWORD)), os.urandom(size)
     window = threading.BoundedSemaphore(inflight)
     acks: dict[int, int] = {}
     lock = threading.Lock()
@@ -108,14 +119,21 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
         for _ in range(done):
             window.release()
 
-    def answered(_bookie: str, results: list) -> None:  # one AddResult per add
+    failures: list[str] = []
+
+    def answered(bookie: str, results: list) -> None:  # one AddResult per add
+        refused = [result for result in results if result.status != pb.OK]
+        if refused:  # a real bookie may refuse: that add did not succeed, and the run must say so
+            failures.append(f"bookie {bookie} refused entry {refused[0].entry_id}: status {refused[0].status}")
         count_acks([result.entry_id for result in results])
 
     def acked(_bookie: str, spans: list) -> None:  # runs of OK answers (docs/protocol.md W9), as a bookie sends them
         count_acks(entry_id for _ledger_id, entry_ids in spans for entry_id in entry_ids)
-    listener = AddCallbacks(answered, lambda _bookie, _keys, error: print(f"fan-out failed: {error}"), acked)
-    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{ports[0]}") as uri, \
-            open_metadata_store(uri) as store:
+    def failed(bookie: str, keys: list, error) -> None:  # the stream ended: its unanswered adds count as answered
+        failures.append(f"bookie {bookie}: {error}")
+        count_acks([entry_id for _ledger_id, entry_id in keys])
+    listener = AddCallbacks(answered, failed, acked)
+    with open_metadata_store(uri) as store:
         transport = GrpcTransport(store)
         bookies = transport.bookies()
         meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
@@ -124,11 +142,11 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
         try:
             for count in paced(started, seconds, rate):
                 window.acquire()
-                frame = encoder.encode(count, codec.encode(1, count, count - 1, count * size, data))
+                frame = encoder.encode(count, codec.encode(ledger_id, count, count - 1, count * size, data))
                 with lock:
                     acks[count] = len(bookies)
                     sent_at[count] = time.perf_counter()
-                refused = transport.send_adds_to(bookies, 1, ((count, frame),), listener)
+                refused = transport.send_adds_to(bookies, ledger_id, ((count, frame),), listener)
                 if refused:
                     raise RuntimeError(f"fan-out refused: {refused}")
                 count += 1  # after the loop: how many were sent
@@ -138,6 +156,8 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
             used = meter.per_item(count)
         finally:
             transport.close()
+    if failures:
+        raise RuntimeError(f"{len(failures)} fan-out answer(s) or stream(s) failed, first: {failures[0]}")
     return {"entries_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 1),
             "method": method, "p50_ms_to_second_ack": round(percentile(latencies, 0.5), 3),
             "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
