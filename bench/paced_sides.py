@@ -58,27 +58,23 @@ def bookies(directory: Path):
 
 @contextlib.contextmanager
 def durable(directory: Path, seconds: float, rate: float):
-    """3 durable servers (files preallocated for the run) registered as bookies: (metadata URI, name -> pid)."""
+    """3 durable servers (files preallocated for the run) registered as bookies: (metadata URI, name -> pid, ledger
+    id), where any ledger id will do (they keep no ledger state)."""
     room = int(rate * seconds * 1_100 * 1.25) + (1 << 20)
     with tempfile.TemporaryDirectory(prefix="paced-sides-", dir=directory) as tmp, \
             durable_servers(3, Path(tmp), room) as servers:
         with noop_registrations([port for _, port in servers], Path(tmp), "durable") as uri:
-            yield uri, {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
+            yield uri, {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}, 1
 
 
 def one_run(pair: str, directory: Path, seconds: float, rate: float) -> dict:
     """One paced run of ``pair`` on fresh servers: p50/p99 in ms to the second answer, CPU µs per add."""
     client, servers = pair.split("_over_")
-    if servers == "bookies":
-        context = bookies(directory)
-    else:
-        context = durable(directory, seconds, rate)
-    with context as found:
-        uri, pids = found[0], found[1]
-        if client == "ours":
+    context = bookies(directory) if servers == "bookies" else durable(directory, seconds, rate)
+    with context as (uri, pids, ledger_id):
+        if client == "ours":  # its own ledger: the writer creates one
             run = client_run(uri, KiB, seconds, 1_000, rate, pids)
             return {"p50_ms": run["p50_ms"], "p99_ms": run["p99_ms"], "cpu_us_per_add": run["cpu_us_per_entry"]}
-        ledger_id = found[2] if servers == "bookies" else 1
         run = fanout_run(uri, ledger_id, KiB, seconds, 1_000, pids, rate, method="paced fan-out")
         return {"p50_ms": run["p50_ms_to_second_ack"], "p99_ms": run["p99_ms_to_second_ack"],
                 "cpu_us_per_add": run["cpu_us_per_entry"]}
