@@ -163,11 +163,16 @@ def fanout_run(uri: str, ledger_id: int, size: int, seconds: float, inflight: in
             "p99_ms_to_second_ack": round(percentile(latencies, 0.99), 3), **used}
 
 
+def durable_file_room(seconds: float, rate: float) -> int:
+    """Bytes to preallocate per durable server for a paced run: its bodies (1 KiB and framing), and then some, so
+    that no file grows during the run."""
+    return int(rate * seconds * 1_100 * 1.25) + MiB
+
+
 def durable_fanout_limit(parent: Path, seconds: float) -> dict:
     """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
     directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server."""
-    room = int(1_000 * seconds * 1_100 * 1.25) + MiB  # the paced run's bodies, and then some: no file grows
-    with durable_servers(3, parent, room) as servers:
+    with durable_servers(3, parent, durable_file_room(seconds, 1_000.0)) as servers:
         pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
         result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
                                    DURABLE_METHOD)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
 from durable_bookies import durable_servers  # noqa: E402
-from fanout_limits import KiB, PASSWORD, fanout_run  # noqa: E402
+from fanout_limits import KiB, PASSWORD, durable_file_room, fanout_run  # noqa: E402
 from noop_bookies import noop_registrations  # noqa: E402
 from replication import client_run  # noqa: E402
 from pyspark_ledger.client import LedgerClient  # noqa: E402
@@ -60,9 +60,8 @@ def bookies(directory: Path):
 def durable(directory: Path, seconds: float, rate: float):
     """3 durable servers (files preallocated for the run) registered as bookies: (metadata URI, name -> pid, ledger
     id), where any ledger id will do (they keep no ledger state)."""
-    room = int(rate * seconds * 1_100 * 1.25) + (1 << 20)
     with tempfile.TemporaryDirectory(prefix="paced-sides-", dir=directory) as tmp, \
-            durable_servers(3, Path(tmp), room) as servers:
+            durable_servers(3, Path(tmp), durable_file_room(seconds, rate)) as servers:
         with noop_registrations([port for _, port in servers], Path(tmp), "durable") as uri:
             yield uri, {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}, 1
 

@@ -111,9 +111,9 @@ def _fail_lean(future: Future, error: BaseException) -> None:
 
 
 def _complete_all_lean(pairs: Iterator[tuple[Future, object]]) -> None:
-    """Each ``(future, value)`` of ``pairs`` completed, in order, as the module docstring says. If a done-callback raises other than
-    an ``Exception`` it propagates, with ``pairs`` consumed up to and including that future (the rest of its
-    callbacks not run, as ``Future._invoke_callbacks`` leaves them): the caller keeps the rest."""
+    """Each ``(future, value)`` of ``pairs`` completed, in order, as the module docstring says. If a done-callback
+    raises other than an ``Exception`` it propagates, with ``pairs`` consumed up to and including that future (the
+    rest of its callbacks not run, as ``Future._invoke_callbacks`` leaves them): the caller keeps the rest."""
     lean, pending, running, finished, log_error = _LeanCondition, _PENDING, _RUNNING, _FINISHED, _base.LOGGER.exception
     for future, value in pairs:
         condition = future._condition
