@@ -6,7 +6,7 @@ A diagnosis tool, not one of ``python -m bench``'s benchmarks. At a paced 1,000 
 or two adds, so a bookie's cost per add is mostly its cost per batch (docs/measurements.md, "Which side makes
 the paced tail"). This drives one add stream's path in this process, batch by batch, waiting for each to be
 durable before the next as a paced writer's bookie does: ``add_wire.decode_add_batch`` of the bytes a client
-sends, ``AddStreamSession._take_batch`` (the reader thread's checks and ``BookieStorage.add_entries``: entry log,
+sends, ``AddStreamSession._take_batch`` (the reader thread's checks and ``BookieStorage.add_entries_then``: entry log,
 index, journal submission), the group commit on the storage's own journal thread, and ``_answers`` (the handler
 thread's answer in runs, docs/protocol.md W9). A fresh ``BookieStorage`` in ``--dir`` (``/dev/shm`` by default:
 tmpfs, so ``fdatasync`` costs nothing and the figures are CPU). For each of ``--repeats`` runs: the CPU
@@ -68,13 +68,16 @@ def batches(adds: int, count: int) -> list[bytes]:
                      for entry in range(first, first + adds)) for first in range(0, adds * count, adds)]
 
 
-def one_run(directory: Path, adds: int, count: int) -> dict:
-    """µs of CPU per batch of each part (and per group commit), over ``count`` batches of ``adds`` adds."""
-    raws = batches(adds, count)
+def one_run(directory: Path, adds: int, count: int, raws: list[bytes] | None = None) -> dict:
+    """µs of CPU per batch of each part (and per group commit), over ``count`` batches of ``adds`` adds (``raws``:
+    those batches already encoded, else they are encoded here)."""
+    raws = batches(adds, count) if raws is None else raws
     with tempfile.TemporaryDirectory(prefix="bookie-batch-", dir=directory) as tmp, CommitClock() as clock:
-        storage = BookieStorage(StorageConfig(Path(tmp) / "bookie", checkpoint_interval_s=0))
+        metrics = BookieMetrics()  # as a bookie counts them: the journal's group commits too
+        storage = BookieStorage(StorageConfig(Path(tmp) / "bookie", checkpoint_interval_s=0),
+                                on_journal_sync=metrics.journal_synced)
         try:
-            session = AddStreamSession(storage, BookieMetrics(), bookie_id="bench",
+            session = AddStreamSession(storage, metrics, bookie_id="bench",
                                        limits=StreamLimits(max_entry_size=5 << 20), answer_runs=True)
             spent = dict.fromkeys(PARTS[:3], 0.0)
             answered = 0

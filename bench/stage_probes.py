@@ -78,16 +78,18 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
         return take_batch(self, batch)
     add_stream.AddStreamSession._take_batch = probed_take_batch
 
-    add_entries = storage.BookieStorage.add_entries
+    add_entries_then = storage.BookieStorage.add_entries_then
 
-    def probed_add_entries(self, adds):
-        started = _now()
-        future = add_entries(self, adds)
-        submitted = _now()
+    def probed_add_entries_then(self, adds, on_done):
+        started, submitted = _now(), []
         keys = [(add[0], add[1]) for add in adds]
-        future.add_done_callback(lambda _f: records.append(("store", started, submitted, _now(), keys)))
-        return future
-    storage.BookieStorage.add_entries = probed_add_entries
+
+        def done(statuses):
+            records.append(("store", started, submitted[0] if submitted else _now(), _now(), keys))
+            on_done(statuses)
+        add_entries_then(self, adds, done)
+        submitted.append(_now())
+    storage.BookieStorage.add_entries_then = probed_add_entries_then
 
     responses = add_stream.AddStreamSession.responses
 

@@ -6,7 +6,7 @@ the received bytes, never copied), checks it (adds per batch, then each
 add's ids, master key and size: ``limits``), admits up to
 ``max_inflight_adds`` adds whose bytes fit the bookie-wide in-flight byte
 budget (``--max-inflight-bytes``; past it they are answered
-TOO_MANY_REQUESTS at once) and hands them to ``storage.add_entries`` as one
+TOO_MANY_REQUESTS at once) and hands them to ``storage.add_entries_then`` as one
 batch. Every add needs its ledger's master key (``authorization``): one without is answered
 UNAUTHORIZED, except an administrator's recovery write-back of a ledger this bookie stores (the stream's
 caller is checked once, when it opens). While the stream's own adds in flight hold ``--max-stream-inflight-bytes``
@@ -73,7 +73,9 @@ class AddStreamSession:
         self._held = 0  # bytes charged for this stream's adds in flight (bookie-wide budget and back-pressure)
         self._held_closed = False  # the call ended: what is admitted later is given back at once
         self._refusals_held = 0  # refusal answers queued and not yet sent (stream back-pressure only)
-        self._room = threading.Condition()
+        self._room_lock = threading.Lock()  # taken alone where nobody is woken (a C-level ``with``)
+        self._room = threading.Condition(self._room_lock)
+        self._room_waiters = 0  # readers waiting for room: only then does freeing bytes notify
         self._peer = peer
         self._guard = ledger_guard  # bookie_server.ledger_guard.LedgerGuard or None
         self._admin = admin  # the caller is an --admin-identity (decided once per stream)
@@ -183,9 +185,10 @@ class AddStreamSession:
 
     def _free(self, cost: int) -> None:
         """Give back the bytes of answered adds; wake a reader held back by the stream's byte limit."""
-        with self._room:
+        with self._room_lock:
             self._held -= cost
-            self._room.notify()
+            if self._room_waiters:
+                self._room.notify()
         left = self._bookie_bytes.give_back(cost)
         if left == 0 and self._on_bytes_freed is not None:
             self._on_bytes_freed(cost)
@@ -237,9 +240,13 @@ class AddStreamSession:
         if self._held + self._refusals_held < limit:
             return
         with self._room:
-            while (self._held + self._refusals_held >= limit and not self._rpc_done
-                   and not self._limiter.drained()):
-                self._room.wait(BACKPRESSURE_POLL_S)
+            self._room_waiters += 1
+            try:
+                while (self._held + self._refusals_held >= limit and not self._rpc_done
+                       and not self._limiter.drained()):
+                    self._room.wait(BACKPRESSURE_POLL_S)
+            finally:
+                self._room_waiters -= 1
 
     def _take_batch(self, batch: ReceivedBatch) -> None:
         """Check each add, admit the well-formed ones and submit them as one storage batch.
@@ -324,7 +331,7 @@ class AddStreamSession:
             size = sum(len(op[3]) for op in ops[:granted])
             ops = ops[:granted]
         cost = add_cost(size, len(ops))
-        with self._room:
+        with self._room_lock:
             if self._held_closed:  # the call ended while this batch was checked: nobody frees it later
                 return ops, 0
             self._held += cost
@@ -344,14 +351,18 @@ class AddStreamSession:
 
     def _submit(self, ops: list[tuple], started: float, cost: int) -> None:
         self._metrics.adds_submitted(len(ops))
+        answered = []  # whether on_done ran: a failure after it must not answer the batch twice
+
+        def on_done(statuses: list[int]) -> None:
+            answered.append(True)
+            self._stored(ops, started, statuses, "", cost)
         try:
-            future = self._storage.add_entries(ops)
+            self._storage.add_entries_then(ops, on_done)
         except Exception as exc:  # noqa: BLE001 - storage closed or broken: answer, never crash
             _log.error("storage refused a batch of %d adds (ledger %d entry %d first): %s",
                        len(ops), ops[0][0], ops[0][1], exc)
-            self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}", cost)
-            return
-        future.add_done_callback(lambda done: self._on_stored(ops, started, done, cost))
+            if not answered:
+                self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}", cost)
 
     def _log_refusals(self, ops: list[tuple], statuses: list[int]) -> None:
         refused = [(op, status) for op, status in zip(ops, statuses) if status != pb.OK]
@@ -359,16 +370,6 @@ class AddStreamSession:
             op, status = refused[0]
             _log.info("storage refused %d add(s) from %s, first: ledger %d entry %d %s", len(refused), self._peer,
                       op[0], op[1], STATUS_NAMES.get(status, status))
-
-    def _on_stored(self, ops: list[tuple], started: float, future, cost: int) -> None:
-        try:
-            statuses = future.result()
-            error = ""
-        except Exception as exc:  # noqa: BLE001 - every waiting add gets an answer
-            _log.error("storing %d adds (ledger %d entry %d first) failed: %s",
-                       len(ops), ops[0][0], ops[0][1], exc)
-            statuses, error = [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}"
-        self._stored(ops, started, statuses, error, cost)
 
     def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str, cost: int) -> None:
         if statuses.count(pb.OK) == len(statuses):

@@ -85,7 +85,8 @@ class Journal:
         self._allocated = 0  # the current file's size: zeros from ``_offset`` on, if preallocated
         self._on_sync = on_sync
         self._before_write = before_write
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # taken alone where nobody waits or is woken (a C-level ``with``)
+        self._cond = threading.Condition(self._lock)
         self._queue: deque[_Submission] = deque()
         self._closing = False
         self._failure: StorageError | None = None
@@ -209,15 +210,23 @@ class Journal:
             return batch
 
     def _commit(self, batch: list[_Submission]) -> None:
-        nbytes = sum(item.nbytes for item in batch)
+        nbytes = records = 0
+        sync_first = new_file = False
+        chunks: list[Buffer] = []
+        offset = self._offset
+        for item in batch:  # one pass (this runs per group commit, often of one submission)
+            nbytes += item.nbytes
+            records += item.nrecords
+            sync_first = sync_first or item.sync_first
+            new_file = new_file or 0 < item.new_file_at <= offset
+            chunks.extend(item.chunks)
         try:
-            if self._offset >= self._file_size or any(0 < item.new_file_at <= self._offset for item in batch):
+            if offset >= self._file_size or new_file:
                 self._rotate()
-            if self._before_write is not None and any(item.sync_first for item in batch):
+            if sync_first and self._before_write is not None:
                 self._before_write()
-            chunks = [chunk for item in batch for chunk in item.chunks]
             if nbytes:  # an empty group (flushes only) writes nothing
-                chunks.append(encode_commit(sum(item.nrecords for item in batch), nbytes))
+                chunks.append(encode_commit(records, nbytes))
                 self._preallocate(self._offset + nbytes + len(chunks[-1]))  # the records, then COMMIT
             written = write_all(self._fd, chunks)
             started = time.monotonic()
@@ -230,13 +239,16 @@ class Journal:
             return
         self._offset += written
         self._drop_cached()
-        with self._cond:
+        with self._lock:
             self._synced = JournalMark(self._file_id, self._offset)
             self._durable += len(batch)
         for item in batch:
-            _call(item.callback, True)
+            try:
+                item.callback(True)
+            except Exception:  # a listener's bug must not stop the journal (as in _call)
+                log.exception("journal callback %r failed", item.callback)
         if self._on_sync is not None:
-            _call(self._on_sync, sum(item.nrecords for item in batch), nbytes, fsync_seconds)
+            _call(self._on_sync, records, nbytes, fsync_seconds)
 
     def _drop_cached(self) -> None:
         """Drop the page cache of fsync'd journal bytes (read only by replay), a megabyte at least at a time,

@@ -57,6 +57,7 @@ _ENTRY_IDS = struct.Struct(">Qq")
 _REF = struct.Struct(">QqqQQI")  # ledger id, entry id, LAC, entry log id, offset, body length
 _REF_COVERED = struct.Struct(">IBQqqQQI")  # length, kind, then the ADD_REF payload
 _MAGIC_CRC = struct.Struct(">4sI")
+_crc = crc32c.crc32c
 _COMMIT = struct.Struct(">IQ")  # records in the group, bytes of the group
 _COMMIT_COVERED = struct.Struct(">IBIQ")  # length, kind, then the COMMIT payload
 _VERSION = struct.Struct(">H")
@@ -94,8 +95,7 @@ class EntryReference:
 def encode_add(ledger_id: int, entry_id: int, body: Buffer) -> list[Buffer]:
     """The record of one add, as chunks for ``writev`` (the body is not copied)."""
     fixed = _ADD_FIXED.pack(_ENTRY_IDS.size + len(body), ADD, ledger_id, entry_id)
-    crc = crc32c.crc32c(body, value=crc32c.crc32c(fixed))
-    return [MAGIC + _CRC.pack(crc) + fixed, body]
+    return [_MAGIC_CRC.pack(MAGIC, _crc(body, _crc(fixed))) + fixed, body]  # (positional: a keyword costs more)
 
 
 def encode_add_ref(ledger_id: int, entry_id: int, last_add_confirmed: int, log_id: int, offset: int,

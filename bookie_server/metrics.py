@@ -33,6 +33,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from bookie_server.authorization import OPERATIONS
+from bookie_server.metric_tallies import AddPathTallies
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -50,24 +51,15 @@ class BookieMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
-        adds = Counter("bookie_add_requests", "Adds answered, by status", ["status"], registry=reg)
+        # the add path's metrics: updated once or twice per batch, as plain counts (bookie_server.metric_tallies)
+        self._tallies = AddPathTallies(STATUS_NAMES, pb.STATUS_UNSPECIFIED, _LATENCY_BUCKETS, _RECORD_BUCKETS,
+                                       _BYTE_BUCKETS)
+        reg.register(self._tallies)
         reads = Counter("bookie_read_requests", "Reads answered, by status", ["status"], registry=reg)
-        self._adds = {number: adds.labels(status=name) for number, name in STATUS_NAMES.items()}
         self._reads = {number: reads.labels(status=name) for number, name in STATUS_NAMES.items()}
-        self._add_latency = Histogram("bookie_add_latency_seconds",
-                                      "Add latency, received to durable: one observation per storage batch",
-                                      buckets=_LATENCY_BUCKETS, registry=reg)
         self._read_latency = Histogram("bookie_read_latency_seconds", "Read request latency",
                                        buckets=_LATENCY_BUCKETS, registry=reg)
-        self._fsync_latency = Histogram("bookie_journal_fsync_latency_seconds", "Journal group-commit fsync time",
-                                        buckets=_LATENCY_BUCKETS, registry=reg)
-        self._batch_records = Histogram("bookie_journal_batch_records", "Journal records per fsync",
-                                        buckets=_RECORD_BUCKETS, registry=reg)
-        self._batch_bytes = Histogram("bookie_journal_batch_bytes", "Journal bytes per fsync",
-                                      buckets=_BYTE_BUCKETS, registry=reg)
-        self._bytes_written = Counter("bookie_bytes_written", "Entry bytes stored", registry=reg)
         self._bytes_read = Counter("bookie_bytes_read", "Entry bytes returned by reads", registry=reg)
-        self._inflight = Gauge("bookie_inflight_adds", "Adds received and not yet durable", registry=reg)
         self._streams = Gauge("bookie_add_streams", "Open add streams", registry=reg)
         self._gc_passes = Counter("bookie_gc_passes", "Garbage collection passes, by outcome", ["outcome"],
                                   registry=reg)
@@ -103,25 +95,29 @@ class BookieMetrics:
 
     # --- recording ---------------------------------------------------------------
     def adds_submitted(self, count: int) -> None:
-        self._inflight.inc(count)
+        tallies = self._tallies
+        with tallies.lock:
+            tallies.inflight += count
 
     def adds_completed(self, statuses: list[int], seconds: float, stored_bytes: int) -> None:
         """One storage batch finished: count statuses, the batch's latency (one observation: all its adds
         share it, and a histogram update per add cost more than storing a small entry), bytes."""
-        self._inflight.dec(len(statuses))
+        tallies = self._tallies
         ok = statuses.count(pb.OK)
-        if ok:
-            self._adds[pb.OK].inc(ok)
-        if ok != len(statuses):
-            for status in statuses:
-                if status != pb.OK:
-                    self._adds.get(status, self._adds[pb.STATUS_UNSPECIFIED]).inc()
-        self._add_latency.observe(seconds)
-        if stored_bytes:
-            self._bytes_written.inc(stored_bytes)
+        with tallies.lock:
+            tallies.inflight -= len(statuses)
+            tallies.adds[pb.OK] += ok
+            if ok != len(statuses):
+                for status in statuses:
+                    if status != pb.OK:
+                        tallies.count_answers(status, 1)
+            tallies.add_latency.add(seconds)
+            tallies.bytes_written += stored_bytes
 
     def adds_refused(self, status: int, count: int) -> None:
-        self._adds[status].inc(count)
+        tallies = self._tallies
+        with tallies.lock:
+            tallies.count_answers(status, count)
 
     def read_done(self, status: int, seconds: float, returned_bytes: int) -> None:
         self._reads[status].inc()
@@ -131,9 +127,11 @@ class BookieMetrics:
 
     def journal_synced(self, records: int, written_bytes: int, fsync_seconds: float) -> None:
         """The storage engine's ``on_journal_sync`` hook (called by the journal thread)."""
-        self._batch_records.observe(records)
-        self._batch_bytes.observe(written_bytes)
-        self._fsync_latency.observe(fsync_seconds)
+        tallies = self._tallies
+        with tallies.lock:
+            tallies.batch_records.add(records)
+            tallies.batch_bytes.add(written_bytes)
+            tallies.fsync_latency.add(fsync_seconds)
 
     def gc_pass_done(self, result) -> None:
         """One garbage collection pass (a ``gc.GcPass``) finished."""

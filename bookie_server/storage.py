@@ -143,6 +143,14 @@ class BookieStorage:
         The future is completed on the journal thread: done-callbacks must be quick and must not block.
         """
         future = running_future()
+        self.add_entries_then(adds, future.set_result)
+        return future
+
+    def add_entries_then(self, adds: Sequence[AddOp], on_done: Callable[[list[int]], None]) -> None:
+        """``add_entries`` without a future: ``on_done(statuses)`` is called once, on the journal thread when
+        the accepted adds are durable (or failed), or on this thread before the return when none was submitted.
+        It must be quick, must not block and should not raise (the journal only logs what it raises). The add
+        stream's way: a future per batch cost its completion chain a condition and four more calls."""
         statuses = [pb.BAD_REQUEST] * len(adds)
         valid = []  # (position, add, LAC, ADD record chunks or None)
         inline_max = self._inline_max
@@ -157,12 +165,11 @@ class BookieStorage:
                 valid = refuse_failed_ledgers(valid, self._index.failed, statuses)
             batch = admit_batch(self._states, valid, statuses, refusal)
             submitted = bool(batch.entries) and self._store_and_submit(
-                batch, completion(future, statuses, batch.accepted), statuses)
+                batch, completion(on_done, statuses, batch.accepted), statuses)
         if not submitted:
             for position in batch.accepted:
                 statuses[position] = pb.IO_ERROR
-            future.set_result(statuses)
-        return future
+            on_done(statuses)
 
     def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None], statuses: list[int]) -> bool:
         try:

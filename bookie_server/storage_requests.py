@@ -80,9 +80,10 @@ def checked_lac(add: tuple) -> int | None:
     """The LAC in a well-formed add's entry header, or None if the add is malformed (BAD_REQUEST)."""
     try:
         ledger_id, entry_id, master_key, body, _ = add
-        if not valid_ledger_id(ledger_id) or not valid_key(master_key):
-            return None
-        if not isinstance(entry_id, int) or not 0 <= entry_id <= MAX_STORED_ENTRY_ID:
+        # valid_ledger_id and valid_key, inlined (this runs once per entry)
+        if not (isinstance(ledger_id, int) and 0 <= ledger_id <= MAX_LEDGER_ID
+                and isinstance(master_key, (bytes, bytearray)) and 0 < len(master_key) <= MAX_KEY_BYTES
+                and isinstance(entry_id, int) and 0 <= entry_id <= MAX_STORED_ENTRY_ID):
             return None
         size = len(body)
         if size > MAX_BODY_BYTES:
@@ -187,12 +188,13 @@ def running_future() -> concurrent.futures.Future:
     return future
 
 
-def completion(future: concurrent.futures.Future, statuses: list[int],
+def completion(on_done: Callable[[list[int]], None], statuses: list[int],
                accepted: list[int]) -> Callable[[bool], None]:
-    """The journal callback of an add batch: every accepted add becomes OK (durable) or IO_ERROR."""
+    """The journal callback of an add batch: every accepted add becomes OK (durable) or IO_ERROR, then
+    ``on_done(statuses)``."""
     def complete(durable: bool) -> None:
         code = pb.OK if durable else pb.IO_ERROR
         for position in accepted:
             statuses[position] = code
-        future.set_result(statuses)
+        on_done(statuses)
     return complete

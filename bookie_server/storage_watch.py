@@ -56,6 +56,9 @@ class StorageHandle:
     def add_entries(self, adds):
         return self.target.add_entries(adds)
 
+    def add_entries_then(self, adds, on_done) -> None:
+        self.target.add_entries_then(adds, on_done)
+
     def read_entry(self, ledger_id: int, entry_id: int, master_key: bytes | None = None) -> bytes:
         return self.target.read_entry(ledger_id, entry_id, master_key)
 

@@ -38,14 +38,16 @@ class StorageSpy:
     def __init__(self, storage: BookieStorage, monkeypatch) -> None:
         self.batches: list[list[tuple]] = []
         self.done = threading.Event()
-        real = storage.add_entries
+        real = storage.add_entries_then
 
-        def add_entries(ops):
+        def add_entries_then(ops, on_done):
             self.batches.append(list(ops))
-            future = real(ops)
-            future.add_done_callback(lambda _: self.done.set())
-            return future
-        monkeypatch.setattr(storage, "add_entries", add_entries)
+
+            def done(statuses):
+                on_done(statuses)
+                self.done.set()
+            real(ops, done)
+        monkeypatch.setattr(storage, "add_entries_then", add_entries_then)
 
 
 def take(storage: BookieStorage, raw: bytes) -> None:
