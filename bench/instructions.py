@@ -1,12 +1,13 @@
 """Machine instructions per add on a bookie's add path: a measure of its CPU that the machine's load cannot move.
 
-Usage: ``python bench/instructions.py [--adds 1 100] [--batches 20] [--out FILE]``. Needs ``valgrind``.
+Usage: ``python bench/instructions.py [--adds 1 100] [--batches 50] [--out FILE]``. Needs ``valgrind``.
 
 A diagnosis tool, not one of ``python -m bench``'s benchmarks. Timings on these shared 2-core machines swing by
 15 % between identical runs of ``bookie_batch.py`` (docs/measurements.md, "Instructions per add in a bookie"), so
 a change that saves 3 % of the bookie's CPU cannot be seen in them. Valgrind's ``callgrind`` counts the
 instructions a process executes, which do not depend on the load, the clock or the caches: the same run gives
-the same count within a few tenths of a percent.
+the same count to the last few instructions per batch, once the child's string hashing is fixed
+(``PYTHONHASHSEED=0``: with random seeds, counts of one tree over 20 and 60 batches of one add drifted by 10 %).
 
 For each ``--adds`` (adds per AddBatch), this runs ``bookie_batch.one_run`` -- decode, the reader's checks and
 storage, the group commit on the journal thread, the answers; a fresh ``BookieStorage`` on tmpfs -- in a child
@@ -48,7 +49,8 @@ def counted_run(batches_file: Path, adds: int, count: int) -> int:
     """Instructions of one child run over the first ``count`` batches in ``batches_file``."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
                str(Path(__file__).resolve()), "--child", str(batches_file), str(adds), str(count)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashing every run: set and dict orders, and their cost
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"the counted run failed ({done.returncode}): {done.stderr[-800:]}")
     return collected(done.stderr)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = BenchParser(__doc__)
     parser.add_argument("--adds", type=int, nargs="+", default=[1, 100], help="adds per AddBatch (default 1 100)")
-    parser.number("--batches", int, 20, help="batches in the short run (the long one has 3 times as many)")
+    parser.number("--batches", int, 50, help="batches in the short run (the long one has 3 times as many)")
     log_warnings()
     args = parser.parse_args(argv)
     if any(not 1 <= adds <= 10_000 for adds in args.adds):

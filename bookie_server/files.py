@@ -26,6 +26,12 @@ def write_all(fd: int, chunks: Sequence[Buffer]) -> int:
     One ``writev`` per IOV_MAX chunks; short writes are resumed so that a
     partial write is never mistaken for a complete one.
     """
+    if len(chunks) <= IOV_MAX:  # the usual case: one writev (this runs for every batch of adds)
+        expected = sum(map(len, chunks))
+        written = os.writev(fd, chunks)
+        if written < expected:
+            _finish_short_write(fd, chunks, written)
+        return expected
     total = 0
     for start in range(0, len(chunks), IOV_MAX):
         group = chunks[start:start + IOV_MAX]
