@@ -351,17 +351,19 @@ class AddStreamSession:
 
     def _submit(self, ops: list[tuple], started: float, cost: int) -> None:
         self._metrics.adds_submitted(len(ops))
-        answered = []  # whether on_done ran: a failure after it must not answer the batch twice
+        answered = []  # the batch is answered once: by on_done, or by the failure below, whichever comes first
 
         def on_done(statuses: list[int]) -> None:
-            answered.append(True)
-            self._stored(ops, started, statuses, "", cost)
+            if not answered:
+                answered.append(True)
+                self._stored(ops, started, statuses, "", cost)
         try:
             self._storage.add_entries_then(ops, on_done)
         except Exception as exc:  # noqa: BLE001 - storage closed or broken: answer, never crash
             _log.error("storage refused a batch of %d adds (ledger %d entry %d first): %s",
                        len(ops), ops[0][0], ops[0][1], exc)
             if not answered:
+                answered.append(True)
                 self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}", cost)
 
     def _log_refusals(self, ops: list[tuple], statuses: list[int]) -> None:

@@ -85,3 +85,28 @@ def test_freeing_without_a_waiting_reader_needs_no_wake_up(storage) -> None:
     session._held = 10
     session._free(10)  # no reader waits: nothing to notify, and the count is right
     assert session._held == 0 and session._room_waiters == 0
+
+
+class FailingStorage:
+    """A storage whose add_entries_then raises, before or after it answered the batch."""
+
+    def __init__(self, answer_first: bool) -> None:
+        self.answer_first = answer_first
+        self.on_done = None
+
+    def add_entries_then(self, ops, on_done) -> None:
+        self.on_done = on_done
+        if self.answer_first:
+            on_done([pb.OK] * len(ops))
+        raise OSError("the storage broke")
+
+
+@pytest.mark.parametrize("answer_first", [False, True])
+def test_a_batch_is_answered_once_whatever_the_storage_does(answer_first) -> None:
+    storage = FailingStorage(answer_first)
+    session = AddStreamSession(storage, BookieMetrics(), bookie_id="test", limits=StreamLimits(max_entry_size=1 << 20))
+    session._submit([add(0)], time.monotonic(), 0)
+    storage.on_done([pb.OK])  # a late completion after the failure was answered: ignored
+    answers = [session._results.get_nowait()]
+    assert session._results.empty()
+    assert answers[0][2] == ([pb.OK] if answer_first else [pb.IO_ERROR])
