@@ -6,6 +6,7 @@ import urllib.request
 import grpc
 import pytest
 
+from bookie_server.storage import BookieStorage, StorageConfig
 from pyspark_ledger.client import BookieClient
 from pyspark_ledger.entry import EntryCodec, master_key
 from pyspark_ledger.metadata import open_metadata_store
@@ -34,6 +35,16 @@ def scrape(url: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     return samples
+
+
+@pytest.fixture
+def storage(tmp_path):
+    """A bookie's storage engine in this process, in tmp_path, with no periodic checkpoint; closed after."""
+    opened = BookieStorage(StorageConfig(tmp_path / "bookie", checkpoint_interval_s=0))
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 @pytest.fixture

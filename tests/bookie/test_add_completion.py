@@ -11,21 +11,11 @@ from bookie_server import add_stream
 from bookie_server.add_stream import AddStreamSession
 from bookie_server.limits import StreamLimits
 from bookie_server.metrics import BookieMetrics
-from bookie_server.storage import BookieStorage, StorageConfig
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 from .conftest import KEY, entry
 
 LEDGER = 12
-
-
-@pytest.fixture
-def storage(tmp_path):
-    opened = BookieStorage(StorageConfig(tmp_path / "bookie", checkpoint_interval_s=0))
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def add(entry_id: int, key: bytes = KEY) -> tuple:

@@ -12,7 +12,7 @@ from bookie_server.add_wire import decode_add_batch
 from bookie_server.entry_log import HEADER_SIZE as RECORD_HEADER_SIZE
 from bookie_server.limits import StreamLimits
 from bookie_server.metrics import BookieMetrics
-from bookie_server.storage import BookieStorage, StorageConfig
+from bookie_server.storage import BookieStorage
 from pyspark_ledger.client.add_wire import AddEncoder, varint
 from pyspark_ledger.errors import CorruptStorageError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
@@ -21,15 +21,6 @@ from .conftest import KEY, entry
 
 MiB = 1024 * 1024
 LEDGER = 41
-
-
-@pytest.fixture
-def storage(tmp_path):
-    opened = BookieStorage(StorageConfig(tmp_path / "bookie", checkpoint_interval_s=0))
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 class StorageSpy:
