@@ -19,7 +19,7 @@ def test_the_count_is_the_difference_of_a_short_and_a_long_run() -> None:
     row = instructions.per_add(2, 3)
     short, long = row["instructions"]
     assert row["batches"] == [3, 9] and long > short > 0
-    assert row["per_batch"] == round((long - short) / 6) and row["per_add"] == round(row["per_batch"] / 2)
+    assert row["per_batch"] == round((long - short) / 6) and row["per_add"] == round((long - short) / 12)
     assert 10_000 < row["per_batch"] < 10_000_000  # a bookie's batch of 2 adds: far more than nothing, far from a run
 
 
