@@ -4,7 +4,9 @@
 ``add_wire`` (one encoding shared by every bookie of the write set) and kicks
 the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
-write is done. For each AddResultBatch it calls ``listener.on_add_results(
+write is done and fewer than ``max_batches_in_flight`` batches of small adds
+are unanswered (``batch_window``, docs/protocol.md W10): adds queued while the
+window is full leave together once an answer frees a place. For each AddResultBatch it calls ``listener.on_add_results(
 bookie_id, results)`` once, with the ``AddResult`` messages of that
 listener's adds in the bookie's durability order. A bookie that answers in runs (docs/protocol.md W9,
 asked for by ``BookieClient``) sends OK answers as ``AckRun``s: they go first, to
@@ -33,6 +35,7 @@ import grpc
 import grpc.aio
 
 from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
+from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchWindow
 from pyspark_ledger.client.inflight_adds import InflightAdds
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
@@ -74,9 +77,10 @@ class AddStream:
 
     def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall], bookie_id: str, io_loop: IoLoop, *,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 tls=None) -> None:
+                 max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None) -> None:
         if max_batch_bytes < 1 or max_inflight < 1:
             raise InvalidConfigurationError("max_batch_bytes and max_inflight must be positive")
+        self._window = BatchWindow(max_batches_in_flight)  # touched on the loop thread only
         self.bookie_id = bookie_id
         self._tls = tls  # the client's ClientTls, to explain a failed handshake
         self._io = io_loop
@@ -229,14 +233,14 @@ class AddStream:
                     if self._failure is not None:
                         return False
                     batch = self._take_batch()
-                    closing = self._closing
+                    closing, drained = self._closing, not self._queue
                 if batch is None:
                     break
                 try:
                     await call.write(batch)
                 except (grpc.RpcError, asyncio.InvalidStateError):
                     return True  # the call ended: the reader reports why
-            if closing:
+            if closing and drained:  # else the answers that free the window wake this loop again
                 try:
                     await call.done_writing()
                 except (grpc.RpcError, asyncio.InvalidStateError):
@@ -244,16 +248,22 @@ class AddStream:
                 return False
 
     def _take_batch(self) -> bytes | None:
-        """Join queued adds up to max_batch_bytes (at least one); caller holds the lock.
+        """Join queued adds up to max_batch_bytes (at least one), if the window lets them go; caller holds the lock.
 
         A large add (``WRITE_ALONE_BYTES``) is written on its own, so its bytes are not copied
-        once more per bookie into a joined batch."""
+        once more per bookie into a joined batch; the window never holds it back."""
         queue = self._queue
         if not queue:
             return None
+        window = self._window
         if not self._large_queued and self._queued_bytes <= self._max_batch_bytes:
+            if window.full:
+                return None
             self._queue, self._queued_bytes = [], 0
+            window.sent(len(queue), False)
             return queue[0] if len(queue) == 1 else b"".join(queue)
+        if not window.may_send(len(queue[0]) >= WRITE_ALONE_BYTES):
+            return None
         size = count = 0
         for frame in queue:
             if count and (size + len(frame) > self._max_batch_bytes or len(frame) >= WRITE_ALONE_BYTES):
@@ -264,6 +274,7 @@ class AddStream:
                 self._large_queued -= 1
                 break
         self._queue, self._queued_bytes = queue[count:], self._queued_bytes - size
+        window.sent(count, count == 1 and len(queue[0]) >= WRITE_ALONE_BYTES)
         return queue[0] if count == 1 else b"".join(queue[:count])
 
     async def _read_answers(self, call: grpc.aio.StreamStreamCall) -> BookieError | None:
@@ -273,10 +284,14 @@ class AddStream:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return None
+                answered = 0
                 if response.acked:  # docs/protocol.md W9: a message's runs come before its results
-                    self._deliver_runs(response.acked)
+                    answered = self._deliver_runs(response.acked)
                 if response.results:
                     self._deliver(response.results)
+                    answered += len(response.results)
+                if self._window.answered(answered):
+                    self._wakeup.set()  # batches held back by the window may go (W10)
         except grpc.RpcError as exc:
             return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
         finally:
@@ -303,16 +318,17 @@ class AddStream:
         for listener, answered in groups.values():
             _notify(listener.on_add_results, self.bookie_id, answered)
 
-    def _deliver_runs(self, runs: Iterable) -> None:
-        """Hand runs of OK answers (docs/protocol.md W9) to the listeners of their adds, one call each, in order.
+    def _deliver_runs(self, runs: Iterable) -> int:
+        """Hand runs of OK answers (docs/protocol.md W9) to the listeners of their adds, one call each, in order;
+        how many adds they answer.
 
         BookieError (ending the stream) if the runs hold more entries than there are adds in flight."""
         bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs]
         groups: dict[int, tuple[AddListener, list]] = {}
         with self._lock:
             pending = self._pending
-            if sum(last - first + 1 for _, first, last in bounds) > len(pending) or any(
-                    last < first for _, first, last in bounds):
+            answered = sum(last - first + 1 for _, first, last in bounds)
+            if answered > len(pending) or any(last < first for _, first, last in bounds):
                 raise BookieError(f"bookie {self.bookie_id} answered with runs of entries that are not in flight "
                                   f"on this stream ({len(pending)} adds are): a malformed answer",
                                   bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
@@ -321,8 +337,9 @@ class AddStream:
                     groups.setdefault(id(listener), (listener, []))[1].append((ledger_id, entry_ids))
             if self._room_waiters and len(pending) < self._max_inflight:
                 self._room.notify_all()
-        for listener, answered in groups.values():
-            _notify(_acks_callback(listener), self.bookie_id, answered)
+        for listener, spans in groups.values():
+            _notify(_acks_callback(listener), self.bookie_id, spans)
+        return answered
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:

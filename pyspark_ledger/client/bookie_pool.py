@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 
 from pyspark_ledger.client.add_stream import AddStream
+from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.bookie_rpc import BookieClient, parse_address
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.client.tls_errors import mismatch
@@ -30,7 +31,8 @@ class BookiePool:
     """Channels and add streams to the bookies of one client."""
 
     def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
-                 max_inflight: int = 10_000, tls=None, answer_runs: bool = True) -> None:
+                 max_inflight: int = 10_000, max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
+                 answer_runs: bool = True) -> None:
         self._answer_runs = answer_runs
         self._tls = tls if tls is not None and tls.enabled else None
         # read (and checked) once: a bad file fails here, naming its setting
@@ -39,6 +41,7 @@ class BookiePool:
         self._timeout = timeout
         self._max_batch_bytes = max_batch_bytes
         self._max_inflight = max_inflight
+        self._max_batches_in_flight = max_batches_in_flight
         self._lock = threading.Lock()
         self._clients: dict[str, BookieClient] = {}
         self._streams: dict[str, AddStream] = {}
@@ -108,8 +111,8 @@ class BookiePool:
             stream = self._streams.get(bookie_id)
             if stream is None or stream.closed:
                 try:
-                    stream = client.add_stream(max_inflight=self._max_inflight,
-                                               max_batch_bytes=self._max_batch_bytes)
+                    stream = client.add_stream(max_inflight=self._max_inflight, max_batch_bytes=self._max_batch_bytes,
+                                               max_batches_in_flight=self._max_batches_in_flight)
                 except InvalidStateError as exc:  # the client was closed underneath us
                     raise BookieUnavailableError(str(exc), bookie_id=bookie_id, status=BookieStatus.CLOSED) from exc
                 self._streams[bookie_id] = stream

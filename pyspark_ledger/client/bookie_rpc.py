@@ -32,6 +32,7 @@ import grpc
 import grpc.aio
 
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
+from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.read_wire import decode_read_response
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
@@ -150,13 +151,13 @@ class BookieClient:
         self._closed = False
 
     # --- adds ----------------------------------------------------------------------
-    def add_stream(self, *, max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                   max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> AddStream:
+    def add_stream(self, *, max_inflight: int = DEFAULT_MAX_INFLIGHT, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+                   max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT) -> AddStream:
         """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry)."""
         with self._lock:
             io_loop = self._loop_locked()
             stream = AddStream(self._open_add_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
-                               max_inflight=max_inflight, tls=self.tls)
+                               max_inflight=max_inflight, max_batches_in_flight=max_batches_in_flight, tls=self.tls)
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
             self._streams.add(stream)
             return stream

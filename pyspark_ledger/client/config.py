@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, check_batches_in_flight
 from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.protocol.placement import PlacementPolicy
 from pyspark_ledger.protocol.zone_placement import MAX_ACK_ZONES, ZoneAwarePlacement
@@ -47,6 +48,11 @@ class ClientConfig:
     explicit_lac_interval_s: float = 0.1
     #: Bytes of queued adds coalesced into one streamed message to a bookie.
     max_batch_bytes: int = 4 * MiB
+    #: Messages (AddBatches) of small adds an add stream keeps unanswered by its bookie, 1 to 1,024; adds
+    #: queued meanwhile leave together in the next message once an answer frees a place, so a bookie that
+    #: falls behind gets fewer, larger messages instead of a pile of small ones. Adds of 64 KiB or more
+    #: are never held back (docs/protocol.md W10).
+    add_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
     #: Ask bookies to answer OK adds as runs of entry ids (docs/protocol.md W9);
     #: bookies that do not know the form answer each add, which works too.
     add_answer_runs: bool = True
@@ -121,6 +127,7 @@ class ClientConfig:
         for name in ("max_inflight_adds", "max_batch_bytes", "max_entry_bytes", "read_batch_entries",
                      "read_batch_bytes", "read_ahead_batches", "metadata_retries", "io_threads"):
             _positive_int(name, getattr(self, name))
+        check_batches_in_flight(self.add_batches_in_flight)
         if not isinstance(self.add_answer_runs, bool):
             raise InvalidConfigurationError(f"add_answer_runs must be True or False, got {self.add_answer_runs!r}")
         window = self.recovery_read_window

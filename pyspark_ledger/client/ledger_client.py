@@ -63,7 +63,8 @@ class LedgerClient:
             raise
         if transport is None:
             settings = dict(io_threads=config.io_threads, timeout=config.read_timeout_s,
-                            max_batch_bytes=config.max_batch_bytes, tls=config.tls,
+                            max_batch_bytes=config.max_batch_bytes,
+                            max_batches_in_flight=config.add_batches_in_flight, tls=config.tls,
                             answer_runs=config.add_answer_runs)
             try:
                 if config.tls is not None and config.tls.enabled:

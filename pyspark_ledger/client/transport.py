@@ -39,6 +39,7 @@ from typing import Protocol, Sequence
 from pyspark_ledger.client.add_outbox import AddOutbox
 from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
+from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.bookie_pool import BookiePool
 from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, LedgerError
@@ -88,10 +89,10 @@ class GrpcTransport:
     """
 
     def __init__(self, store: MetadataStore, *, io_threads: int = 16, timeout: float = 10.0,
-                 max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000, tls=None,
-                 answer_runs: bool = True) -> None:
+                 max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000,
+                 max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None, answer_runs: bool = True) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight,
-                                tls=tls, answer_runs=answer_runs)
+                                max_batches_in_flight=max_batches_in_flight, tls=tls, answer_runs=answer_runs)
         self._io = self._pool.io_loop  # kept after close: the writers' owner (then closed: events run inline)
         self._outbox = AddOutbox(self._io, self._send_now)
         self._health = Reachability()

@@ -1,0 +1,159 @@
+"""An add stream keeps one AddBatch of small adds unanswered by default (docs/protocol.md W10), against a scripted
+gRPC bookie on 127.0.0.1 that answers a received message only when the test says so."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from pyspark_ledger.client.bookie_rpc import BookieClient
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+from tests.waiting import wait_until
+
+KEY = b"k" * 20
+LEDGER = 7
+SETTLE_S = 0.3  # how long a held add is given to (wrongly) leave before the test looks
+
+
+class ScriptedBookie(pb_grpc.BookieServicer):
+    """Records each received AddBatch as its list of entry ids; answers message k (all OK, per add) once
+    ``release`` allowed k messages; ends the call when the client half-closed and every message is answered."""
+
+    def __init__(self) -> None:
+        self.messages: list[list[int]] = []
+        self.half_closed = False
+        self._released = 0
+        self._cond = threading.Condition()
+
+    def release(self, count: int = 1) -> None:
+        with self._cond:
+            self._released += count
+            self._cond.notify_all()
+
+    def received(self, count: int) -> list[list[int]]:
+        wait_until(lambda: len(self.messages) >= count, 10, f"{count} messages at the bookie")
+        return self.messages[:count]
+
+    def AddStream(self, request_iterator, context):
+        def read() -> None:
+            for batch in request_iterator:
+                with self._cond:
+                    self.messages.append([add.entry_id for add in batch.adds])
+                    self._cond.notify_all()
+            with self._cond:
+                self.half_closed = True
+                self._cond.notify_all()
+        threading.Thread(target=read, daemon=True).start()
+        answered = 0
+        while context.is_active():
+            with self._cond:
+                self._cond.wait_for(lambda: answered < min(self._released, len(self.messages))
+                                    or (self.half_closed and answered == len(self.messages)), timeout=0.2)
+                if answered < min(self._released, len(self.messages)):
+                    ids = self.messages[answered]
+                elif self.half_closed and answered == len(self.messages):
+                    return
+                else:
+                    continue
+            answered += 1
+            yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=LEDGER, entry_id=i, status=pb.OK) for i in ids])
+
+
+@pytest.fixture
+def bookie():
+    scripted = ScriptedBookie()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_BookieServicer_to_server(scripted, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield scripted, f"127.0.0.1:{port}"
+    finally:
+        server.stop(0).wait(10)
+
+
+@pytest.fixture
+def stream_to(bookie):
+    clients: list[BookieClient] = []
+
+    def make(window: int):
+        client = BookieClient(bookie[1], answer_runs=False)
+        clients.append(client)
+        return client.add_stream(max_batches_in_flight=window)
+    try:
+        yield make
+    finally:
+        for client in clients:
+            client.close()
+
+
+def add(stream, entry_id: int, size: int = 100):
+    return stream.add(LEDGER, entry_id, KEY, b"x" * size)
+
+
+def test_adds_queued_behind_an_unanswered_batch_leave_together_when_it_is_answered(bookie, stream_to):
+    scripted, _ = bookie
+    stream = stream_to(1)
+    first = add(stream, 0)
+    assert scripted.received(1) == [[0]]
+    held = [add(stream, entry_id) for entry_id in range(1, 5)]
+    time.sleep(SETTLE_S)
+    assert len(scripted.messages) == 1  # held back by the window, not sent one by one
+    scripted.release()
+    assert first.result(10).ok
+    assert scripted.received(2) == [[0], [1, 2, 3, 4]]  # the four as one message
+    scripted.release()
+    assert all(future.result(10).ok for future in held)
+
+
+def test_a_window_of_two_keeps_two_batches_unanswered(bookie, stream_to):
+    scripted, _ = bookie
+    stream = stream_to(2)
+    futures_ = [add(stream, 0)]
+    scripted.received(1)
+    futures_.append(add(stream, 1))
+    assert scripted.received(2) == [[0], [1]]
+    futures_ += [add(stream, 2), add(stream, 3)]
+    time.sleep(SETTLE_S)
+    assert len(scripted.messages) == 2
+    scripted.release()
+    assert scripted.received(3) == [[0], [1], [2, 3]]
+    scripted.release(2)
+    assert all(future.result(10).ok for future in futures_)
+
+
+def test_a_large_add_is_not_held_back_but_keeps_its_place_behind_held_small_ones(bookie, stream_to):
+    scripted, _ = bookie
+    stream = stream_to(1)
+    futures_ = [add(stream, 0)]
+    scripted.received(1)
+    futures_.append(add(stream, 1, 64 * 1024))  # large, at the head of the queue: goes at once
+    assert scripted.received(2) == [[0], [1]]
+    futures_ += [add(stream, 2), add(stream, 3, 64 * 1024)]  # a held small add, then a large one behind it
+    time.sleep(SETTLE_S)
+    assert len(scripted.messages) == 2  # the large add waits behind the small one: the stream keeps its order
+    scripted.release()  # answers [0]: [2] may go, then [3] on its own
+    assert scripted.received(4) == [[0], [1], [2], [3]]
+    scripted.release(3)
+    assert all(future.result(10).ok for future in futures_)
+
+
+def test_close_sends_the_held_adds_and_waits_for_their_answers_before_half_closing(bookie, stream_to):
+    scripted, _ = bookie
+    stream = stream_to(1)
+    futures_ = [add(stream, 0)]
+    scripted.received(1)
+    futures_ += [add(stream, 1), add(stream, 2)]
+    closer = threading.Thread(target=stream.close, kwargs={"timeout": 10})
+    closer.start()
+    time.sleep(SETTLE_S)
+    assert len(scripted.messages) == 1 and not scripted.half_closed  # still held: not dropped, not half-closed
+    scripted.release(2)
+    closer.join(15)
+    assert not closer.is_alive()
+    assert scripted.messages == [[0], [1, 2]] and scripted.half_closed
+    assert all(future.result(0).ok for future in futures_)
