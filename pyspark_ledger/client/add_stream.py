@@ -6,17 +6,19 @@ the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done and fewer than ``max_batches_in_flight`` batches of small adds
 are unanswered (``batch_window``, docs/protocol.md W10): adds queued while the
-window is full leave together once an answer frees a place. For each AddResultBatch it calls ``listener.on_add_results(
-bookie_id, results)`` once, with the ``AddResult`` messages of that
-listener's adds in the bookie's durability order. A bookie that answers in runs (docs/protocol.md W9,
-asked for by ``BookieClient``) sends OK answers as ``AckRun``s: they go first, to
-``listener.on_add_acks(bookie_id, spans)`` with ``(ledger id, range of entry ids)`` pairs in the
-bookie's order (a listener without that method gets them as ``AckedAdd``s through
-``on_add_results``); a run longer than the adds in flight ends the stream. When the stream ends (bookie gone, cancelled,
-ended by a draining bookie, closed) each listener gets one
-``on_add_failure(bookie_id, keys, error)`` with every unanswered
-``(ledger_id, entry_id)``: those adds may or may not be stored. Listeners run
-on the loop thread and must not block. ``add()`` is the one-entry form
+window is full leave together once an answer frees a place. For each
+AddResultBatch it calls ``listener.on_add_results(bookie_id, results)`` once,
+with the ``AddResult`` messages of that listener's adds in the bookie's
+durability order. A bookie that answers in runs (docs/protocol.md W9, asked
+for by ``BookieClient``) sends OK answers as ``AckRun``s: they go first, to
+``listener.on_add_acks(bookie_id, spans)`` with ``(ledger id, range of entry
+ids)`` pairs in the bookie's order (a listener without that method gets them
+as ``AckedAdd``s through ``on_add_results``); a run longer than the adds in
+flight ends the stream. When the stream ends (bookie gone, cancelled, ended by
+a draining bookie, closed) each listener gets one ``on_add_failure(bookie_id,
+keys, error)`` with every unanswered ``(ledger_id, entry_id)``: those adds may
+or may not be stored. Listeners run on the loop thread and must not block.
+``add()`` is the one-entry form
 returning a ``concurrent.futures.Future`` of an ``AddResult``.
 
 ``close()`` half-closes, waits (bounded) for the answers in flight, then
