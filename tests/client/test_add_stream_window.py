@@ -95,19 +95,28 @@ def add(stream, entry_id: int, size: int = 100):
     return stream.add(LEDGER, entry_id, KEY, b"x" * size)
 
 
+def still(scripted: ScriptedBookie, count: int) -> bool:
+    """Whether the bookie still has only ``count`` messages after held adds were given time to (wrongly) leave."""
+    time.sleep(SETTLE_S)
+    return len(scripted.messages) == count
+
+
+def all_ok(futures_) -> bool:
+    return all(future.result(10).ok for future in futures_)
+
+
 def test_adds_queued_behind_an_unanswered_batch_leave_together_when_it_is_answered(bookie, stream_to):
     scripted, _ = bookie
     stream = stream_to(1)
     first = add(stream, 0)
     assert scripted.received(1) == [[0]]
     held = [add(stream, entry_id) for entry_id in range(1, 5)]
-    time.sleep(SETTLE_S)
-    assert len(scripted.messages) == 1  # held back by the window, not sent one by one
+    assert still(scripted, 1)  # held back by the window, not sent one by one
     scripted.release()
     assert first.result(10).ok
     assert scripted.received(2) == [[0], [1, 2, 3, 4]]  # the four as one message
     scripted.release()
-    assert all(future.result(10).ok for future in held)
+    assert all_ok(held)
 
 
 def test_a_window_of_two_keeps_two_batches_unanswered(bookie, stream_to):
@@ -118,12 +127,11 @@ def test_a_window_of_two_keeps_two_batches_unanswered(bookie, stream_to):
     futures_.append(add(stream, 1))
     assert scripted.received(2) == [[0], [1]]
     futures_ += [add(stream, 2), add(stream, 3)]
-    time.sleep(SETTLE_S)
-    assert len(scripted.messages) == 2
+    assert still(scripted, 2)
     scripted.release()
     assert scripted.received(3) == [[0], [1], [2, 3]]
     scripted.release(2)
-    assert all(future.result(10).ok for future in futures_)
+    assert all_ok(futures_)
 
 
 def test_a_large_add_is_not_held_back_but_keeps_its_place_behind_held_small_ones(bookie, stream_to):
@@ -134,12 +142,11 @@ def test_a_large_add_is_not_held_back_but_keeps_its_place_behind_held_small_ones
     futures_.append(add(stream, 1, 64 * 1024))  # large, at the head of the queue: goes at once
     assert scripted.received(2) == [[0], [1]]
     futures_ += [add(stream, 2), add(stream, 3, 64 * 1024)]  # a held small add, then a large one behind it
-    time.sleep(SETTLE_S)
-    assert len(scripted.messages) == 2  # the large add waits behind the small one: the stream keeps its order
+    assert still(scripted, 2)  # the large add waits behind the small one: the stream keeps its order
     scripted.release()  # answers [0]: [2] may go, then [3] on its own
     assert scripted.received(4) == [[0], [1], [2], [3]]
     scripted.release(3)
-    assert all(future.result(10).ok for future in futures_)
+    assert all_ok(futures_)
 
 
 def test_close_sends_the_held_adds_and_waits_for_their_answers_before_half_closing(bookie, stream_to):
@@ -150,8 +157,7 @@ def test_close_sends_the_held_adds_and_waits_for_their_answers_before_half_closi
     futures_ += [add(stream, 1), add(stream, 2)]
     closer = threading.Thread(target=stream.close, kwargs={"timeout": 10})
     closer.start()
-    time.sleep(SETTLE_S)
-    assert len(scripted.messages) == 1 and not scripted.half_closed  # still held: not dropped, not half-closed
+    assert still(scripted, 1) and not scripted.half_closed  # still held: not dropped, not half-closed
     scripted.release(2)
     closer.join(15)
     assert not closer.is_alive()
