@@ -84,3 +84,44 @@ def test_of_the_durable_fan_out_before_and_after_ours_the_run_with_the_lower_p99
     assert kept["cpu_us_per_entry"] == {"client": 600}
     assert kept["runs"] == [{"when": "before ours", "p50_ms_to_second_ack": 3.0, "p99_ms_to_second_ack": 90.0},
                             {"when": "after ours", "p50_ms_to_second_ack": 4.0, "p99_ms_to_second_ack": 12.0}]
+
+
+def test_of_labelled_runs_of_a_paced_limit_the_lowest_p99_is_kept_with_every_run_under_its_label():
+    runs = [("a", {"p50_ms_to_second_ack": 1.0, "p99_ms_to_second_ack": 9.0, "cpu_us_per_entry": {"client": 1}}),
+            ("b", {"p50_ms_to_second_ack": 2.0, "p99_ms_to_second_ack": 3.0, "cpu_us_per_entry": {"client": 2}}),
+            ("c", {"p50_ms_to_second_ack": 0.5, "p99_ms_to_second_ack": 5.0, "cpu_us_per_entry": {"client": 3}})]
+    kept = durable_bookies.lowest_p99(runs, "mode")
+    figures = (kept["p50_ms_to_second_ack"], kept["p99_ms_to_second_ack"], kept["cpu_us_per_entry"])
+    assert figures == (2.0, 3.0, {"client": 2})
+    assert [run["mode"] for run in kept["runs"]] == ["a", "b", "c"]
+    assert kept["runs"][0] == {"mode": "a", "p50_ms_to_second_ack": 1.0, "p99_ms_to_second_ack": 9.0}
+    assert "3" in kept["kept"]
+
+
+def test_the_paced_bare_fan_out_runs_with_and_without_ours_window_and_keeps_the_lower_p99(tmp_path, monkeypatch):
+    """Both ways a stream sends small adds, through the real transport to real no-op servers; the window each run
+    used reaches the transport."""
+    import fanout_limits
+    from bench.noop_bookies import start_noop_servers
+    from pyspark_ledger.client import transport as transport_module
+
+    windows = []
+    real = transport_module.GrpcTransport.__init__
+
+    def recording(self, *args, **kwargs):
+        windows.append(kwargs.get("max_batches_in_flight"))
+        real(self, *args, **kwargs)
+    monkeypatch.setattr(fanout_limits.GrpcTransport, "__init__", recording)
+    servers = start_noop_servers(3)
+    try:
+        result = fanout_limits.paced_fanout_limit([port for _, port in servers], tmp_path, 0.5)
+    finally:
+        for process, _ in servers:
+            process.kill()
+            process.wait(10)
+    assert windows == [window for _, window in fanout_limits.PACED_FANOUT_MODES]
+    assert windows == [fanout_limits.UNHELD, 1]
+    modes = {run["mode"]: run["p99_ms_to_second_ack"] for run in result["runs"]}
+    assert list(modes) == [mode for mode, _ in fanout_limits.PACED_FANOUT_MODES]
+    assert result["p99_ms_to_second_ack"] == min(modes.values()) > 0
+    assert result["entries_per_s"] > 0 and "the better of" in result["method"]
