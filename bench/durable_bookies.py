@@ -160,10 +160,5 @@ def lowest_p99(runs: list[tuple[str, dict]], label: str) -> dict:
     return {**kept, "runs": figures, "kept": f"the run with the lowest p99 of the {len(runs)}"}
 
 
-def faster(before: dict, after: dict) -> dict:
-    """Of the two runs of a paced limit before and after ours, the one with the lower p99 (``lowest_p99``)."""
-    return lowest_p99([("before ours", before), ("after ours", after)], "when")
-
-
 if __name__ == "__main__":
     serve(DurableBookie(Path(sys.argv[2]), int(sys.argv[3])), int(sys.argv[1]))

@@ -7,7 +7,8 @@
   entry done once all 3 acknowledged; paced, with the latency to the second ack;
 * ``paced_fanout_limit``: the paced fan-out to the no-op servers both ways a stream can send small adds, the run
   with the lower p99 kept;
-* ``durable_fanout_limit``: the paced fan-out to 3 durable servers whose files are in a fresh directory.
+* ``durable_fanout_limit``: the paced fan-out to 3 durable servers whose files are in a fresh directory
+  (``durable_fanout_runs``: once each way).
 
 Also the pacing and percentile helpers the benchmark's drivers share.
 """
@@ -197,12 +198,19 @@ def durable_file_room(seconds: float, rate: float) -> int:
     return int(rate * seconds * 1_100 * 1.25) + MiB
 
 
-def durable_fanout_limit(parent: Path, seconds: float) -> dict:
+def durable_fanout_limit(parent: Path, seconds: float, batches_in_flight: int | None = None) -> dict:
     """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
-    directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server."""
+    directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server.
+    ``batches_in_flight``: the streams' window (``UNHELD`` by default)."""
     with durable_servers(3, parent, durable_file_room(seconds, 1_000.0)) as servers:
         pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
         result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
-                                   DURABLE_METHOD)
+                                   DURABLE_METHOD, batches_in_flight)
         commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
     return {**result, "files_in": str(parent), "group_commits": commits}
+
+
+def durable_fanout_runs(parent: Path, seconds: float, when: str) -> list[tuple[str, dict]]:
+    """``durable_fanout_limit`` once per ``PACED_FANOUT_MODES``, each labelled "``when``, <mode>" (for
+    ``lowest_p99``)."""
+    return [(f"{when}, {mode}", durable_fanout_limit(parent, seconds, window)) for mode, window in PACED_FANOUT_MODES]

@@ -79,7 +79,7 @@ def test_the_preallocated_floor_overwrites_zeros_and_removes_its_files(tmp_path)
 def test_of_the_durable_fan_out_before_and_after_ours_the_run_with_the_lower_p99_is_kept():
     before = {"p50_ms_to_second_ack": 3.0, "p99_ms_to_second_ack": 90.0, "cpu_us_per_entry": {"client": 500}}
     after = {"p50_ms_to_second_ack": 4.0, "p99_ms_to_second_ack": 12.0, "cpu_us_per_entry": {"client": 600}}
-    kept = durable_bookies.faster(before, after)
+    kept = durable_bookies.lowest_p99([("before ours", before), ("after ours", after)], "when")
     assert kept["p50_ms_to_second_ack"] == 4.0 and kept["p99_ms_to_second_ack"] == 12.0  # one run's figures
     assert kept["cpu_us_per_entry"] == {"client": 600}
     assert kept["runs"] == [{"when": "before ours", "p50_ms_to_second_ack": 3.0, "p99_ms_to_second_ack": 90.0},
@@ -125,3 +125,21 @@ def test_the_paced_bare_fan_out_runs_with_and_without_ours_window_and_keeps_the_
     assert list(modes) == [mode for mode, _ in fanout_limits.PACED_FANOUT_MODES]
     assert result["p99_ms_to_second_ack"] == min(modes.values()) > 0
     assert result["entries_per_s"] > 0 and "the better of" in result["method"]
+
+
+def test_the_durable_fan_out_runs_each_way_on_real_durable_servers_labelled_by_when_and_mode(tmp_path, monkeypatch):
+    import fanout_limits
+    from pyspark_ledger.client import transport as transport_module
+
+    windows = []
+    real = transport_module.GrpcTransport.__init__
+
+    def recording(self, *args, **kwargs):
+        windows.append(kwargs.get("max_batches_in_flight"))
+        real(self, *args, **kwargs)
+    monkeypatch.setattr(fanout_limits.GrpcTransport, "__init__", recording)
+    runs = fanout_limits.durable_fanout_runs(tmp_path, 0.4, "before ours")
+    assert windows == [fanout_limits.UNHELD, 1]
+    assert [label for label, _ in runs] == [f"before ours, {mode}" for mode, _ in fanout_limits.PACED_FANOUT_MODES]
+    assert all(run["p99_ms_to_second_ack"] > 0 and run["method"] == fanout_limits.DURABLE_METHOD for _, run in runs)
+    assert list(tmp_path.iterdir()) == [] or all(path.name.startswith("noop-metadata") for path in tmp_path.iterdir())
