@@ -142,7 +142,7 @@ def durable_servers(count: int, parent: Path, preallocate: int = 0):
     directory = Path(tempfile.mkdtemp(prefix="durable-fanout-", dir=parent))
     try:
         servers = start_servers(count, lambda port: [sys.executable, __file__, str(port),
-                                                      str(directory / f"adds-{port}"), str(preallocate)])
+                                                     str(directory / f"adds-{port}"), str(preallocate)])
         try:
             yield servers
         finally:

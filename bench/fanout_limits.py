@@ -156,6 +156,7 @@ def fanout_run(uri: str, ledger_id: int, size: int, seconds: float, inflight: in
 
     def acked(_bookie: str, spans: list) -> None:  # runs of OK answers (docs/protocol.md W9), as a bookie sends them
         count_acks(entry_id for _ledger_id, entry_ids in spans for entry_id in entry_ids)
+
     def failed(bookie: str, keys: list, error) -> None:  # the stream ended: its unanswered adds count as answered
         failures.append(f"bookie {bookie}: {error}")
         count_acks([entry_id for _ledger_id, entry_id in keys])
