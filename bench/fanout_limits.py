@@ -81,24 +81,25 @@ def fsync_limit(directory: Path, size: int, entries: int) -> dict:
             "method": f"3 files, one fsync per {per_write} entries"}
 
 
+UNHELD = MAX_BATCHES_IN_FLIGHT  # no batch of small adds waits for an answer
+
+
 def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
                       servers: dict[str, int] | None = None, rate: float | None = None,
                       method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry",
-                      batches_in_flight: int | None = None) -> dict:
+                      batches_in_flight: int = UNHELD) -> dict:
     """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
 
     Through the client's own transport (``GrpcTransport.send_adds_to``, as the writer sends), without the
     writer: each entry is encoded once and its bytes go to the 3 streams, answered per batch. With
     ``servers`` (name -> pid) also the CPU per entry of this process and of each server; with ``rate``,
     paced at that many entries/s, with the p50/p99 latency to the second ack (an ack quorum of 2).
-    ``batches_in_flight``: the streams' window (docs/protocol.md W10; ``UNHELD`` by default).
+    ``batches_in_flight``: the streams' window (docs/protocol.md W10).
     """
-    window = UNHELD if batches_in_flight is None else batches_in_flight
-    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{window}-{ports[0]}") as uri:
-        return fanout_run(uri, 1, size, seconds, inflight, servers, rate, method, window)
+    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{batches_in_flight}-{ports[0]}") as uri:
+        return fanout_run(uri, 1, size, seconds, inflight, servers, rate, method, batches_in_flight)
 
 
-UNHELD = MAX_BATCHES_IN_FLIGHT  # no batch of small adds waits for an answer
 # How the paced bare fan-out may send small adds: each as its own message as soon as the stream is free (the
 # transport's speed when every add is answered before the next is due), or as ours does, one AddBatch in flight
 # per stream (docs/protocol.md W10; what keeps a server that fell behind from working off one-add messages
@@ -199,10 +200,10 @@ def durable_file_room(seconds: float, rate: float) -> int:
     return int(rate * seconds * 1_100 * 1.25) + MiB
 
 
-def durable_fanout_limit(parent: Path, seconds: float, batches_in_flight: int | None = None) -> dict:
+def durable_fanout_limit(parent: Path, seconds: float, batches_in_flight: int = UNHELD) -> dict:
     """The paced fan-out (1,000 x 1 KiB/s) to 3 durable servers (``durable_bookies.py``) whose files are in a fresh
     directory under ``parent``, removed afterwards; with the CPU per entry of this process and of each server.
-    ``batches_in_flight``: the streams' window (``UNHELD`` by default)."""
+    ``batches_in_flight``: the streams' window."""
     with durable_servers(3, parent, durable_file_room(seconds, 1_000.0)) as servers:
         pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
         result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,

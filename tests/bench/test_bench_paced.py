@@ -98,20 +98,28 @@ def test_of_labelled_runs_of_a_paced_limit_the_lowest_p99_is_kept_with_every_run
     assert "3" in kept["kept"]
 
 
-def test_the_paced_bare_fan_out_runs_with_and_without_ours_window_and_keeps_the_lower_p99(tmp_path, monkeypatch):
+@pytest.fixture
+def windows(monkeypatch) -> list:
+    """The ``max_batches_in_flight`` of every ``GrpcTransport`` the fan-out limits open, in order (the transports
+    are real)."""
+    import fanout_limits
+
+    opened = []
+    real = fanout_limits.GrpcTransport.__init__
+
+    def recording(self, *args, **kwargs):
+        opened.append(kwargs.get("max_batches_in_flight"))
+        real(self, *args, **kwargs)
+    monkeypatch.setattr(fanout_limits.GrpcTransport, "__init__", recording)
+    return opened
+
+
+def test_the_paced_bare_fan_out_runs_with_and_without_ours_window_and_keeps_the_lower_p99(tmp_path, windows):
     """Both ways a stream sends small adds, through the real transport to real no-op servers; the window each run
     used reaches the transport."""
     import fanout_limits
     from bench.noop_bookies import start_noop_servers
-    from pyspark_ledger.client import transport as transport_module
 
-    windows = []
-    real = transport_module.GrpcTransport.__init__
-
-    def recording(self, *args, **kwargs):
-        windows.append(kwargs.get("max_batches_in_flight"))
-        real(self, *args, **kwargs)
-    monkeypatch.setattr(fanout_limits.GrpcTransport, "__init__", recording)
     servers = start_noop_servers(3)
     try:
         result = fanout_limits.paced_fanout_limit([port for _, port in servers], tmp_path, 0.5)
@@ -127,19 +135,11 @@ def test_the_paced_bare_fan_out_runs_with_and_without_ours_window_and_keeps_the_
     assert result["entries_per_s"] > 0 and "the better of" in result["method"]
 
 
-def test_the_durable_fan_out_runs_each_way_on_real_durable_servers_labelled_by_when_and_mode(tmp_path, monkeypatch):
+def test_the_durable_fan_out_runs_each_way_on_real_durable_servers_labelled_by_when_and_mode(tmp_path, windows):
     import fanout_limits
-    from pyspark_ledger.client import transport as transport_module
 
-    windows = []
-    real = transport_module.GrpcTransport.__init__
-
-    def recording(self, *args, **kwargs):
-        windows.append(kwargs.get("max_batches_in_flight"))
-        real(self, *args, **kwargs)
-    monkeypatch.setattr(fanout_limits.GrpcTransport, "__init__", recording)
     runs = fanout_limits.durable_fanout_runs(tmp_path, 0.4, "before ours")
     assert windows == [fanout_limits.UNHELD, 1]
     assert [label for label, _ in runs] == [f"before ours, {mode}" for mode, _ in fanout_limits.PACED_FANOUT_MODES]
     assert all(run["p99_ms_to_second_ack"] > 0 and run["method"] == fanout_limits.DURABLE_METHOD for _, run in runs)
-    assert list(tmp_path.iterdir()) == [] or all(path.name.startswith("noop-metadata") for path in tmp_path.iterdir())
+    assert all(path.name.startswith("noop-metadata") for path in tmp_path.iterdir())  # the servers' files are gone
