@@ -292,9 +292,16 @@ def markdown_table(table: Table) -> str:
     return "\n".join(lines)
 
 
+def commit_text(git: dict | None) -> str:
+    """The commit a run's code came from, and whether tracked files differed from it."""
+    git = git or {}
+    text = f"commit {(git.get('commit') or 'unknown')[:10]}"
+    return text + (" with uncommitted changes" if git.get("uncommitted_changes") else "")
+
+
 def provenance(session: dict, sources: tuple[str, ...] = ()) -> str:
     """Which run the figures come from, and how loaded the machine was during the runs of ``sources``."""
-    git, machine = session.get("git", {}), session.get("machine", {})
+    git, machine = session.get("git"), session.get("machine", {})
     records = [record for name in sources for record in session.get("benchmarks", {}).get(name, [])]
     loads = [record[key][0] for record in records for key in ("load_average_before", "load_average_after")
              if record.get(key)]
@@ -303,10 +310,11 @@ def provenance(session: dict, sources: tuple[str, ...] = ()) -> str:
     else:
         load = f"load average {(session.get('load_average_before') or ['?'])[0]} at the start"
     text = (f"`python -m bench{' --quick' if session.get('mode') == 'quick' else ''}` of {session.get('date', '?')}, "
-            f"commit {(git.get('commit') or 'unknown')[:10]}, {machine.get('cpus', '?')} cores, {load}")
+            f"{commit_text(git)}, {machine.get('cpus', '?')} cores, {load}")
     for rerun in session.get("reruns", []):
         if set(rerun.get("benchmarks", ())) & set(sources):
             text += f"; {', '.join(rerun['benchmarks'])} rerun {rerun.get('date', '?')}"
+            text += f" at {commit_text(rerun.get('git'))}"
     return f"{text} ({session.get('note', session.get('mode', '?'))})"
 
 

@@ -22,14 +22,16 @@ below reads the same cached rows and pays only for its own sink:
 Reads are timed into Spark's ``noop`` sink, each ``--read-repeats`` times,
 and writes ``--write-repeats`` times (a new stream each time; parquet
 overwrites its directory): the median is reported, every run beside it in
-order. A small warm-up of every path starts the Python workers first (each
-costs seconds the first time). Spark kills a Python worker, and the planner
-processes a Python data source job uses on the driver, after a minute without
-work of their kind: a path measured minutes after its warm-up starts them
-again in its first run, paying Python's start and imports (pyspark from its
-zip, pyarrow, gRPC: seconds of CPU on a loaded 2-core machine), which parquet
-never pays. That first run stays in ``runs``; the median is the steady
-figure. The
+order. Each path runs once more just before its timed runs, and that first
+run is reported apart (``first_run``), outside the median: Spark kills a
+Python worker, and the planner processes a Python data source job uses on
+the driver, after a minute without work of their kind, so a path's first run
+after other work starts them again, paying Python's start and imports
+(pyspark, pyarrow, gRPC: seconds of CPU on a loaded 2-core machine), which
+parquet never pays; and the JVM's first run of a path after a pause is slower
+for every path, parquet's too (a read of 5 million rows on a quiet machine,
+after 70 s idle: parquet's first run 3.6 s, the next 2.6 s, then 2.1-2.5 s;
+``ledger``'s 6.3 s, 2.7 s, then 2.1-2.5 s). The
 ``ledger`` read also reports the bytes the bookies sent for it
 (``bookie_bytes_read``, from their metrics) beside the stream's entry bytes:
 more means entries were fetched twice (e.g. speculative reads). Every timed
@@ -89,7 +91,6 @@ from pyspark_ledger.testing.spark import local_spark_session, stop_spark_session
 PAYLOAD_BYTES = 100
 GOALS = {"ledger_read_vs_arrow_memory_read_min": 0.8, "ledger_read_vs_parquet_read_min": 1.0,
          "ledger_write_vs_parquet_write_max": 1.0}
-WARM_UP_ROWS = 20_000
 ROW_BYTES = 8 + PAYLOAD_BYTES
 
 
@@ -119,9 +120,17 @@ def timed(action, groups: ProcessGroups | None = None) -> Run:
     return Run(seconds, machine, None if groups is None else ProcessGroups.split(before, groups.sample()))
 
 
-def timed_runs(action, repeats: int, groups: ProcessGroups | None = None) -> list[Run]:
-    """``repeats`` runs of a read or write; ``figures`` reports their median."""
-    return [timed(action, groups) for _ in range(repeats)]
+class Timing(NamedTuple):
+    """A path's first run and the ``runs`` just after it, whose median ``figures`` reports (module docstring)."""
+
+    first: Run
+    runs: list[Run]
+
+
+def timed_runs(action, repeats: int, groups: ProcessGroups | None = None) -> Timing:
+    """A first run of a read or write, then ``repeats`` more."""
+    first = timed(action, groups)
+    return Timing(first, [timed(action, groups) for _ in range(repeats)])
 
 
 def process_groups(spark, sandbox: Sandbox) -> ProcessGroups | None:
@@ -135,10 +144,16 @@ def process_groups(spark, sandbox: Sandbox) -> ProcessGroups | None:
                           "bench_driver": (os.getpid(), False)})
 
 
-def figures(rows: int, timing: Run | list[Run]) -> dict:
+def figures(rows: int, timing: Run | list[Run] | Timing) -> dict:
     """Throughput of the median run, and what share of the machine's cores it kept busy: near 1 means the
-    run was bound by CPU (of any process: the JVM, Python workers, bookies), well below 1 by waiting."""
-    runs = sorted(timing if isinstance(timing, list) else [timing], key=lambda run: run.seconds)
+    run was bound by CPU (of any process: the JVM, Python workers, bookies), well below 1 by waiting. Of a
+    ``Timing``, the median of its ``runs``, and its first run apart (``first_run``)."""
+    if isinstance(timing, Timing):
+        first = figures(rows, timing.first)
+        return dict(figures(rows, timing.runs), first_run={name: first[name] for name in (
+            "seconds", "machine_cpu_seconds", "cpu_by_process") if name in first})
+    timing = timing if isinstance(timing, list) else [timing]
+    runs = sorted(timing, key=lambda run: run.seconds)
     median = runs[(len(runs) - 1) // 2]
     cores = os.cpu_count() or 1
     result = {"seconds": round(median.seconds, 3), "rows_per_s": round(rows / median.seconds),
@@ -200,7 +215,7 @@ def run_ledger(paths: Paths, frame, rows: int) -> dict:
     reading = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
     sent_before = bookie_bytes_read(paths.sandbox)
     read = timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats, paths.groups)
-    sent = (bookie_bytes_read(paths.sandbox) - sent_before) / paths.read_repeats
+    sent = (bookie_bytes_read(paths.sandbox) - sent_before) / (1 + paths.read_repeats)  # the first run too
     if reading.count() != rows:
         raise RuntimeError(f"stream {stream} holds {reading.count()} rows, not {rows}")
     streams = executor.stream_client(paths.sandbox.metadata_uri)
@@ -299,16 +314,9 @@ def limits(sandbox: Sandbox, workdir: Path, results: dict, rows: int, repeats: i
 def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1,
             write_repeats: int = 1, compression: str = "none", limit_repeats: int = 2,
             fanout_seconds: float = 3.0) -> dict:
-    paths = Paths(spark, sandbox, workdir, compression=compression)
+    paths = Paths(spark, sandbox, workdir, read_repeats, write_repeats, compression)
     paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
-    warm = make_input(spark, WARM_UP_ROWS, partitions)
-    run_parquet(paths, warm, WARM_UP_ROWS, "warm-up")
-    run_ledger(paths, warm, WARM_UP_ROWS)
-    run_arrow_memory(paths, warm, WARM_UP_ROWS, partitions)
-    warm.unpersist()
-
-    paths.read_repeats, paths.write_repeats = read_repeats, write_repeats
     frame = make_input(spark, rows, partitions)
     results = {"parquet": run_parquet(paths, frame, rows, "data"), "ledger": run_ledger(paths, frame, rows),
                "arrow_memory": run_arrow_memory(paths, frame, rows, partitions)}
@@ -346,11 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--rows", int, 5_000_000, help="rows written and read by each path")
     parser.number("--partitions", int, 2, help="input partitions (Spark runs local[2])")
     parser.add_argument("--driver-memory", default="4g", help="Spark driver memory (holds the cached input)")
-    parser.number("--read-repeats", int, 5, help="times each read is run; its median is reported (the first "
-                                                 "runs of a read are slower, as its memory and the page cache warm up)")
-    parser.number("--write-repeats", int, 3, help="times each write is run (a new stream each time); its median is "
-                                                  "reported (the first write of a path may start Spark's Python "
-                                                  "processes again)")
+    parser.number("--read-repeats", int, 5, help="timed runs of each read, after its first run; their median is "
+                                                 "reported")
+    parser.number("--write-repeats", int, 3, help="timed runs of each write, after its first run (a new stream "
+                                                  "each time); their median is reported")
     parser.add_argument("--compression", default="none", choices=("none", "lz4", "zstd"),
                         help="the ledger write's option compression (default none)")
     parser.number("--limit-repeats", int, 2, 1, help="runs of the bare fetch and of the 3 storage engines (the limits "

@@ -105,6 +105,21 @@ class TestSparkIo:
                  spark_io.Run(1.0, 2.0, {"jvm": 1.0, "python_workers": -4.0, "rest_of_machine": 6.0})]
         assert spark_io.figures(1_000, split)["own_cpu_seconds_runs"] == [1.5, None]  # a worker's exit broke it
 
+    def test_a_first_run_goes_before_the_timed_runs_and_stays_out_of_their_median(self, spark_io, monkeypatch):
+        seconds = iter([9.0, 3.0, 1.0, 2.0])
+        monkeypatch.setattr(spark_io, "timed",
+                            lambda action, groups=None: (action(), spark_io.Run(next(seconds), 4.0))[1])
+        calls = []
+        timing = spark_io.timed_runs(lambda: calls.append(1), 3)
+        assert len(calls) == 4 and timing.first.seconds == 9.0 and [run.seconds for run in timing.runs] == [3, 1, 2]
+        figures = spark_io.figures(1_000, timing)
+        assert figures["seconds"] == 2.0 and figures["runs"] == [3.0, 1.0, 2.0]
+        assert figures["first_run"] == {"seconds": 9.0, "machine_cpu_seconds": 4.0}
+        split = spark_io.Timing(spark_io.Run(5.0, 8.0, {"jvm": 6.0, "python_workers": 2.0}),
+                                [spark_io.Run(1.0, 2.0, {"jvm": 1.5, "python_workers": 0.5})])
+        assert spark_io.figures(1_000, split)["first_run"]["cpu_by_process"] == {"jvm": 6.0, "python_workers": 2.0}
+        assert spark_io.figures(1_000, split)["own_cpu_seconds_runs"] == [2.0]
+
     def test_the_client_read_and_the_bare_fetch_fetch_every_entry_in_child_processes(self, spark_io, tmp_path):
         from bench import bare_fetch
         from pyspark_ledger import LedgerClient

@@ -180,8 +180,12 @@ def test_a_rerun_of_some_benchmarks_replaces_only_their_records_and_says_so():
     assert merged["benchmarks"]["replication"] == previous["benchmarks"]["replication"]
     assert "error" not in merged["benchmarks"]["tls"][0] and merged["reruns"][0]["benchmarks"] == ["tls"]
     tables = report.build_tables(merged)
-    assert "tls rerun 2026-11-25T23:00:00+00:00" in report.table_block(merged, tables["tls"])
+    assert "tls rerun 2026-11-25T23:00:00+00:00 at commit fedcba;" not in report.table_block(merged, tables["tls"])
+    assert "tls rerun 2026-11-25T23:00:00+00:00 at commit fedcba (" in report.table_block(merged, tables["tls"])
     assert "rerun" not in report.table_block(merged, tables["replication"])
+    dirty = runner.merge(previous, dict(again, git={"commit": "0123456789abc", "uncommitted_changes": True}))
+    assert ("tls rerun 2026-11-25T23:00:00+00:00 at commit 0123456789 with uncommitted changes"
+            in report.table_block(dirty, report.build_tables(dirty)["tls"]))
 
 
 def test_goals_are_judged_from_the_tables_ratios_and_say_what_was_not_measured():
