@@ -6,7 +6,8 @@ the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done and fewer than ``max_batches_in_flight`` batches of small adds
 are unanswered (``batch_window``, docs/protocol.md W10): adds queued while the
-window is full leave together once an answer frees a place. For each
+window is full leave together once an answer frees a place, before that
+answer reaches its listeners. For each
 AddResultBatch it calls ``listener.on_add_results(bookie_id, results)`` once,
 with the ``AddResult`` messages of that listener's adds in the bookie's
 durability order. A bookie that answers in runs (docs/protocol.md W9, asked
@@ -286,29 +287,40 @@ class AddStream:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return None
-                answered = 0
-                if response.acked:  # docs/protocol.md W9: a message's runs come before its results
-                    answered = self._deliver_runs(response.acked)
-                if response.results:
-                    self._deliver(response.results)
-                    answered += len(response.results)
-                if self._window.answered(answered):
-                    self._wakeup.set()  # batches held back by the window may go (W10)
+                # docs/protocol.md W9: a message's runs come before its results
+                answered, runs = self._take_runs(response.acked) if response.acked else (0, None)
+                results = self._take_results(response.results) if response.results else None
+                answered += len(results[0]) if results else 0
+                try:
+                    if self._window.answered(answered):
+                        self._wakeup.set()  # batches held back by the window (W10) may go
+                        if self._queue:  # one waits: it leaves before the listeners run, so the bookie
+                            await asyncio.sleep(0)  # is not kept waiting on them
+                finally:
+                    if runs:
+                        self._notify_runs(runs)
+                    if results:
+                        self._notify_results(*results)
         except grpc.RpcError as exc:
             return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
         finally:
             self._answers_ended = True
             self._wakeup.set()  # the writer stops too
 
-    def _deliver(self, results: Iterable) -> None:
-        """Hand each answer to the listener of its add (an answer nobody awaits on this stream is dropped): the
-        whole batch at once when one listener has them all (one writer: nearly always), else a list each."""
+    def _take_results(self, results: Iterable) -> tuple[list, list]:
+        """The answers and the listeners of their adds (None where nobody awaits one on this stream), which
+        leave the adds in flight."""
         results = list(results)
         keys = list(zip(map(_LEDGER_ID, results), map(_ENTRY_ID, results)))
         with self._lock:
             listeners = self._pending.pop_keys(keys)
             if self._room_waiters and len(self._pending) < self._max_inflight:
                 self._room.notify_all()
+        return results, listeners
+
+    def _notify_results(self, results: list, listeners: list) -> None:
+        """Hand each answer to its listener (an answer nobody awaits is dropped): the whole batch at once when
+        one listener has them all (one writer: nearly always), else a list each."""
         first = listeners[0] if listeners else None
         if first is not None and listeners.count(first) == len(listeners):
             _notify(first.on_add_results, self.bookie_id, results)
@@ -320,9 +332,9 @@ class AddStream:
         for listener, answered in groups.values():
             _notify(listener.on_add_results, self.bookie_id, answered)
 
-    def _deliver_runs(self, runs: Iterable) -> int:
-        """Hand runs of OK answers (docs/protocol.md W9) to the listeners of their adds, one call each, in order;
-        how many adds they answer.
+    def _take_runs(self, runs: Iterable) -> tuple[int, list]:
+        """How many adds runs of OK answers (docs/protocol.md W9) answer, and the runs split by the listeners of
+        their adds, in order; those adds leave the adds in flight.
 
         BookieError (ending the stream) if the runs hold more entries than there are adds in flight."""
         bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs]
@@ -339,9 +351,12 @@ class AddStream:
                     groups.setdefault(id(listener), (listener, []))[1].append((ledger_id, entry_ids))
             if self._room_waiters and len(pending) < self._max_inflight:
                 self._room.notify_all()
-        for listener, spans in groups.values():
+        return answered, list(groups.values())
+
+    def _notify_runs(self, groups: list) -> None:
+        """Hand each listener its runs, one call each."""
+        for listener, spans in groups:
             _notify(_acks_callback(listener), self.bookie_id, spans)
-        return answered
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:

@@ -177,13 +177,18 @@ class LogWriter:
         with self._lock:
             self._check_usable()
         try:
-            return self._roll()
+            seq = self._roll()
         except LedgerError as exc:
             self._fail(exc)
             raise
+        if seq is None:
+            raise LedgerClosedError(f"the log writer of stream {self.stream!r} partition {self.partition} was "
+                                    "closed before it could roll: open a new one")
+        return seq
 
     def close(self) -> None:
-        """Wait for a roll in progress, then close the current ledger. Idempotent.
+        """Wait for a roll in progress (in the background or a ``roll()`` on another thread), then close the
+        current ledger. Idempotent.
 
         LedgerFencedError if another writer fenced the ledger (or took the log over);
         a failure of a background roll is raised here too.
@@ -197,12 +202,13 @@ class LogWriter:
             return
         if thread is not None:
             thread.join()
-        try:
-            self._writer.close()
-        except LedgerError as exc:
-            self._close_error = self._failure or exc
-        else:
-            self._close_error = self._failure
+        with self._roll_lock:  # a roll() on another thread ends first, and none starts after
+            try:
+                self._writer.close()
+            except LedgerError as exc:
+                self._close_error = self._failure or exc
+            else:
+                self._close_error = self._failure
         if self._close_error is not None:
             raise self._close_error
 
@@ -214,8 +220,12 @@ class LogWriter:
                             f"the log writer of {self.stream!r}/{self.partition}")
 
     # --- rolling ---------------------------------------------------------------------
-    def _roll(self) -> int:
+    def _roll(self) -> int | None:
+        """Roll; None, with no new ledger, if the writer was closed meanwhile."""
         with self._roll_lock:
+            with self._lock:
+                if self._closed:
+                    return None
             new = create_stream_ledger(self._ctx.client, self._replication, self._ctx.password, self.stream,
                                        self.partition)
             try:

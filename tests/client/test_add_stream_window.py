@@ -9,6 +9,8 @@ from concurrent import futures
 import grpc
 import pytest
 
+from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_wire import encode_add
 from pyspark_ledger.client.bookie_rpc import BookieClient
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
@@ -163,3 +165,35 @@ def test_close_sends_the_held_adds_and_waits_for_their_answers_before_half_closi
     assert not closer.is_alive()
     assert scripted.messages == [[0], [1, 2]] and scripted.half_closed
     assert all(future.result(0).ok for future in futures_)
+
+
+def test_a_held_batch_leaves_before_the_listeners_of_the_answer_that_freed_its_place_run(bookie, stream_to):
+    """The bookie gets its next batch while the client still hands out the answers that made room for it: a
+    listener of the first answer that waits on the loop thread (as slow bookkeeping of a large batch would)
+    sees the held batch arrive meanwhile."""
+    scripted, _ = bookie
+    stream = stream_to(1)
+    arrived_while_first_listened: list[bool] = []
+    answered: list[int] = []
+    done = threading.Event()
+
+    def on_results(bookie_id, results):
+        if results[0].entry_id == 0:
+            deadline = time.monotonic() + 5
+            while len(scripted.messages) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            arrived_while_first_listened.append(len(scripted.messages) >= 2)
+        answered.extend(result.entry_id for result in results)
+        if len(answered) == 5:
+            done.set()
+
+    listener = AddCallbacks(on_results, lambda bookie_id, keys, error: done.set())
+    stream.send(LEDGER, [(0, encode_add(LEDGER, 0, KEY, b"x" * 100))], listener)
+    scripted.received(1)
+    stream.send(LEDGER, [(entry_id, encode_add(LEDGER, entry_id, KEY, b"x" * 100)) for entry_id in range(1, 5)],
+                listener)
+    assert still(scripted, 1)
+    scripted.release(2)
+    assert done.wait(10) and answered == [0, 1, 2, 3, 4]
+    assert arrived_while_first_listened == [True]
+    assert scripted.messages == [[0], [1, 2, 3, 4]]

@@ -7,8 +7,9 @@ from collections import defaultdict
 
 import pytest
 
-from pyspark_ledger.errors import LedgerFencedError, MetadataVersionConflictError, NoSuchLedgerError
+from pyspark_ledger.errors import LedgerClosedError, LedgerFencedError, MetadataVersionConflictError, NoSuchLedgerError
 from pyspark_ledger.log.log_transitions import add_ledger
+from pyspark_ledger.log import log_writer
 from pyspark_ledger.log.log_writer import RollPolicy, open_log_writer
 from pyspark_ledger.log.positions import EARLIEST, LogPosition
 from pyspark_ledger.log.stream_store import read_stream, update_stream
@@ -268,3 +269,39 @@ def test_roll_policies_by_bytes_and_by_age(streams, stream_name):
     assert [data for _, data in read_all(streams, stream_name, 1)] == [b"young", b"old", b"new"]
     first_ledger = read_stream(streams.context.store, stream_name).value.partition(0).ledgers[0].ledger_id
     assert streams.client.ledger_metadata(first_ledger).length >= 1000
+
+
+def test_close_during_a_roll_on_another_thread_waits_for_it_and_closes_the_new_ledger(streams, stream_name,
+                                                                                      monkeypatch):
+    streams.create_stream(stream_name, 1)
+    writer = streams.open_writer(stream_name, 0)
+    confirmed = [writer.append(payload(i)) for i in range(5)]
+    creating, release, rolled = threading.Event(), threading.Event(), []
+    create = log_writer.create_stream_ledger
+
+    def held_create(*args, **kwargs):  # the roll's new ledger, held until close() has been called
+        creating.set()
+        assert release.wait(60)
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(log_writer, "create_stream_ledger", held_create)
+    roller = threading.Thread(target=lambda: rolled.append(writer.roll()))
+    roller.start()
+    closer = threading.Thread(target=writer.close)
+    try:
+        assert creating.wait(30)
+        closer.start()
+        closer.join(0.5)
+        assert closer.is_alive()  # it waits for the roll instead of closing the ledger the roll replaces
+    finally:
+        release.set()
+        roller.join(60)
+        if closer.ident is not None:
+            closer.join(60)
+    assert rolled == [1] and not closer.is_alive()
+    record = read_stream(streams.context.store, stream_name).value
+    states = {seq: streams.client.ledger_metadata(ref.ledger_id) for seq, ref in record.partition(0).with_seqs()}
+    assert {seq: (md.state, md.last_entry_id) for seq, md in states.items()} == {0: (CLOSED, 4), 1: (CLOSED, -1)}
+    with pytest.raises(LedgerClosedError, match="closed"):
+        writer.roll()
+    assert read_all(streams, stream_name) == [(p, payload(i)) for i, p in enumerate(confirmed)]
