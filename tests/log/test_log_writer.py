@@ -305,3 +305,46 @@ def test_close_during_a_roll_on_another_thread_waits_for_it_and_closes_the_new_l
     with pytest.raises(LedgerClosedError, match="closed"):
         writer.roll()
     assert read_all(streams, stream_name) == [(p, payload(i)) for i, p in enumerate(confirmed)]
+
+
+def test_a_roll_that_reaches_its_lock_after_close_creates_no_ledger(streams, stream_name):
+    streams.create_stream(stream_name, 1)
+    writer = streams.open_writer(stream_name, 0)
+    confirmed = [writer.append(payload(i)) for i in range(3)]
+    arrived, go, outcome = threading.Event(), threading.Event(), []
+
+    class GatedLock:  # the roller passed its checks and waits at the roll lock until close() is done
+        def __init__(self, lock) -> None:
+            self.lock = lock
+
+        def __enter__(self):
+            if threading.current_thread().name == "roller":
+                arrived.set()
+                assert go.wait(60)
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    writer._roll_lock = GatedLock(writer._roll_lock)
+
+    def roll() -> None:
+        try:
+            outcome.append(writer.roll())
+        except LedgerClosedError as exc:
+            outcome.append(exc)
+
+    roller = threading.Thread(target=roll, name="roller")
+    roller.start()
+    try:
+        assert arrived.wait(30)
+        writer.close()
+    finally:
+        go.set()
+        roller.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], LedgerClosedError)
+    record = read_stream(streams.context.store, stream_name).value
+    assert [seq for seq, _ in record.partition(0).with_seqs()] == [0]  # no ledger added after the close
+    md = streams.client.ledger_metadata(writer.ledger_id)
+    assert (md.state, md.last_entry_id) == (CLOSED, 2)
+    assert read_all(streams, stream_name) == [(p, payload(i)) for i, p in enumerate(confirmed)]
