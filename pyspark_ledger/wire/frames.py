@@ -1,0 +1,227 @@
+"""Frames of a framed add stream: adds and their answers over plain TCP (or TLS), without gRPC.
+
+Not on the add path yet: this is the codec the bookie's framed listener and the client's framed add stream
+will share (docs/measurements.md, "What the transport costs a paced add": gRPC is four fifths of a paced add's
+transport CPU). It is pure: bytes in, frames or a problem out; sockets and threads belong to its users.
+
+A frame is a 5-byte header -- the length of what follows it (4 bytes, big-endian; the kind byte included) and
+the kind (1 byte) -- then the payload:
+
+* ``HELLO`` (client, first and once): ``MAGIC``, the highest version the client speaks (2 bytes), its flags
+  (2 bytes; ``ANSWER_RUNS``: OK answers as runs, docs/protocol.md W9);
+* ``WELCOME`` (bookie, the answer to HELLO): the version both will speak, the flags it grants (those asked that
+  it knows), and its bookie id (1 byte of length, then UTF-8);
+* ``ADDS`` (client): an ``AddBatch`` message, encoded as on the gRPC stream;
+* ``ANSWERS`` (bookie): an ``AddResultBatch`` message;
+* ``END`` (either side, last): a status (2 bytes: a ``bookie.proto`` status, ``OK`` for a plain end) and a
+  UTF-8 message of at most ``MAX_END_MESSAGE_BYTES`` saying why.
+
+Every length is checked before anything is buffered: a ``FrameReader`` refuses a frame longer than the limit its
+owner gives (the bookie: its largest AddBatch; the client: its largest answer), an unknown kind, and a kind the
+other side may not send at that point (``ServerRules``, ``ClientRules``), each with a ``ValueError`` whose
+message names the limit or the rule; its owner ends the stream with it.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+
+MAGIC = b"LDGRADDS"
+VERSION = 1
+HEADER = struct.Struct("!IB")  # length of kind + payload, kind
+_HELLO = struct.Struct("!8sHH")
+_WELCOME = struct.Struct("!HHB")
+_END = struct.Struct("!H")
+ANSWER_RUNS = 0x0001
+KNOWN_FLAGS = ANSWER_RUNS
+MAX_BOOKIE_ID_BYTES = 255
+MAX_END_MESSAGE_BYTES = 1024
+MAX_CONTROL_BYTES = _END.size + MAX_END_MESSAGE_BYTES  # the longest HELLO, WELCOME or END payload (an END's)
+
+
+class Kind(enum.IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    ADDS = 3
+    ANSWERS = 4
+    END = 5
+
+
+def header(kind: Kind, payload_size: int) -> bytes:
+    """The header of a frame whose payload has ``payload_size`` bytes (sent before the payload, which need not be
+    joined to it)."""
+    if not 0 <= payload_size <= 2**32 - 2:
+        raise ValueError(f"a frame's payload holds 0 to {2**32 - 2} bytes, not {payload_size}")
+    return HEADER.pack(payload_size + 1, kind)
+
+
+def frame(kind: Kind, payload: bytes = b"") -> bytes:
+    return header(kind, len(payload)) + payload
+
+
+def hello(version: int = VERSION, flags: int = KNOWN_FLAGS) -> bytes:
+    return frame(Kind.HELLO, _HELLO.pack(MAGIC, version, flags))
+
+
+def welcome(version: int, flags: int, bookie_id: str) -> bytes:
+    name = bookie_id.encode()
+    if len(name) > MAX_BOOKIE_ID_BYTES:
+        raise ValueError(f"a bookie id in WELCOME holds at most {MAX_BOOKIE_ID_BYTES} bytes, not {len(name)}")
+    return frame(Kind.WELCOME, _WELCOME.pack(version, flags, len(name)) + name)
+
+
+def end(status: int, message: str = "") -> bytes:
+    """An END frame; a message longer than ``MAX_END_MESSAGE_BYTES`` is cut (at a character boundary)."""
+    text = message.encode()[:MAX_END_MESSAGE_BYTES].decode(errors="ignore").encode()
+    return frame(Kind.END, _END.pack(status) + text)
+
+
+def parse_hello(payload: bytes) -> tuple[int, int]:
+    """(version, flags) of a HELLO payload; ValueError if it is not one."""
+    if len(payload) != _HELLO.size:
+        raise ValueError(f"a HELLO holds {_HELLO.size} bytes, not {len(payload)}")
+    magic, version, flags = _HELLO.unpack(payload)
+    if magic != MAGIC:
+        raise ValueError("not a framed add stream: the HELLO does not start with its magic bytes")
+    if version < 1:
+        raise ValueError(f"a HELLO names version 1 or later, not {version}")
+    return version, flags
+
+
+def agree(version: int, flags: int, bookie_id: str) -> bytes:
+    """The bookie's WELCOME to a HELLO of ``version`` and ``flags``: the lower of the two versions and the flags
+    it knows of those asked."""
+    return welcome(min(version, VERSION), flags & KNOWN_FLAGS, bookie_id)
+
+
+def parse_welcome(payload: bytes, asked_flags: int) -> tuple[int, int, str]:
+    """(version, flags, bookie id) of a WELCOME; ValueError if it is malformed, names a version this side does
+    not speak, or grants a flag that was not asked."""
+    if len(payload) < _WELCOME.size:
+        raise ValueError(f"a WELCOME holds at least {_WELCOME.size} bytes, not {len(payload)}")
+    version, flags, size = _WELCOME.unpack_from(payload)
+    if not 1 <= version <= VERSION:
+        raise ValueError(f"the bookie answered version {version}; this client speaks 1 to {VERSION}")
+    if flags & ~asked_flags:
+        raise ValueError(f"the bookie granted flags {flags:#06x}, beyond those asked ({asked_flags:#06x})")
+    if len(payload) != _WELCOME.size + size:
+        raise ValueError(f"a WELCOME's bookie id is {size} bytes, but {len(payload) - _WELCOME.size} follow")
+    try:
+        name = bytes(payload[_WELCOME.size:]).decode()
+    except UnicodeDecodeError:
+        raise ValueError("a WELCOME's bookie id is not UTF-8") from None
+    return version, flags, name
+
+
+def parse_end(payload: bytes) -> tuple[int, str]:
+    """(status, message) of an END; ValueError if it is malformed."""
+    if not _END.size <= len(payload) <= _END.size + MAX_END_MESSAGE_BYTES:
+        raise ValueError(f"an END holds {_END.size} to {_END.size + MAX_END_MESSAGE_BYTES} bytes, not {len(payload)}")
+    (status,) = _END.unpack_from(payload)
+    return status, bytes(payload[_END.size:]).decode(errors="replace")
+
+
+class FrameReader:
+    """Splits received bytes into frames: ``feed(data)`` returns the (kind, payload) of every frame completed.
+
+    A frame whose declared length exceeds ``max_payload`` (control frames: ``MAX_CONTROL_BYTES``), or a length
+    of 0, or an unknown kind, raises ValueError at once -- before its payload is waited for -- and so does
+    every later ``feed`` (the stream is broken). Holds at most one incomplete frame."""
+
+    __slots__ = ("max_payload", "_buffer", "_broken")
+
+    def __init__(self, max_payload: int) -> None:
+        if max_payload < MAX_CONTROL_BYTES:
+            raise ValueError(f"a frame reader takes payloads of at least {MAX_CONTROL_BYTES} bytes")
+        self.max_payload = max_payload
+        self._buffer = bytearray()
+        self._broken: str | None = None
+
+    @property
+    def pending(self) -> int:
+        """Bytes received of a frame not yet complete."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[tuple[Kind, bytes]]:
+        if self._broken is not None:
+            raise ValueError(self._broken)
+        buffer = self._buffer
+        buffer += data
+        frames = []
+        position = 0
+        size = len(buffer)
+        while size - position >= HEADER.size:
+            length, kind_byte = HEADER.unpack_from(buffer, position)
+            problem = self._check(length, kind_byte)
+            if problem is not None:
+                self._broken = problem
+                self._buffer = bytearray()
+                raise ValueError(problem)
+            end = position + 4 + length
+            if end > size:
+                break
+            frames.append((Kind(kind_byte), bytes(buffer[position + HEADER.size:end])))
+            position = end
+        if position:
+            del buffer[:position]
+        return frames
+
+    def _check(self, length: int, kind_byte: int) -> str | None:
+        if length < 1:
+            return "a frame's length counts its kind byte: 0 is not a frame"
+        if kind_byte not in _KINDS:
+            return f"unknown frame kind {kind_byte} (this side knows {', '.join(k.name for k in Kind)})"
+        limit = self.max_payload if kind_byte in _DATA_KINDS else MAX_CONTROL_BYTES
+        if length - 1 > limit:
+            return f"{Kind(kind_byte).name} frame of {length - 1} bytes: over the limit of {limit}"
+        return None
+
+
+_KINDS = frozenset(int(kind) for kind in Kind)
+_DATA_KINDS = frozenset((Kind.ADDS, Kind.ANSWERS))
+
+
+class _Rules:
+    """Which kind may come next from the other side: the first frame, then the stream's frames, then nothing
+    after an END."""
+
+    __slots__ = ("_stage",)
+    FIRST: Kind
+    LATER: tuple[Kind, ...]
+
+    def __init__(self) -> None:
+        self._stage = 0  # 0: before the first frame; 1: the stream; 2: after its END
+
+    def check(self, kind: Kind) -> str | None:
+        """None if ``kind`` may come now (and the rules move on), else the problem."""
+        if self._stage == 2:
+            return f"{kind.name} frame after the END: the stream is over"
+        if self._stage == 0:
+            if kind is Kind.END:
+                self._stage = 2
+                return None
+            if kind is not self.FIRST:
+                return f"the first frame must be {self.FIRST.name}, not {kind.name}"
+            self._stage = 1
+            return None
+        if kind not in self.LATER:
+            return f"{kind.name} frame not allowed here (expected {' or '.join(k.name for k in self.LATER)})"
+        if kind is Kind.END:
+            self._stage = 2
+        return None
+
+
+class ServerRules(_Rules):
+    """What a bookie takes from a client: HELLO, then ADDS until END."""
+
+    __slots__ = ()
+    FIRST = Kind.HELLO
+    LATER = (Kind.ADDS, Kind.END)
+
+
+class ClientRules(_Rules):
+    """What a client takes from a bookie: WELCOME, then ANSWERS until END."""
+
+    __slots__ = ()
+    FIRST = Kind.WELCOME
+    LATER = (Kind.ANSWERS, Kind.END)

@@ -1,0 +1,176 @@
+"""pyspark_ledger/wire/frames.py: the framed add stream's codec, its bounds and the order of its frames."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pyspark_ledger.wire import frames as fr
+from pyspark_ledger.wire.frames import Kind
+
+MAX = 64 * 1024  # the data frames' limit of the readers below
+
+data_frames = st.tuples(st.sampled_from([Kind.ADDS, Kind.ANSWERS]), st.binary(max_size=3000))
+control_frames = st.one_of(
+    st.builds(lambda v, f: (Kind.HELLO, fr.hello(v, f)[5:]), st.integers(1, 2**16 - 1), st.integers(0, 2**16 - 1)),
+    st.builds(lambda s, m: (Kind.END, fr.end(s, m)[5:]), st.integers(0, 2**16 - 1), st.text(max_size=1500)))
+
+
+@given(st.lists(st.one_of(data_frames, control_frames), max_size=12), st.data())
+def test_frames_come_out_whole_and_in_order_however_the_bytes_are_split(sent, data):
+    wire = b"".join(fr.frame(kind, payload) for kind, payload in sent)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=20)))
+    reader = fr.FrameReader(MAX)
+    got = []
+    for start, stop in zip([0, *cuts], [*cuts, len(wire)]):
+        got += reader.feed(wire[start:stop])
+    assert got == [(kind, bytes(payload)) for kind, payload in sent]
+    assert reader.pending == 0
+
+
+@given(st.binary(max_size=4000), st.integers(1, 64))
+def test_any_bytes_give_frames_or_a_value_error_and_never_more_than_one_frame_is_held(garbage, step):
+    reader = fr.FrameReader(fr.MAX_CONTROL_BYTES)
+    try:
+        for start in range(0, len(garbage), step):
+            for kind, payload in reader.feed(garbage[start:start + step]):
+                assert kind in Kind
+                assert len(payload) <= fr.MAX_CONTROL_BYTES
+            assert reader.pending <= 4 + fr.MAX_CONTROL_BYTES  # one incomplete frame at most
+    except ValueError:
+        with pytest.raises(ValueError):  # a broken stream stays broken
+            reader.feed(b"")
+
+
+def test_an_oversized_frame_is_refused_from_its_header_alone_naming_the_limit():
+    reader = fr.FrameReader(MAX)
+    with pytest.raises(ValueError, match=f"ADDS frame of {MAX + 1} bytes: over the limit of {MAX}"):
+        reader.feed(fr.header(Kind.ADDS, MAX + 1))
+    assert reader.pending == 0  # nothing of it was kept
+    with pytest.raises(ValueError, match="over the limit"):
+        reader.feed(fr.frame(Kind.ADDS, b"fine"))  # and the stream stays broken
+
+
+def test_a_frame_of_exactly_the_limit_passes():
+    reader = fr.FrameReader(MAX)
+    assert reader.feed(fr.frame(Kind.ANSWERS, b"a" * MAX)) == [(Kind.ANSWERS, b"a" * MAX)]
+
+
+def test_control_frames_have_their_own_small_limit():
+    reader = fr.FrameReader(MAX)
+    with pytest.raises(ValueError, match=f"HELLO frame of {fr.MAX_CONTROL_BYTES + 1} bytes: over the limit of "
+                                         f"{fr.MAX_CONTROL_BYTES}"):
+        reader.feed(fr.header(Kind.HELLO, fr.MAX_CONTROL_BYTES + 1))
+
+
+@pytest.mark.parametrize("raw, problem", [
+    (b"\0\0\0\0\x01", "0 is not a frame"),
+    (b"\0\0\0\x01\x00", "unknown frame kind 0"),
+    (b"\0\0\0\x01\x06", "unknown frame kind 6"),
+    (b"\0\0\0\x01\xff", "unknown frame kind 255"),
+])
+def test_a_zero_length_or_an_unknown_kind_breaks_the_stream(raw, problem):
+    with pytest.raises(ValueError, match=problem):
+        fr.FrameReader(MAX).feed(raw)
+
+
+def test_a_reader_takes_no_limit_below_the_control_frames():
+    with pytest.raises(ValueError, match=str(fr.MAX_CONTROL_BYTES)):
+        fr.FrameReader(fr.MAX_CONTROL_BYTES - 1)
+
+
+def test_a_header_past_four_gigabytes_is_refused():
+    with pytest.raises(ValueError, match="0 to 4294967294 bytes"):
+        fr.header(Kind.ADDS, 2**32 - 1)
+    with pytest.raises(ValueError):
+        fr.header(Kind.ADDS, -1)
+
+
+@given(st.integers(1, 2**16 - 1), st.integers(0, 2**16 - 1))
+def test_hello_round_trips(version, flags):
+    assert fr.parse_hello(fr.hello(version, flags)[5:]) == (version, flags)
+
+
+@pytest.mark.parametrize("payload, problem", [
+    (b"", "holds 12 bytes, not 0"),
+    (fr.hello()[5:] + b"x", "holds 12 bytes, not 13"),
+    (b"GRPCPRI!" + b"\0\x01\0\x01", "magic"),
+    (fr.MAGIC + b"\0\0\0\0", "version 1 or later, not 0"),
+])
+def test_a_malformed_hello_is_refused(payload, problem):
+    with pytest.raises(ValueError, match=problem):
+        fr.parse_hello(payload)
+
+
+@given(st.integers(1, 2**16 - 1), st.integers(0, 2**16 - 1), st.text(max_size=60))
+def test_the_bookie_agrees_on_the_lower_version_and_the_known_flags_asked(version, flags, bookie_id):
+    payload = fr.agree(version, flags, bookie_id)[5:]
+    assert fr.parse_welcome(payload, flags) == (min(version, fr.VERSION), flags & fr.KNOWN_FLAGS, bookie_id)
+
+
+@pytest.mark.parametrize("payload, asked, problem", [
+    (b"\0\x01", 1, "at least 5 bytes"),
+    (b"\0\0\0\0\0", 1, "answered version 0"),
+    ((fr.VERSION + 1).to_bytes(2, "big") + b"\0\0\0", 1, f"speaks 1 to {fr.VERSION}"),
+    (b"\0\x01\0\x02\0", 1, "beyond those asked"),
+    (b"\0\x01\0\0\x03ab", 0, "is 3 bytes, but 2 follow"),
+    (b"\0\x01\0\0\x02\xff\xfe", 0, "not UTF-8"),
+])
+def test_a_malformed_welcome_is_refused(payload, asked, problem):
+    with pytest.raises(ValueError, match=problem):
+        fr.parse_welcome(payload, asked)
+
+
+def test_a_bookie_id_too_long_for_welcome_is_refused():
+    with pytest.raises(ValueError, match="at most 255 bytes"):
+        fr.welcome(1, 0, "b" * 256)
+
+
+@given(st.integers(0, 2**16 - 1), st.text(max_size=2000))
+def test_end_round_trips_and_cuts_a_long_message_at_a_character(status, message):
+    got_status, got_message = fr.parse_end(fr.end(status, message)[5:])
+    assert got_status == status
+    assert message.startswith(got_message)
+    assert len(got_message.encode()) <= fr.MAX_END_MESSAGE_BYTES
+    if len(message.encode()) <= fr.MAX_END_MESSAGE_BYTES:
+        assert got_message == message
+
+
+def test_a_malformed_end_is_refused():
+    with pytest.raises(ValueError, match="holds 2 to 1026 bytes, not 1"):
+        fr.parse_end(b"\0")
+    with pytest.raises(ValueError, match="not 1027"):
+        fr.parse_end(b"\0\0" + b"x" * 1025)
+    assert fr.parse_end(b"\0\x05\xff") == (5, "\ufffd")  # hostile bytes read, never raised on
+
+
+def test_the_bookie_takes_hello_then_adds_until_end_and_nothing_after():
+    rules = fr.ServerRules()
+    assert rules.check(Kind.HELLO) is None
+    assert rules.check(Kind.ADDS) is None
+    assert rules.check(Kind.ADDS) is None
+    assert "HELLO frame not allowed here (expected ADDS or END)" in rules.check(Kind.HELLO)
+    assert rules.check(Kind.END) is None
+    assert rules.check(Kind.ADDS) == "ADDS frame after the END: the stream is over"
+
+
+@pytest.mark.parametrize("first", [Kind.ADDS, Kind.ANSWERS, Kind.WELCOME])
+def test_the_bookie_wants_hello_first(first):
+    assert fr.ServerRules().check(first) == f"the first frame must be HELLO, not {first.name}"
+
+
+def test_either_side_may_end_before_anything_else():
+    for rules in (fr.ServerRules(), fr.ClientRules()):
+        assert rules.check(Kind.END) is None
+        assert "after the END" in rules.check(Kind.END)
+
+
+def test_the_client_takes_welcome_then_answers_until_end():
+    rules = fr.ClientRules()
+    assert rules.check(Kind.ANSWERS) == "the first frame must be WELCOME, not ANSWERS"
+    rules = fr.ClientRules()
+    assert rules.check(Kind.WELCOME) is None
+    assert rules.check(Kind.ANSWERS) is None
+    assert "ADDS frame not allowed here (expected ANSWERS or END)" in rules.check(Kind.ADDS)
+    assert "WELCOME frame not allowed here" in rules.check(Kind.WELCOME)
+    assert rules.check(Kind.END) is None
