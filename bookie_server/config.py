@@ -45,6 +45,7 @@ class ServerConfig:
     advertised_port: int | None = None       # the port clients dial (registered); None = port
     bookie_id: str = ""                      # "" = advertised address:port
     metrics_port: int = DEFAULT_METRICS_PORT  # 0 = a free port, -1 = no metrics endpoint
+    add_port: int = -1                        # the framed add port (docs/protocol.md W11); 0 = a free port, -1 = off
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     max_inflight_adds: int = DEFAULT_MAX_INFLIGHT_ADDS
     journal_max_wait_ms: float = 0.0
@@ -144,6 +145,7 @@ _compaction_threshold = number(float, lambda value: 0 <= value < 1,
 _positive_int = number(int, lambda value: value >= 1, "must be a positive integer")
 _port = number(int, lambda value: 1 <= value <= 65535, "must be a TCP port in 1..65535")
 _metrics_port = number(int, lambda value: -1 <= value <= 65535, "must be -1 (off), 0 (any free port) or a port")
+_add_port = _metrics_port
 _non_negative_float = number(float, lambda value: value >= 0, "must be a number >= 0")
 
 
@@ -215,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--bookie-id", type=_bookie_id, default=None, help="bookie id (default: ADVERTISED_ADDRESS:ADVERTISED_PORT)")
     add("--metrics-port", type=_metrics_port, default=DEFAULT_METRICS_PORT,
         help="Prometheus /metrics HTTP port on HOST; 0 = any free port (printed at start), -1 = off")
+    add("--add-port", type=_add_port, default=-1,
+        help="also take adds on this port as framed TCP streams (docs/protocol.md W11), the add path without gRPC; "
+             "registered for clients to find; 0 = any free port, -1 = off; plaintext only, so not with --tls-cert")
     add("--max-entry-size", type=_positive_int, default=DEFAULT_MAX_ENTRY_SIZE,
         help="largest accepted entry body in bytes")
     add("--max-inflight-adds", type=_positive_int, default=DEFAULT_MAX_INFLIGHT_ADDS,
@@ -353,6 +358,11 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     if args.tls_client_ca is not None and args.tls_cert is None:
         parser.error("argument --tls-client-ca: needs --tls-cert and --tls-key (client certificates are "
                      "checked only over TLS)")
+    if args.add_port >= 0 and args.tls_cert is not None:
+        parser.error("argument --add-port: the framed add port speaks plaintext only for now, and this bookie serves "
+                     "TLS (--tls-cert): leave --add-port off so that no add travels unencrypted")
+    if args.add_port > 0 and args.add_port in (args.port, args.metrics_port):
+        parser.error(f"argument --add-port: {args.add_port} is already --port or --metrics-port: pick another")
     if args.admin_identities and args.tls_client_ca is None:
         parser.error("argument --admin-identity: needs --tls-client-ca (and --tls-cert, --tls-key): an identity "
                      "is the name in a client certificate the bookie verified, which only mutual TLS gives")

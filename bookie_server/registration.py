@@ -21,16 +21,18 @@ _log = logging.getLogger(__name__)
 
 
 def bookie_info(host: str, port: int, metrics_port: int | None, metrics_url: str | None,
-                data_dir: str, tls=None, location: Location = DEFAULT_LOCATION) -> dict[str, Any]:
+                data_dir: str, tls=None, location: Location = DEFAULT_LOCATION, add_port: int = 0) -> dict[str, Any]:
     """The info a bookie publishes with its registration; ``location`` is its zone and rack (read back by
     ``metadata.bookie_location.read_location``); ``tls`` (a ServerTls or None) tells clients whether
     the port speaks TLS ("tls") and wants a client certificate ("mtls"), so a client without the matching
-    settings can say so in one line instead of failing a handshake."""
+    settings can say so in one line instead of failing a handshake; ``add_port`` is the framed add port
+    (docs/protocol.md W11), 0 when it is off."""
     return {
         "tls": "mtls" if tls is not None and tls.mutual else "tls" if tls is not None else "",
         "host": host,
         "port": port,
         "metrics_port": metrics_port,
+        "add_port": add_port,
         "metrics_url": metrics_url or "",
         "version": pyspark_ledger.__version__,
         "data_dir": data_dir,

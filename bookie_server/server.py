@@ -77,6 +77,8 @@ class BookieServer:
         self._state_lock = threading.Lock()
         self._serving = False
         self._gc = None
+        self._framed = None  # the framed add port's listener (--add-port), or None
+        self.add_port: int | None = None
         self._stopped = False
 
     @property
@@ -97,6 +99,7 @@ class BookieServer:
             if self.config.metrics_port >= 0:
                 self._serve_metrics()
             self._grpc.start()
+            self._serve_framed_adds()
             self._cookie_plan.commit()  # only now: a start that failed before changed no cookie
             self._watch_disks()
             self._register()
@@ -185,7 +188,6 @@ class BookieServer:
         if self.config.disk_reserve_bytes > 0:
             create_reserve(self.config.data_dir, self.config.disk_reserve_bytes)
 
-
     def _build_grpc(self) -> None:
         """The gRPC server: a pool grown on demand up to every cap plus ``--grpc-workers`` threads, and the
         same number of calls at once (gRPC refuses more with RESOURCE_EXHAUSTED), so the capped kinds
@@ -229,11 +231,30 @@ class BookieServer:
     def _serve_metrics(self) -> None:
         try:
             self.metrics_port = self.metrics.serve_http(self.config.host, self.config.metrics_port,
-                                                       tls=self.config.tls)
+                                                        tls=self.config.tls)
         except OSError as exc:
             raise InvalidConfigurationError(
                 f"cannot serve metrics on {self.config.host}:{self.config.metrics_port}: {exc}; "
                 "pick another --metrics-port (0 = any free port)") from exc
+
+    def _serve_framed_adds(self) -> None:
+        """The framed add port (``--add-port``, docs/protocol.md W11), if on: the same AddStream handler as gRPC's."""
+        from bookie_server.framed_listener import FramedListener
+        from bookie_server.limits import grpc_max_message_bytes
+
+        config = self.config
+        if config.add_port < 0:
+            return
+        try:
+            self._framed = FramedListener(self._servicer, self.bookie_id, config.host, config.add_port,
+                                          config.max_add_streams,
+                                          grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes))
+        except OSError as exc:
+            raise InvalidConfigurationError(
+                f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "
+                "pick another --add-port (0 = any free port, -1 = off)") from exc
+        self.add_port = self._framed.port
+        self._framed.start()
 
     def _register(self) -> None:
         from bookie_server.space_report import SpaceReport, measure_space
@@ -241,9 +262,11 @@ class BookieServer:
         storage_config = self.config.storage_config()
         self._space_report = SpaceReport(lambda: measure_space(storage_config.journal_dir,
                                                                storage_config.entry_log_dir))
-        info = self._space_report.info(bookie_info(self.config.advertised_host, self.config.dial_port, self.metrics_port,
-                                                   self.metrics_url, str(self.config.data_dir), tls=self.config.tls,
-                                                   location=Location(self.config.zone, self.config.rack)))
+        config = self.config
+        info = self._space_report.info(bookie_info(config.advertised_host, config.dial_port, self.metrics_port,
+                                                   self.metrics_url, str(config.data_dir), tls=config.tls,
+                                                   location=Location(config.zone, config.rack),
+                                                   add_port=self.add_port or 0))
         with self._state_lock:
             read_only = bool(self._read_only_reasons)
             self._registration = register(self._store, self.bookie_id, info, read_only=read_only)
@@ -329,10 +352,14 @@ class BookieServer:
         grace = self.config.shutdown_grace_s
         if self._health is not None:
             self._health.enter_graceful_shutdown()
+        if self._framed is not None:
+            self._framed.close()  # no new framed streams; the open ones drain with gRPC's
         if self._grpc is not None:
             stopped = self._grpc.stop(grace)
             if not self._servicer.drain(grace):
                 _log.warning("add streams still open after the %.1f s grace period; cancelling them", grace)
+            if self._framed is not None:
+                self._framed.shut_open_connections()
             stopped.wait(grace + EXTRA_STOP_WAIT_S)
             self._servicer.join_stream_threads(EXTRA_STOP_WAIT_S)
         self._close_resources()
@@ -350,6 +377,9 @@ class BookieServer:
             self._space_report.stop()
         if self._gc is not None:
             self._gc.stop()
+        if self._framed is not None:
+            self._framed.close()
+            self._framed.shut_open_connections()
         if self._grpc is not None and not self._grpc.stop(0).wait(EXTRA_STOP_WAIT_S):
             _log.warning("the gRPC server did not finish its shutdown within %.0f s", EXTRA_STOP_WAIT_S)
         if self._executor is not None:

@@ -1,8 +1,8 @@
-"""Frames of a framed add stream: adds and their answers over plain TCP (or TLS), without gRPC.
+"""Frames of the framed add stream (docs/protocol.md W11): adds and their answers over TCP, without gRPC.
 
-Not on the add path yet: this is the codec the bookie's framed listener and the client's framed add stream
-will share (docs/measurements.md, "What the transport costs a paced add": gRPC is four fifths of a paced add's
-transport CPU). It is pure: bytes in, frames or a problem out; sockets and threads belong to its users.
+The codec the bookie's framed port (``bookie_server.framed_listener``) and the client's framed add stream share:
+gRPC is four fifths of a paced add's transport CPU (docs/measurements.md, "What the transport costs a paced
+add"). It is pure: bytes in, frames or a problem out; sockets and threads belong to its users.
 
 A frame is a 5-byte header -- the length of what follows it (4 bytes, big-endian; the kind byte included) and
 the kind (1 byte) -- then the payload:

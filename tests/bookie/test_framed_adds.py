@@ -1,0 +1,295 @@
+"""The framed add stream (docs/protocol.md W11) against a real bookie process: handshake, adds and their answers,
+the same checks and limits as the gRPC stream, refusals that say why, and what the bookie does at stop."""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from bookie_server.config import parse_args
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.client.add_wire import AddEncoder
+from pyspark_ledger.entry import EntryCodec, master_key
+from pyspark_ledger.metadata import open_metadata_store
+from pyspark_ledger.testing.bookies import BookieProcess, run_bookie_server
+from pyspark_ledger.wire import frames
+from pyspark_ledger.wire.frames import Kind
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+PASSWORD = b"framed"
+
+
+class Framed:
+    """A scripted client of the framed port: raw frames in, frames out."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.reader = frames.FrameReader(64 << 20)
+        self.received: list = []
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def next_frame(self) -> tuple[Kind, bytes]:
+        while not self.received:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise EOFError("the bookie closed the connection")
+            self.received += self.reader.feed(data)
+        return self.received.pop(0)
+
+    def hello(self, flags: int = frames.ANSWER_RUNS) -> tuple[int, int, str]:
+        self.send(frames.hello(frames.VERSION, flags))
+        kind, payload = self.next_frame()
+        assert kind is Kind.WELCOME, (kind, payload)
+        return frames.parse_welcome(payload, flags)
+
+    def end_frame(self) -> tuple[int, str]:
+        """Skips answers up to the END; its (status, message)."""
+        while True:
+            kind, payload = self.next_frame()
+            if kind is Kind.END:
+                return frames.parse_end(payload)
+
+    def answered(self, count: int) -> dict[int, int]:
+        """entry id -> status of the next ``count`` answers."""
+        statuses: dict[int, int] = {}
+        while len(statuses) < count:
+            kind, payload = self.next_frame()
+            assert kind is Kind.ANSWERS, (kind, payload)
+            message = pb.AddResultBatch.FromString(payload)
+            for run in message.acked:
+                for entry_id in range(run.first_entry_id, run.last_entry_id + 1):
+                    statuses[entry_id] = pb.OK
+            for result in message.results:
+                statuses[result.entry_id] = result.status
+        return statuses
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def adds_frame(ledger_id: int, first: int, count: int, key: bytes, size: int = 1024) -> bytes:
+    codec, encoder = EntryCodec(), AddEncoder(ledger_id, key)
+    batch = b"".join(encoder.encode(entry_id, codec.encode(ledger_id, entry_id, entry_id - 1, 0, b"x" * size))
+                     for entry_id in range(first, first + count))
+    return frames.frame(Kind.ADDS, batch)
+
+
+@pytest.fixture()
+def bookie(tmp_path):
+    uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
+    with BookieProcess(tmp_path / "bookie", uri, add_port=0, max_add_streams=3, max_batch_adds=50) as process:
+        with open_metadata_store(uri) as store:
+            info = store.bookies()[process.bookie_id].info
+        with LedgerClient(uri) as client:
+            writer = client.create_ledger(1, 1, 1, password=PASSWORD)
+            yield process, info["add_port"], writer.ledger_id
+            writer.close()
+
+
+def test_w11_adds_over_the_framed_port_are_stored_and_answered_as_runs(bookie):
+    process, port, ledger_id = bookie
+    assert port > 0  # registered for clients to find
+    client = Framed(port)
+    try:
+        assert client.hello() == (frames.VERSION, frames.ANSWER_RUNS, process.bookie_id)
+        client.send(adds_frame(ledger_id, 0, 10, master_key(PASSWORD)))
+        client.send(adds_frame(ledger_id, 10, 5, master_key(PASSWORD)))
+        assert client.answered(15) == {entry_id: pb.OK for entry_id in range(15)}
+        client.send(frames.end(pb.OK))
+        assert client.end_frame() == (pb.OK, "")
+    finally:
+        client.close()
+    with LedgerClient(process.metadata_uri) as reader_client:
+        with reader_client.open_ledger(ledger_id, password=PASSWORD, recovery=False) as reader:
+            # each entry carried the one before it as confirmed: the bookie's LAC is 13
+            assert [entry.data for entry in reader.read(0, 13)] == [b"x" * 1024] * 14
+
+
+def test_w11_the_same_key_checks_as_grpc_and_answers_one_per_add_without_runs(bookie):
+    _, port, ledger_id = bookie
+    client = Framed(port)
+    try:
+        assert client.hello(flags=0)[1] == 0  # no runs asked, none granted
+        client.send(adds_frame(ledger_id, 0, 2, master_key(b"wrong")))
+        assert client.answered(2) == {0: pb.UNAUTHORIZED, 1: pb.UNAUTHORIZED}
+    finally:
+        client.close()
+
+
+def test_w11_a_batch_over_max_batch_adds_ends_the_stream_with_bad_request_naming_the_limit(bookie):
+    _, port, ledger_id = bookie
+    client = Framed(port)
+    try:
+        client.hello()
+        client.send(adds_frame(ledger_id, 0, 51, master_key(PASSWORD), size=16))
+        status, message = client.end_frame()
+        assert status == pb.BAD_REQUEST and "50" in message
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("first, problem", [
+    (frames.frame(Kind.ADDS, b""), "the first frame must be HELLO, not ADDS"),
+    (frames.frame(Kind.HELLO, b"GRPCPRI!\0\x01\0\x01"), "magic"),
+    (frames.header(Kind.HELLO, frames.MAX_CONTROL_BYTES + 1), "over the limit of 1026"),
+    (b"\0\0\0\x01\x09", "unknown frame kind 9"),
+])
+def test_w11_a_bad_handshake_is_refused_with_bad_request_saying_why(bookie, first, problem):
+    _, port, _ = bookie
+    client = Framed(port)
+    try:
+        client.send(first)
+        kind, payload = client.next_frame()
+        assert kind is Kind.END
+        status, message = frames.parse_end(payload)
+        assert status == pb.BAD_REQUEST and problem in message
+        with pytest.raises(EOFError):
+            client.next_frame()
+    finally:
+        client.close()
+
+
+def test_w11_an_oversized_adds_frame_is_refused_from_its_header(bookie):
+    _, port, _ = bookie
+    client = Framed(port)
+    try:
+        client.hello()
+        client.send(frames.header(Kind.ADDS, 2**31))  # 2 GiB announced, none of it sent
+        status, message = client.end_frame()
+        assert status == pb.BAD_REQUEST and "ADDS frame of 2147483648 bytes: over the limit" in message
+    finally:
+        client.close()
+
+
+def test_w11_bytes_that_are_not_an_add_batch_end_the_stream_with_bad_request(bookie):
+    _, port, _ = bookie
+    client = Framed(port)
+    try:
+        client.hello()
+        client.send(frames.frame(Kind.ADDS, b"\x0a\xff\xff\xff\xff\x0f"))  # a field longer than the message
+        status, message = client.end_frame()
+        assert status == pb.BAD_REQUEST and "not an AddBatch" in message
+    finally:
+        client.close()
+
+
+def test_w11_streams_past_max_add_streams_are_refused_at_once_and_the_bookie_serves_on(bookie):
+    _, port, ledger_id = bookie
+    clients = [Framed(port) for _ in range(3)]
+    try:
+        for client in clients:
+            client.hello()
+        extra = Framed(port)
+        started = time.monotonic()
+        kind, payload = extra.next_frame()
+        assert kind is Kind.END and time.monotonic() - started < 5
+        status, message = frames.parse_end(payload)
+        assert status == pb.TOO_MANY_REQUESTS and "--max-add-streams" in message and "3" in message
+        extra.close()
+        clients[0].send(frames.end(pb.OK))
+        assert clients[0].end_frame()[0] == pb.OK
+        clients[0].close()
+        time.sleep(0.5)  # its thread gives its place back
+        again = Framed(port)
+        again.hello()
+        again.send(adds_frame(ledger_id, 0, 1, master_key(PASSWORD)))
+        assert again.answered(1) == {0: pb.OK}
+        again.close()
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_w11_a_client_that_says_nothing_is_dropped_after_the_handshake_timeout(bookie, monkeypatch):
+    _, port, _ = bookie
+    client = Framed(port)
+    client.sock.settimeout(30)
+    try:
+        started = time.monotonic()
+        with pytest.raises(EOFError):
+            client.next_frame()
+        assert 8 <= time.monotonic() - started < 20  # HANDSHAKE_TIMEOUT_S = 10
+    finally:
+        client.close()
+
+
+def test_w11_a_stopping_bookie_ends_an_open_framed_stream_with_its_adds_answered(tmp_path):
+    uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
+    process = BookieProcess(tmp_path / "bookie", uri, add_port=0).start()
+    try:
+        with open_metadata_store(uri) as store:
+            port = store.bookies()[process.bookie_id].info["add_port"]
+        with LedgerClient(uri) as client:
+            writer = client.create_ledger(1, 1, 1, password=PASSWORD)
+            framed = Framed(port)
+            framed.hello()
+            framed.send(adds_frame(writer.ledger_id, 0, 3, master_key(PASSWORD)))
+            assert framed.answered(3) == {0: pb.OK, 1: pb.OK, 2: pb.OK}
+            started = time.monotonic()
+            assert process.stop() == 0
+            assert time.monotonic() - started < 15
+            assert framed.end_frame()[0] == pb.OK
+            framed.close()
+    finally:
+        process.kill()
+
+
+def test_w11_add_port_is_refused_on_a_tls_bookie_and_beside_its_own_port(tmp_path):
+    with pytest.raises(SystemExit):
+        parse_args(["--data-dir", str(tmp_path), "--port", "4000", "--metadata", "sqlite:///x.db", "--add-port", "0",
+                    "--tls-cert", "c.pem", "--tls-key", "k.pem"])
+    result = run_bookie_server(["--data-dir", str(tmp_path), "--port", "4000", "--metadata", "sqlite:///x.db",
+                                "--add-port", "0", "--tls-cert", "c.pem", "--tls-key", "k.pem"])
+    assert result.returncode != 0 and "plaintext only" in result.stderr and "--tls-cert" in result.stderr
+    result = run_bookie_server(["--data-dir", str(tmp_path), "--port", "4000", "--metadata", "sqlite:///x.db",
+                                "--add-port", "4000"])
+    assert result.returncode != 0 and "--add-port: 4000 is already --port" in result.stderr
+
+
+def test_w11_an_add_port_in_use_fails_the_start_naming_the_flag(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
+        result = BookieProcess(tmp_path / "bookie", uri, add_port=port).run_to_exit()
+    assert result.returncode != 0 and "--add-port" in result.stderr
+
+
+def test_w11_the_framed_port_is_off_by_default_and_registered_as_0(tmp_path):
+    uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
+    with BookieProcess(tmp_path / "bookie", uri) as process:
+        with open_metadata_store(uri) as store:
+            assert store.bookies()[process.bookie_id].info["add_port"] == 0
+
+
+def test_w11_a_large_entry_travels_in_one_frame_split_over_many_reads(bookie):
+    _, port, ledger_id = bookie
+    client = Framed(port)
+    try:
+        client.hello()
+        data = adds_frame(ledger_id, 0, 1, master_key(PASSWORD), size=3 << 20)
+        for start in range(0, len(data), 100_000):
+            client.send(data[start:start + 100_000])
+        assert client.answered(1) == {0: pb.OK}
+    finally:
+        client.close()
+
+
+def test_w11_a_client_gone_without_its_end_leaves_the_bookie_serving(bookie):
+    _, port, ledger_id = bookie
+    for round_no in range(5):  # more than --max-add-streams: each place must come back
+        client = Framed(port)
+        client.hello()
+        client.send(adds_frame(ledger_id, round_no, 1, master_key(PASSWORD)))
+        assert client.answered(1) == {round_no: pb.OK}
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset, no END
+        time.sleep(0.3)
+    last = Framed(port)
+    try:
+        last.hello()
+    finally:
+        last.close()
