@@ -159,9 +159,10 @@ class _Requests:
 class FramedListener:
     """The framed add port (see the module docstring)."""
 
-    def __init__(self, servicer, bookie_id: str, host: str, port: int, max_connections: int,
+    def __init__(self, servicer, metrics, bookie_id: str, host: str, port: int, max_connections: int,
                  max_frame_bytes: int) -> None:
         self._servicer = servicer
+        self._metrics = metrics
         self._bookie_id = bookie_id
         self._slots = threading.BoundedSemaphore(max_connections)
         self._max_connections = max_connections
@@ -209,6 +210,8 @@ class FramedListener:
             except OSError:
                 return  # closed
             if not self._slots.acquire(blocking=False):
+                self._metrics.framed_connection("refused")
+                self._metrics.call_refused("add_stream")
                 self._refuse_at_once(conn)
                 continue
             with self._lock:
@@ -256,20 +259,25 @@ class FramedListener:
             while not received:
                 data = conn.recv(RECEIVE_BYTES)
                 if not data:
+                    self._metrics.framed_connection("gone")
                     return None
                 received = reader.feed(data)
             kind, payload = received.pop(0)
             problem = rules.check(kind)
             if problem is None and kind is Kind.END:
+                self._metrics.framed_connection("gone")
                 return None
             if problem is not None:
                 raise ValueError(problem)
             version, flags = frames.parse_hello(payload)
         except ValueError as exc:
+            self._metrics.framed_connection("bad_handshake")
             _end(conn, pb.BAD_REQUEST, f"bad framed add stream handshake: {exc}")
             return None
         except OSError:  # a timeout, or the connection broke
+            self._metrics.framed_connection("gone")
             return None
+        self._metrics.framed_connection("streamed")
         conn.sendall(frames.agree(version, flags, self._bookie_id))
         conn.settimeout(None)
         return _Opened(reader, rules, received, bool(flags & frames.ANSWER_RUNS))

@@ -45,6 +45,10 @@ DAMAGE_PLACES = ("read", "journal")
 STATUS_NAMES = {number: name for name, number in pb.Status.items()}
 
 
+#: how a framed add port connection's handshake ended: streaming, refused past the cap, broken rules, or gone
+FRAMED_OUTCOMES = ("streamed", "refused", "bad_handshake", "gone")
+
+
 class BookieMetrics:
     """All metrics of one bookie; every method is cheap and thread-safe."""
 
@@ -61,6 +65,9 @@ class BookieMetrics:
                                        buckets=_LATENCY_BUCKETS, registry=reg)
         self._bytes_read = Counter("bookie_bytes_read", "Entry bytes returned by reads", registry=reg)
         self._streams = Gauge("bookie_add_streams", "Open add streams", registry=reg)
+        framed = Counter("bookie_framed_add_connections", "Connections to the framed add port (docs/protocol.md W11), "
+                         "by outcome of their handshake", ["outcome"], registry=reg)
+        self._framed = {outcome: framed.labels(outcome=outcome) for outcome in FRAMED_OUTCOMES}
         self._gc_passes = Counter("bookie_gc_passes", "Garbage collection passes, by outcome", ["outcome"],
                                   registry=reg)
         self._gc_ledgers = Counter("bookie_gc_ledgers_collected", "Ledgers deleted by garbage collection",
@@ -168,6 +175,10 @@ class BookieMetrics:
         histogram = self._gc_pauses.get(generation)
         if histogram is not None:
             histogram.observe(seconds)
+
+    def framed_connection(self, outcome: str) -> None:
+        """A framed add port connection's handshake ended: ``outcome`` is one of ``FRAMED_OUTCOMES``."""
+        self._framed[outcome].inc()
 
     def stream_opened(self) -> None:
         self._streams.inc()

@@ -246,7 +246,7 @@ class BookieServer:
         if config.add_port < 0:
             return
         try:
-            self._framed = FramedListener(self._servicer, self.bookie_id, config.host, config.add_port,
+            self._framed = FramedListener(self._servicer, self.metrics, self.bookie_id, config.host, config.add_port,
                                           config.max_add_streams,
                                           grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes))
         except OSError as exc:

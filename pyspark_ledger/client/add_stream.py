@@ -241,12 +241,12 @@ class AddStream:
                     break
                 try:
                     await call.write(batch)
-                except (grpc.RpcError, asyncio.InvalidStateError):
+                except (grpc.RpcError, asyncio.InvalidStateError, BookieError):
                     return True  # the call ended: the reader reports why
             if closing and drained:  # else the answers that free the window wake this loop again
                 try:
                     await call.done_writing()
-                except (grpc.RpcError, asyncio.InvalidStateError):
+                except (grpc.RpcError, asyncio.InvalidStateError, BookieError):
                     return True
                 return False
 
@@ -303,6 +303,9 @@ class AddStream:
                         self._notify_results(*results)
         except grpc.RpcError as exc:
             return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
+        except BookieError as exc:  # a framed call's failure (docs/protocol.md W11), or a malformed answer
+            call.cancel()
+            return exc
         finally:
             self._answers_ended = True
             self._wakeup.set()  # the writer stops too

@@ -32,8 +32,9 @@ class BookiePool:
 
     def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
                  max_inflight: int = 10_000, max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
-                 answer_runs: bool = True) -> None:
+                 answer_runs: bool = True, framed_adds: bool = False) -> None:
         self._answer_runs = answer_runs
+        self._framed_adds = framed_adds and not (tls is not None and tls.enabled)  # docs/protocol.md W11: plaintext
         self._tls = tls if tls is not None and tls.enabled else None
         # read (and checked) once: a bad file fails here, naming its setting
         self._credentials = self._tls.channel_credentials() if self._tls is not None else None
@@ -47,6 +48,7 @@ class BookiePool:
         self._streams: dict[str, AddStream] = {}
         self._addresses: dict[str, str] = {}
         self._modes: dict[str, object] = {}  # bookie -> the TLS mode its registration gave
+        self._add_ports: dict[str, int] = {}  # bookie -> the framed add port its registration gave (W11)
         self._locations: dict[str, Location] = {}  # bookie -> zone and rack its registration gave
         self._closed = False
         self._io = acquire_io_loop()
@@ -63,6 +65,7 @@ class BookiePool:
             for bookie_id, registration in registered.items():
                 self._addresses[bookie_id] = _address_of(registration)
                 self._modes[bookie_id] = _tls_mode(registration)
+                self._add_ports[bookie_id] = _add_port(registration)
                 self._locations[bookie_id] = read_location(registration.info)
         return sorted(registered)
 
@@ -94,10 +97,11 @@ class BookiePool:
             self._check_open(bookie_id)
             client = self._clients.get(bookie_id)
             if client is None:
+                add_port = self._add_ports.get(bookie_id, 0) if self._framed_adds else 0
                 client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout,
                                                                  io_loop=self._io, tls=self._tls,
                                                                  credentials=self._credentials,
-                                                                 answer_runs=self._answer_runs)
+                                                                 answer_runs=self._answer_runs, add_port=add_port)
             return client
 
     def stream(self, bookie_id: str) -> AddStream:
@@ -155,6 +159,7 @@ class BookiePool:
             address = _address_of(registered[bookie_id])
             with self._lock:
                 self._modes[bookie_id] = _tls_mode(registered[bookie_id])
+                self._add_ports[bookie_id] = _add_port(registered[bookie_id])
         else:
             try:
                 parse_address(bookie_id)
@@ -175,6 +180,12 @@ def _address_of(registration: BookieRegistration) -> str:
     if host and isinstance(port, int):
         return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
     return registration.bookie_id
+
+
+def _add_port(registration: BookieRegistration) -> int:
+    """The framed add port the registration names (docs/protocol.md W11), 0 when it names none (or nonsense)."""
+    port = (registration.info or {}).get("add_port")
+    return port if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 else 0
 
 
 def _tls_mode(registration: BookieRegistration) -> object:

@@ -33,6 +33,7 @@ import grpc.aio
 
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
+from pyspark_ledger.client.framed_call import FramedCall
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.read_wire import decode_read_response
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
@@ -130,12 +131,17 @@ class BookieClient:
 
     def __init__(self, bookie_id_or_address: str, *, address: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None, tls=None,
-                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True,
+                 add_port: int = 0) -> None:
         self.bookie_id = str(bookie_id_or_address)
+        self._answer_runs = answer_runs
         self._add_metadata = ASK_FOR_RUNS if answer_runs else None  # docs/protocol.md W9
         target = address if address is not None else self.bookie_id
         host, port = parse_address(target)
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._host = host
+        # the framed add port (docs/protocol.md W11), plaintext only: add streams go there when it is set
+        self.add_port = add_port if tls is None or not tls.enabled else 0
         self.timeout = timeout
         self.tls = tls if tls is not None and tls.enabled else None
         if self.tls is not None and credentials is None:
@@ -156,7 +162,8 @@ class BookieClient:
         """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry)."""
         with self._lock:
             io_loop = self._loop_locked()
-            stream = AddStream(self._open_add_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
+            open_call = self._open_framed_call if self.add_port else self._open_add_call
+            stream = AddStream(open_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
                                max_inflight=max_inflight, max_batches_in_flight=max_batches_in_flight, tls=self.tls)
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
             self._streams.add(stream)
@@ -168,6 +175,10 @@ class BookieClient:
                                                       request_serializer=None,
                                                       response_deserializer=pb.AddResultBatch.FromString)
         return method(metadata=self._add_metadata)
+
+    def _open_framed_call(self) -> FramedCall:
+        """A new framed add stream (docs/protocol.md W11) to the bookie's add port; it connects at its first use."""
+        return FramedCall(self._host, self.add_port, self.bookie_id, answer_runs=self._answer_runs)
 
     def _ensure_channel(self) -> grpc.aio.Channel:
         """The aio channel, made at first use (only ever called on the loop thread)."""

@@ -56,6 +56,10 @@ class ClientConfig:
     #: Ask bookies to answer OK adds as runs of entry ids (docs/protocol.md W9);
     #: bookies that do not know the form answer each add, which works too.
     add_answer_runs: bool = True
+    #: Send adds over a bookie's framed add port (docs/protocol.md W11: the add path without gRPC, a third of
+    #: the transport's CPU per message) when its registration names one; bookies without it, and every bookie
+    #: of a client with TLS settings, get gRPC add streams. False keeps every add stream on gRPC.
+    framed_adds: bool = True
     #: Largest encoded entry (payload + 36-byte header + digest) a writer sends;
     #: keep it at or below the bookies' ``--max-entry-size`` (default 5 MiB).
     max_entry_bytes: int = 5 * MiB
@@ -128,8 +132,9 @@ class ClientConfig:
                      "read_batch_bytes", "read_ahead_batches", "metadata_retries", "io_threads"):
             _positive_int(name, getattr(self, name))
         check_batches_in_flight(self.add_batches_in_flight)
-        if not isinstance(self.add_answer_runs, bool):
-            raise InvalidConfigurationError(f"add_answer_runs must be True or False, got {self.add_answer_runs!r}")
+        for name in ("add_answer_runs", "framed_adds"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidConfigurationError(f"{name} must be True or False, got {getattr(self, name)!r}")
         window = self.recovery_read_window
         if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_RECOVERY_READ_WINDOW:
             raise InvalidConfigurationError(

@@ -167,14 +167,20 @@ class FrameReader:
         return frames
 
     def _check(self, length: int, kind_byte: int) -> str | None:
-        if length < 1:
-            return "a frame's length counts its kind byte: 0 is not a frame"
-        if kind_byte not in _KINDS:
-            return f"unknown frame kind {kind_byte} (this side knows {', '.join(k.name for k in Kind)})"
-        limit = self.max_payload if kind_byte in _DATA_KINDS else MAX_CONTROL_BYTES
-        if length - 1 > limit:
-            return f"{Kind(kind_byte).name} frame of {length - 1} bytes: over the limit of {limit}"
-        return None
+        return header_problem(length, kind_byte, self.max_payload)
+
+
+def header_problem(length: int, kind_byte: int, max_payload: int) -> str | None:
+    """What is wrong with a frame header of ``length`` and ``kind_byte`` when data frames may hold ``max_payload``
+    bytes (control frames ``MAX_CONTROL_BYTES``), or None."""
+    if length < 1:
+        return "a frame's length counts its kind byte: 0 is not a frame"
+    if kind_byte not in _KINDS:
+        return f"unknown frame kind {kind_byte} (this side knows {', '.join(k.name for k in Kind)})"
+    limit = max_payload if kind_byte in _DATA_KINDS else MAX_CONTROL_BYTES
+    if length - 1 > limit:
+        return f"{Kind(kind_byte).name} frame of {length - 1} bytes: over the limit of {limit}"
+    return None
 
 
 _KINDS = frozenset(int(kind) for kind in Kind)

@@ -1,0 +1,145 @@
+"""The client's framed add stream (docs/protocol.md W11): FramedCall against scripted servers for every way a
+stream can end, and LedgerClient over real bookies with --add-port, whose adds take the framed port."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import urllib.request
+from pathlib import Path
+
+import grpc.aio
+import pytest
+
+from pyspark_ledger.client import ClientConfig, LedgerClient
+from pyspark_ledger.client import framed_call as fc
+from pyspark_ledger.errors import BookieError, BookieUnavailableError, TooManyRequestsError
+from pyspark_ledger.status import BookieStatus
+from pyspark_ledger.testing.bookies import BookieCluster
+from pyspark_ledger.wire import frames
+from pyspark_ledger.wire.frames import Kind
+from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+
+class Scripted:
+    """A one-connection server on 127.0.0.1 that reads the HELLO, then sends ``replies`` and closes."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.replies = replies
+        self.hello: tuple[int, int] | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            reader = frames.FrameReader(1 << 20)
+            got: list = []
+            while not got:
+                got = reader.feed(conn.recv(4096))
+            self.hello = frames.parse_hello(got[0][1])
+            for reply in self.replies:
+                conn.sendall(reply)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(5)
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 20))
+
+
+def answers_frame(*entry_ids: int) -> bytes:
+    message = pb.AddResultBatch(acked=[pb.AckRun(ledger_id=1, first_entry_id=e, last_entry_id=e) for e in entry_ids])
+    return frames.frame(Kind.ANSWERS, message.SerializeToString())
+
+
+def test_w11_answers_then_an_ok_end_read_as_the_stream_s_eof():
+    server = Scripted([frames.agree(1, frames.ANSWER_RUNS, "b1"), answers_frame(0), answers_frame(1),
+                       frames.end(pb.OK)])
+
+    async def go():
+        call = fc.FramedCall("127.0.0.1", server.port, "b1")
+        first, second, third = await call.read(), await call.read(), await call.read()
+        return call, first, second, third
+    try:
+        call, first, second, third = run(go())
+    finally:
+        server.close()
+    assert server.hello == (frames.VERSION, frames.ANSWER_RUNS)
+    assert call.granted_flags == frames.ANSWER_RUNS
+    assert [run.first_entry_id for run in first.acked] == [0] and second.acked[0].first_entry_id == 1
+    assert third is grpc.aio.EOF
+
+
+def test_w11_a_client_without_runs_asks_for_none():
+    server = Scripted([frames.agree(1, 0, "b1"), frames.end(pb.OK)])
+    try:
+        assert run(fc.FramedCall("127.0.0.1", server.port, "b1", answer_runs=False).read()) is grpc.aio.EOF
+    finally:
+        server.close()
+    assert server.hello == (frames.VERSION, 0)
+
+
+@pytest.mark.parametrize("replies, error, words", [
+    ([frames.end(pb.TOO_MANY_REQUESTS, "at its limit of 3 (--max-add-streams)")], TooManyRequestsError,
+     "--max-add-streams"),
+    ([frames.agree(1, 1, "someone-else")], BookieUnavailableError, "answered as bookie 'someone-else'"),
+    ([frames.welcome(1, 0x8000, "b1")], BookieError, "beyond those asked"),
+    ([], BookieUnavailableError, "without an END"),
+    ([frames.agree(1, 1, "b1"), frames.header(Kind.ANSWERS, fc.MAX_ANSWER_BYTES + 1)], BookieError,
+     "over the limit"),
+    ([frames.agree(1, 1, "b1"), frames.frame(Kind.WELCOME, b"")], BookieError, "WELCOME frame not allowed here"),
+    ([frames.agree(1, 1, "b1"), frames.frame(Kind.ANSWERS, b"\x0a\xff\xff\xff\x0f")], BookieError,
+     "not an AddResultBatch"),
+    ([frames.agree(1, 1, "b1"), frames.end(pb.BAD_REQUEST, "a batch of 51 adds is over --max-batch-adds 50")],
+     BookieError, "BAD_REQUEST: a batch of 51 adds"),
+])
+def test_w11_every_way_a_stream_ends_badly_is_a_bookie_error_that_says_why(replies, error, words):
+    server = Scripted(replies)
+
+    async def go():
+        call = fc.FramedCall("127.0.0.1", server.port, "b1")
+        while await call.read() is not grpc.aio.EOF:
+            pass
+    try:
+        with pytest.raises(error, match=words) as caught:
+            run(go())
+    finally:
+        server.close()
+    assert caught.value.bookie_id == "b1"
+    if error is BookieError:
+        assert caught.value.status in (BookieStatus.RPC_FAILED, BookieStatus.BAD_REQUEST)
+
+
+def test_w11_a_port_nobody_listens_on_is_an_unavailable_bookie():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+    with pytest.raises(BookieUnavailableError, match="cannot connect"):
+        run(fc.FramedCall("127.0.0.1", port, "b1").write(b"x"))
+
+
+def metric(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+@pytest.mark.parametrize("framed", [True, False])
+def test_w11_a_ledger_client_adds_over_the_framed_port_when_the_bookies_offer_it(tmp_path: Path, framed):
+    uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
+    with BookieCluster(3, tmp_path / "bookies", uri, add_port=0) as cluster, \
+            LedgerClient(uri, ClientConfig(framed_adds=framed)) as client:
+        writer = client.create_ledger(3, 3, 2, password=b"pw")
+        futures = [writer.append_async(b"small %d" % index) for index in range(500)]
+        assert [future.result(30) for future in futures] == list(range(500))
+        writer.append(b"L" * (2 << 20))  # a large add travels alone
+        writer.close()
+        with client.open_ledger(writer.ledger_id, password=b"pw") as reader:
+            entries = [entry.data for entry in reader.read(0, reader.last_add_confirmed)]
+        streamed = [metric(bookie.metrics_url, 'bookie_framed_add_connections_total{outcome="streamed"}')
+                    for bookie in cluster]
+    assert entries == [b"small %d" % index for index in range(500)] + [b"L" * (2 << 20)]
+    assert all(count >= 1 for count in streamed) if framed else streamed == [0, 0, 0]
