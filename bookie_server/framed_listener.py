@@ -36,6 +36,7 @@ from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 _log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0
 RECEIVE_BYTES = 256 * 1024  # one recv at most (a larger frame arrives in several)
+LARGE_FRAME_BYTES = 64 * 1024  # a frame at least this large is read straight into its own buffer
 LISTEN_BACKLOG = 64
 END_WAIT_S = 2.0  # at stop, how long drained streams have to send their END before their connections are shut
 _STATUS_OF_CODE = {"RESOURCE_EXHAUSTED": pb.TOO_MANY_REQUESTS, "INVALID_ARGUMENT": pb.BAD_REQUEST}
@@ -150,6 +151,18 @@ class _Requests:
                     self._call.end()
                     return
                 pending.extend(reader.feed(data))
+                large = None if pending else reader.take_large(LARGE_FRAME_BYTES)
+                if large is not None:
+                    kind, payload, have = large
+                    view = memoryview(payload)
+                    while have < len(payload):
+                        received = self._conn.recv_into(view[have:])
+                        if not received:
+                            self._call.end()
+                            return
+                        have += received
+                    del view
+                    pending.append((kind, payload))
         except ValueError as exc:  # the framing is broken
             self.problem = str(exc)
         except OSError:

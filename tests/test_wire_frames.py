@@ -174,3 +174,26 @@ def test_the_client_takes_welcome_then_answers_until_end():
     assert "ADDS frame not allowed here (expected ANSWERS or END)" in rules.check(Kind.ADDS)
     assert "WELCOME frame not allowed here" in rules.check(Kind.WELCOME)
     assert rules.check(Kind.END) is None
+
+
+@given(st.binary(min_size=0, max_size=200), st.integers(0, 300), st.sampled_from([Kind.ADDS, Kind.ANSWERS]))
+def test_a_large_frame_is_handed_over_with_what_arrived_of_it(payload_start, rest, kind):
+    whole = payload_start + b"r" * rest
+    reader = fr.FrameReader(MAX)
+    assert reader.feed(fr.header(kind, len(whole)) + payload_start) == ([] if rest else [(kind, whole)])
+    taken = reader.take_large(at_least=1)
+    if rest == 0 or not whole:
+        assert taken is None
+        return
+    got_kind, buffer, have = taken
+    assert (got_kind, len(buffer), have) == (kind, len(whole), len(payload_start))
+    assert bytes(buffer[:have]) == payload_start
+    assert reader.pending == 0
+    assert reader.feed(fr.frame(Kind.END, fr.end(1)[5:])) == [(Kind.END, fr.end(1)[5:])]  # the next frame reads
+
+
+def test_a_frame_below_the_size_asked_is_left_to_feed():
+    reader = fr.FrameReader(MAX)
+    reader.feed(fr.header(Kind.ADDS, 100) + b"abc")
+    assert reader.take_large(at_least=101) is None
+    assert reader.pending == 8

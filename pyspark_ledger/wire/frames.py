@@ -166,6 +166,23 @@ class FrameReader:
             del buffer[:position]
         return frames
 
+    def take_large(self, at_least: int) -> tuple[Kind, bytearray, int] | None:
+        """When the bytes held are the start of one frame whose payload is ``at_least`` bytes or more (its header
+        already checked by ``feed``): its kind, a bytearray of the payload's size holding what arrived of it, and
+        how much that is. The reader then holds nothing, and its owner reads the rest of the payload straight into
+        the bytearray (``socket.recv_into``: a large frame copied once, not once per piece). Else None."""
+        buffer = self._buffer
+        if len(buffer) < HEADER.size:
+            return None
+        length, kind_byte = HEADER.unpack_from(buffer)
+        if length - 1 < at_least:
+            return None
+        payload = bytearray(length - 1)
+        have = len(buffer) - HEADER.size
+        payload[:have] = memoryview(buffer)[HEADER.size:]
+        self._buffer = bytearray()
+        return Kind(kind_byte), payload, have
+
     def _check(self, length: int, kind_byte: int) -> str | None:
         return header_problem(length, kind_byte, self.max_payload)
 
