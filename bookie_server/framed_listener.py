@@ -290,8 +290,12 @@ class FramedListener:
         except OSError:  # a timeout, or the connection broke
             self._metrics.framed_connection("gone")
             return None
+        try:
+            conn.sendall(frames.agree(version, flags, self._bookie_id))
+        except OSError:
+            self._metrics.framed_connection("gone")
+            return None
         self._metrics.framed_connection("streamed")
-        conn.sendall(frames.agree(version, flags, self._bookie_id))
         conn.settimeout(None)
         return _Opened(reader, rules, received, bool(flags & frames.ANSWER_RUNS))
 
