@@ -49,6 +49,7 @@ class BookiePool:
         self._addresses: dict[str, str] = {}
         self._modes: dict[str, object] = {}  # bookie -> the TLS mode its registration gave
         self._add_ports: dict[str, int] = {}  # bookie -> the framed add port its registration gave (W11)
+        self._streamed: set[str] = set()  # bookies an add stream was opened to (a new one re-reads the add port)
         self._locations: dict[str, Location] = {}  # bookie -> zone and rack its registration gave
         self._closed = False
         self._io = acquire_io_loop()
@@ -97,11 +98,10 @@ class BookiePool:
             self._check_open(bookie_id)
             client = self._clients.get(bookie_id)
             if client is None:
-                add_port = self._add_ports.get(bookie_id, 0) if self._framed_adds else 0
                 client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout,
                                                                  io_loop=self._io, tls=self._tls,
                                                                  credentials=self._credentials,
-                                                                 answer_runs=self._answer_runs, add_port=add_port)
+                                                                 answer_runs=self._answer_runs)
             return client
 
     def stream(self, bookie_id: str) -> AddStream:
@@ -110,16 +110,19 @@ class BookiePool:
         if stream is not None:
             return stream
         client = self.client(bookie_id)
+        # a replaced stream may have failed on a framed port that moved (a bookie restarted on --add-port 0)
+        add_port = self._add_port(bookie_id, refresh=bookie_id in self._streamed) if self._framed_adds else 0
         with self._lock:
             self._check_open(bookie_id)
             stream = self._streams.get(bookie_id)
             if stream is None or stream.closed:
                 try:
                     stream = client.add_stream(max_inflight=self._max_inflight, max_batch_bytes=self._max_batch_bytes,
-                                               max_batches_in_flight=self._max_batches_in_flight)
+                                               max_batches_in_flight=self._max_batches_in_flight, add_port=add_port)
                 except InvalidStateError as exc:  # the client was closed underneath us
                     raise BookieUnavailableError(str(exc), bookie_id=bookie_id, status=BookieStatus.CLOSED) from exc
                 self._streams[bookie_id] = stream
+                self._streamed.add(bookie_id)
             return stream
 
     def forget_stream(self, bookie_id: str, stream: AddStream) -> None:
@@ -139,6 +142,20 @@ class BookiePool:
             client.close()
         if io_loop is not None:
             release_io_loop(io_loop)
+
+    def _add_port(self, bookie_id: str, refresh: bool) -> int:
+        """The framed add port of ``bookie_id`` (docs/protocol.md W11) as its registration last said, read again
+        with ``refresh``; 0 for none (or when the registration cannot be read: gRPC then)."""
+        if refresh:
+            try:
+                registered = self._store.bookies(include_read_only=True)
+            except MetadataError:
+                registered = {}
+            if bookie_id in registered:
+                with self._lock:
+                    self._add_ports[bookie_id] = _add_port(registered[bookie_id])
+        with self._lock:
+            return self._add_ports.get(bookie_id, 0)
 
     def _check_open(self, bookie_id: str) -> None:
         if self._closed:

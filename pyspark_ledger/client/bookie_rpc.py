@@ -131,8 +131,7 @@ class BookieClient:
 
     def __init__(self, bookie_id_or_address: str, *, address: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None, tls=None,
-                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True,
-                 add_port: int = 0) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True) -> None:
         self.bookie_id = str(bookie_id_or_address)
         self._answer_runs = answer_runs
         self._add_metadata = ASK_FOR_RUNS if answer_runs else None  # docs/protocol.md W9
@@ -140,8 +139,6 @@ class BookieClient:
         host, port = parse_address(target)
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._host = host
-        # the framed add port (docs/protocol.md W11), plaintext only: add streams go there when it is set
-        self.add_port = add_port if tls is None or not tls.enabled else 0
         self.timeout = timeout
         self.tls = tls if tls is not None and tls.enabled else None
         if self.tls is not None and credentials is None:
@@ -158,11 +155,16 @@ class BookieClient:
 
     # --- adds ----------------------------------------------------------------------
     def add_stream(self, *, max_inflight: int = DEFAULT_MAX_INFLIGHT, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-                   max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT) -> AddStream:
-        """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry)."""
+                   max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, add_port: int = 0) -> AddStream:
+        """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry): on the bookie's
+        framed add port ``add_port`` when it is given (docs/protocol.md W11; never with TLS settings), else gRPC."""
         with self._lock:
             io_loop = self._loop_locked()
-            open_call = self._open_framed_call if self.add_port else self._open_add_call
+            if add_port and self.tls is None:
+                def open_call() -> FramedCall:
+                    return FramedCall(self._host, add_port, self.bookie_id, answer_runs=self._answer_runs)
+            else:
+                open_call = self._open_add_call
             stream = AddStream(open_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
                                max_inflight=max_inflight, max_batches_in_flight=max_batches_in_flight, tls=self.tls)
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
@@ -175,10 +177,6 @@ class BookieClient:
                                                       request_serializer=None,
                                                       response_deserializer=pb.AddResultBatch.FromString)
         return method(metadata=self._add_metadata)
-
-    def _open_framed_call(self) -> FramedCall:
-        """A new framed add stream (docs/protocol.md W11) to the bookie's add port; it connects at its first use."""
-        return FramedCall(self._host, self.add_port, self.bookie_id, answer_runs=self._answer_runs)
 
     def _ensure_channel(self) -> grpc.aio.Channel:
         """The aio channel, made at first use (only ever called on the loop thread)."""

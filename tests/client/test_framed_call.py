@@ -143,3 +143,32 @@ def test_w11_a_ledger_client_adds_over_the_framed_port_when_the_bookies_offer_it
                     for bookie in cluster]
     assert entries == [b"small %d" % index for index in range(500)] + [b"L" * (2 << 20)]
     assert all(count >= 1 for count in streamed) if framed else streamed == [0, 0, 0]
+
+
+def test_w11_a_stream_reopened_after_its_bookie_restarted_on_a_new_add_port_finds_the_new_port(tmp_path: Path):
+    from pyspark_ledger.client.bookie_pool import BookiePool
+    from pyspark_ledger.entry import EntryCodec, master_key
+    from pyspark_ledger.metadata import open_metadata_store
+
+    uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2"
+    codec, key = EntryCodec(), master_key(b"pw")
+    with BookieCluster(1, tmp_path / "bookies", uri, add_port=0) as cluster, LedgerClient(uri) as client, \
+            open_metadata_store(uri) as store:
+        ledger_id = client.create_ledger(1, 1, 1, password=b"pw").ledger_id
+        bookie = cluster[0]
+        pool = BookiePool(store, framed_adds=True)
+        try:
+            pool.bookies()
+            stream = pool.stream(bookie.bookie_id)
+            assert stream.add(ledger_id, 0, key, codec.encode(ledger_id, 0, -1, 1, b"a")).result(20).ok
+            first_port = store.bookies()[bookie.bookie_id].info["add_port"]
+            bookie.restart()  # --add-port 0: another free port
+            assert store.bookies()[bookie.bookie_id].info["add_port"] != first_port
+            with pytest.raises(BookieError):  # the old stream broke with the old process
+                stream.add(ledger_id, 1, key, codec.encode(ledger_id, 1, 0, 2, b"b")).result(20)
+            pool.forget_stream(bookie.bookie_id, stream)
+            again = pool.stream(bookie.bookie_id)
+            assert again.add(ledger_id, 1, key, codec.encode(ledger_id, 1, 0, 2, b"b")).result(20).ok
+        finally:
+            pool.close()
+        assert metric(bookie.metrics_url, 'bookie_framed_add_connections_total{outcome="streamed"}') == 1
