@@ -7,7 +7,8 @@ fan-out, the storage's CPU per entry, the 1 KiB run against 3 bookies, and ``rat
 floor, ours ÷ the fan-out) -- for A/B comparisons of the 1 KiB path. ``--paced-only`` runs only the paced
 1,000 x 1 KiB/s rows, on fresh bookies, for A/B comparisons of latency.
 
-Starts 3 real bookie processes (SQLite metadata in a temporary directory) and
+Starts 3 real bookie processes (SQLite metadata in a temporary directory; each with ``--add-port 0``, so the
+client's adds take their framed add ports, docs/protocol.md W11: ``OURS``, ``ADD_PATH`` in the JSON) and
 writes through ``LedgerClient`` with many adds in flight: 1 KiB and 1 MiB
 entries (throughput, p50/p99 latency from ``append_async`` to confirmation),
 and a paced run of 1 KiB entries at 1,000 entries/s (p50/p99). In the same
@@ -88,6 +89,10 @@ from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
 SIZES = {"1KiB": (KiB, 2_000), "1MiB": (MiB, 8)}  # payload bytes, adds in flight
 GOALS = {"1KiB_entries_per_s": 20_000, "1MiB_ratio_to_lower_limit": 0.6, "paced_p99_ms": 5.0}
 TMPFS = Path("/dev/shm")  # where Linux mounts a tmpfs: fdatasync there returns at once
+# Our bookies take adds on their framed add port (docs/protocol.md W11), which the client uses when a bookie
+# registers one: the add path without gRPC. The limits keep gRPC (they are what the issue names).
+OURS = {"add_port": 0}
+ADD_PATH = "framed TCP: bookies started with --add-port 0, ClientConfig.framed_adds (docs/protocol.md W11)"
 
 
 # --- measurements ---------------------------------------------------------------------------------
@@ -174,7 +179,7 @@ def run(seconds: float, paced_only: bool = False) -> dict:
     client over no-op servers, the paced fsync floor, fresh bookies on the disk and on tmpfs), for A/B runs."""
     result: dict = {"benchmark": "replication", "cpus": os.cpu_count(), "python": platform.python_version(),
                     "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, "seconds_per_run": seconds,
-                    "note": "bookies, client and no-op servers share this machine's cores",
+                    "note": "bookies, client and no-op servers share this machine's cores", "add_path": ADD_PATH,
                     "bookie_journal": "default: references (each entry body written once, to the entry log)",
                     "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "runs": {},
                     "limits": {}, "client_over_noop_servers": {}}
@@ -204,7 +209,7 @@ def run(seconds: float, paced_only: bool = False) -> dict:
             result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, KiB, 60_000)}
             result["limits"]["1MiB"]["three_storages"] = three_storages(directory, MiB, 192, SIZES["1MiB"][1])
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
-        with BookieCluster(3, directory / "bookies", uri) as cluster:
+        with BookieCluster(3, directory / "bookies", uri, **OURS) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
             for name, (size, inflight) in ({} if paced_only else SIZES).items():
                 result["runs"][name] = client_run(uri, size, seconds, inflight, servers=pids)
@@ -213,7 +218,7 @@ def run(seconds: float, paced_only: bool = False) -> dict:
             durable_before + durable_fanout_runs(directory, seconds, "after ours"), "when")
         if not paced_only:
             uri = f"sqlite:///{directory}/metadata-write-data.db?lease_seconds=5"
-            with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True) as cluster:
+            with BookieCluster(3, directory / "bookies-write-data", uri, journal_write_data=True, **OURS) as cluster:
                 pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
                 result["runs"]["paced_1KiB_1000_per_s_journal_write_data"] = client_run(uri, KiB, seconds, 1_000,
                                                                                         1000.0, pids, cluster)
@@ -222,7 +227,7 @@ def run(seconds: float, paced_only: bool = False) -> dict:
             result["limits"]["paced_1KiB_1000_per_s"]["grpc_fanout_durable_tmpfs"] = lowest_p99(
                 durable_fanout_runs(Path(tmp), seconds, "on tmpfs"), "when")  # fdatasync free: its CPU without its disk
             uri = f"sqlite:///{tmp}/metadata.db?lease_seconds=5"
-            with BookieCluster(3, Path(tmp) / "bookies", uri) as cluster:
+            with BookieCluster(3, Path(tmp) / "bookies", uri, **OURS) as cluster:
                 pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
                 result["runs"]["paced_1KiB_1000_per_s_tmpfs"] = client_run(uri, KiB, seconds, 1_000, 1000.0, pids,
                                                                            cluster)

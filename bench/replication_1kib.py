@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from fanout_limits import grpc_fanout_limit
-from replication import SIZES, BookieCluster, client_run, cpu_bound, ratio, start_noop_servers
+from replication import ADD_PATH, OURS, SIZES, BookieCluster, client_run, cpu_bound, ratio, start_noop_servers
 from storage_limit import floor_1kib, storage_cost
 
 
@@ -22,7 +22,8 @@ def run_1kib(seconds: float) -> dict:
     size, inflight = SIZES["1KiB"]
     result: dict = {"benchmark": "replication", "only": "1KiB", "cpus": os.cpu_count(),
                     "python": platform.python_version(), "ensemble": {"E": 3, "Qw": 3, "Qa": 2},
-                    "seconds_per_run": seconds, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+                    "seconds_per_run": seconds, "add_path": ADD_PATH,
+                    "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
                     "runs": {}, "limits": {"1KiB": {}}}
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
         directory = Path(tmp)
@@ -37,7 +38,7 @@ def run_1kib(seconds: float) -> dict:
                 process.wait()
         result["bookie_storage_alone"] = {"1KiB": storage_cost(directory, size, 60_000)}
         uri = f"sqlite:///{directory}/metadata.db?lease_seconds=5"
-        with BookieCluster(3, directory / "bookies", uri) as cluster:
+        with BookieCluster(3, directory / "bookies", uri, **OURS) as cluster:
             pids = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(cluster)}
             result["runs"]["1KiB"] = client_run(uri, size, seconds, inflight, servers=pids)
     floor = floor_1kib(result)
