@@ -11,7 +11,8 @@ ended an idle or draining stream).
 What each connection may cost is bounded before it is read from: at most ``--max-add-streams`` connections have a
 thread (past it one is refused at once with an END of TOO_MANY_REQUESTS naming the flag), a frame longer than the
 gRPC port's receive limit is refused from its header (an END of BAD_REQUEST naming the limit), and so is any frame
-out of order (``wire.frames.ServerRules``). On ``close`` the listening socket closes; once the bookie's add streams
+out of order (``wire.frames.ServerRules``); what a connection holds of a frame still arriving grows with what was
+sent, at most twice it (``FrameReader.take_large``), never the announced size up front. On ``close`` the listening socket closes; once the bookie's add streams
 drained, ``shut_open_connections`` gives their threads ``END_WAIT_S`` to send their END, then shuts down every
 connection still open, which wakes its threads.
 

@@ -177,13 +177,14 @@ def test_the_client_takes_welcome_then_answers_until_end():
 
 
 @given(st.binary(min_size=0, max_size=200), st.integers(0, 300), st.sampled_from([Kind.ADDS, Kind.ANSWERS]))
-def test_a_large_frame_is_handed_over_with_what_arrived_of_it(payload_start, rest, kind):
+def test_a_large_frame_is_handed_over_with_what_arrived_of_it_once_half_arrived(payload_start, rest, kind):
     whole = payload_start + b"r" * rest
     reader = fr.FrameReader(MAX)
     assert reader.feed(fr.header(kind, len(whole)) + payload_start) == ([] if rest else [(kind, whole)])
     taken = reader.take_large(at_least=1)
-    if rest == 0 or not whole:
+    if rest == 0 or not whole or len(payload_start) * 2 < len(whole):
         assert taken is None
+        assert reader.pending == (5 + len(payload_start) if rest else 0)  # the reader still holds what came
         return
     got_kind, buffer, have = taken
     assert (got_kind, len(buffer), have) == (kind, len(whole), len(payload_start))
@@ -197,3 +198,14 @@ def test_a_frame_below_the_size_asked_is_left_to_feed():
     reader.feed(fr.header(Kind.ADDS, 100) + b"abc")
     assert reader.take_large(at_least=101) is None
     assert reader.pending == 8
+
+
+def test_an_announced_frame_allocates_nothing_until_half_of_it_arrived():
+    reader = fr.FrameReader(MAX)
+    reader.feed(fr.header(Kind.ADDS, MAX))  # announced, not sent
+    assert reader.take_large(at_least=1024) is None
+    reader.feed(b"a" * (MAX // 2 - 1))
+    assert reader.take_large(at_least=1024) is None
+    reader.feed(b"a")
+    kind, buffer, have = reader.take_large(at_least=1024)
+    assert (kind, len(buffer), have) == (Kind.ADDS, MAX, MAX // 2)

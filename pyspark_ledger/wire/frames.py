@@ -168,17 +168,19 @@ class FrameReader:
 
     def take_large(self, at_least: int) -> tuple[Kind, bytearray, int] | None:
         """When the bytes held are the start of one frame whose payload is ``at_least`` bytes or more (its header
-        already checked by ``feed``): its kind, a bytearray of the payload's size holding what arrived of it, and
-        how much that is. The reader then holds nothing, and its owner reads the rest of the payload straight into
-        the bytearray (``socket.recv_into``: a large frame copied once, not once per piece). Else None."""
+        already checked by ``feed``) and at least half of that payload has arrived: its kind, a bytearray of the
+        payload's size holding what arrived of it, and how much that is. The reader then holds nothing, and its
+        owner reads the rest straight into the bytearray (``socket.recv_into``: the rest copied once, not once per
+        piece). Else None. Half first, so that a peer that announces a large frame and sends nothing makes this
+        side hold what it sent, and at most twice that once it sent half, never the announced size up front."""
         buffer = self._buffer
         if len(buffer) < HEADER.size:
             return None
         length, kind_byte = HEADER.unpack_from(buffer)
-        if length - 1 < at_least:
+        have = len(buffer) - HEADER.size
+        if length - 1 < at_least or have * 2 < length - 1:
             return None
         payload = bytearray(length - 1)
-        have = len(buffer) - HEADER.size
         payload[:have] = memoryview(buffer)[HEADER.size:]
         self._buffer = bytearray()
         return Kind(kind_byte), payload, have
