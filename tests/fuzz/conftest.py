@@ -365,11 +365,12 @@ def target(request, tmp_path, summary):
 
     Parametrized indirectly with "unguarded", the bookie runs with --no-verify-new-ledgers: adds to ledgers
     without metadata then reach storage with their hostile ids, sizes and keys instead of being refused
-    NO_SUCH_LEDGER by the ledger guard (an operator may turn it off; storage must hold either way)."""
+    NO_SUCH_LEDGER by the ledger guard (an operator may turn it off; storage must hold either way). With "framed"
+    it also takes adds on a framed add port (``--add-port 0``, docs/protocol.md W11)."""
     metadata_uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5&poll_interval=0.1"
-    unguarded = getattr(request, "param", "guarded") == "unguarded"
-    bookie = BookieProcess(tmp_path / "bookie", metadata_uri, checkpoint_interval=CHECKPOINT_INTERVAL_S,
-                           **({"no_verify_new_ledgers": True} if unguarded else {}))
+    mode = getattr(request, "param", "guarded")
+    flags = {"no_verify_new_ledgers": True} if mode == "unguarded" else {"add_port": 0} if mode == "framed" else {}
+    bookie = BookieProcess(tmp_path / "bookie", metadata_uri, checkpoint_interval=CHECKPOINT_INTERVAL_S, **flags)
     fuzz_target = FuzzTarget(bookie, metadata_uri, summary, request.node.name.removeprefix("test_"))
     try:
         bookie.start()
