@@ -12,9 +12,9 @@ What each connection may cost is bounded before it is read from: at most ``--max
 thread (past it one is refused at once with an END of TOO_MANY_REQUESTS naming the flag), a frame longer than the
 gRPC port's receive limit is refused from its header (an END of BAD_REQUEST naming the limit), and so is any frame
 out of order (``wire.frames.ServerRules``); what a connection holds of a frame still arriving grows with what was
-sent, at most twice it (``FrameReader.take_large``), never the announced size up front. On ``close`` the listening socket closes; once the bookie's add streams
-drained, ``shut_open_connections`` gives their threads ``END_WAIT_S`` to send their END, then shuts down every
-connection still open, which wakes its threads.
+sent, at most twice it (``FrameReader.take_large``), never the announced size up front. On ``close`` the
+listening socket closes; once the bookie's add streams drained, ``shut_open_connections`` gives their threads
+``END_WAIT_S`` to send their END, then shuts down every connection still open, which wakes its threads.
 
 Plaintext only, for now: a bookie with ``--tls-cert`` refuses ``--add-port`` (``config.py``), so nothing it
 serves travels unencrypted.
@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bookie_server.add_wire import decode_add_batch
-from bookie_server.limits import refusal_over_budget
+from bookie_server.limits import grpc_max_message_bytes, refusal_over_budget
+from bookie_server.listening import listen_address
+from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.ack_runs import ASK_FOR_RUNS
 from pyspark_ledger.wire.frames import Kind
@@ -324,6 +326,21 @@ class FramedListener:
             status, message = pb.BAD_REQUEST, requests.problem
         _end(conn, status, message)
         call.end()
+
+
+def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedListener | None:
+    """The listener of ``config.add_port`` (None when it is off, -1), bound but not started; a port that cannot be
+    bound is an InvalidConfigurationError naming ``--add-port``. Frames may be as long as the gRPC port's receive
+    limit (``limits.grpc_max_message_bytes``); connections are capped at ``--max-add-streams``."""
+    if config.add_port < 0:
+        return None
+    try:
+        return FramedListener(servicer, metrics, bookie_id, config.host, config.add_port, config.max_add_streams,
+                              grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes))
+    except OSError as exc:
+        raise InvalidConfigurationError(
+            f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "
+            "pick another --add-port (0 = any free port, -1 = off)") from exc
 
 
 def _end(conn: socket.socket, status: int, message: str) -> None:

@@ -239,22 +239,12 @@ class BookieServer:
 
     def _serve_framed_adds(self) -> None:
         """The framed add port (``--add-port``, docs/protocol.md W11), if on: the same AddStream handler as gRPC's."""
-        from bookie_server.framed_listener import FramedListener
-        from bookie_server.limits import grpc_max_message_bytes
+        from bookie_server.framed_listener import open_framed_listener
 
-        config = self.config
-        if config.add_port < 0:
-            return
-        try:
-            self._framed = FramedListener(self._servicer, self.metrics, self.bookie_id, config.host, config.add_port,
-                                          config.max_add_streams,
-                                          grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes))
-        except OSError as exc:
-            raise InvalidConfigurationError(
-                f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "
-                "pick another --add-port (0 = any free port, -1 = off)") from exc
-        self.add_port = self._framed.port
-        self._framed.start()
+        self._framed = open_framed_listener(self.config, self._servicer, self.metrics, self.bookie_id)
+        if self._framed is not None:
+            self.add_port = self._framed.port
+            self._framed.start()
 
     def _register(self) -> None:
         from bookie_server.space_report import SpaceReport, measure_space
