@@ -64,8 +64,11 @@ def send_framed(target: FuzzTarget, port: int, drawn: tuple[str, bytes]) -> None
     reader = frames.FrameReader(64 * 1024 * 1024)
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=END_WAIT_S) as conn:
-            conn.sendall(data)
-            conn.shutdown(socket.SHUT_WR)  # all of the input: the bookie must not wait for more
+            try:
+                conn.sendall(data)
+                conn.shutdown(socket.SHUT_WR)  # all of the input: the bookie must not wait for more
+            except OSError:  # the bookie refused the input and closed before it was all sent: read its END
+                target.count("closed while sending")
             deadline = time.monotonic() + END_WAIT_S
             while True:
                 conn.settimeout(max(0.1, deadline - time.monotonic()))
