@@ -16,7 +16,9 @@ A checkpoint
      whatever the number of dirty pages. Then, once every chunk is durable,
      under the lock, it encodes the ledger state with each index file's
      count of durable page records, and atomically replaces the state
-     snapshot (the counts are persisted only with every chunk durable);
+     snapshot (the counts are persisted only with every chunk durable). The
+     first checkpoint of a directory without a snapshot writes one even when
+     no ledger changed (docs/protocol.md B6: no mark without a snapshot);
   4. atomically replaces the mark file (temp, fsync, rename, fsync dir) with
      the mark, or with an older one if a ledger's index is pinning it;
   5. unlinks the index files of ledgers garbage collected before step 1
@@ -111,9 +113,12 @@ class Checkpointer:
     def __init__(self, *, mark_path: Path, snapshot_path: Path, journal: Journal, entry_logger: EntryLogger,
                  index: LedgerIndex, states: LedgerStates, lock: threading.Lock, interval_s: float,
                  initial_mark: JournalMark | None = None, chunk_bytes: int | None = None,
-                 hint_position: Callable[[], tuple[int, int] | None] | None = None) -> None:
-        """``hint_position()``: the entry-log position for the replay hint, read before each mark is taken."""
+                 hint_position: Callable[[], tuple[int, int] | None] | None = None,
+                 snapshot_exists: bool = True) -> None:
+        """``hint_position()``: the entry-log position for the replay hint, read before each mark is taken;
+        ``snapshot_exists``: the state snapshot file is there (else the first checkpoint writes one)."""
         self._mark_path = mark_path
+        self._snapshot_exists = snapshot_exists
         self._hint_position = hint_position
         self._snapshot_path = snapshot_path
         self._journal = journal
@@ -183,16 +188,18 @@ class Checkpointer:
             keys = self._index.dirty_keys()
             changed = self._states.dirty
             removed = self._index.ready_discards(durable, lambda ledger_id: self._states.get(ledger_id) is not None)
-        if mark == self._last_mark and not keys and not changed and not removed:
+        if mark == self._last_mark and not keys and not changed and not removed and self._snapshot_exists:
             return  # nothing happened since the last checkpoint
         failed: dict[int, Exception] = {}
         try:
             self._entry_logger.sync()
             written = self._write_chunks(keys, failed)
             with self._lock:
-                snapshot = self._states.snapshot(self._index.durable_pages)
+                snapshot = self._states.snapshot(self._index.durable_pages, force=not self._snapshot_exists)
+            crash_point("checkpoint_before_snapshot")
             if snapshot is not None:
                 LedgerStates.persist(self._snapshot_path, snapshot)
+                self._snapshot_exists = True
         except BaseException:
             with self._lock:
                 self._states.mark_dirty()

@@ -38,6 +38,7 @@ from pyspark_ledger.errors import JournalCorruptError, StorageError
 log = logging.getLogger(__name__)
 
 NO_MARK = JournalMark(0, 0)
+FIRST_FILE_ID = NO_MARK.file_id + 1  # a new journal's first file (``replay_journal``'s next_file_id)
 HOW_TO_SKIP = ("The bookie refuses to start because entries it acknowledged may be lost. To start anyway, "
                 "skipping what cannot be read, start it with --skip-journal-corruption "
                 "(StorageConfig.skip_journal_corruption=True); the skipped entries are then read from other "

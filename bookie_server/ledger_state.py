@@ -112,10 +112,11 @@ class LedgerStates:
     def dirty(self) -> bool:
         return self._dirty
 
-    def snapshot(self, index_pages: Callable[[int], int | None] = lambda ledger_id: None) -> bytes | None:
-        """The encoded state if it changed since the last snapshot, else None; ``index_pages(ledger id)`` is
-        the count of durable index page records (None: unknown)."""
-        if not self._dirty:
+    def snapshot(self, index_pages: Callable[[int], int | None] = lambda ledger_id: None,
+                 force: bool = False) -> bytes | None:
+        """The encoded state if it changed since the last snapshot (or ``force``), else None;
+        ``index_pages(ledger id)`` is the count of durable index page records (None: unknown)."""
+        if not self._dirty and not force:
             return None
         self._dirty = False
         parts = [_HEAD.pack(MAGIC, VERSION, len(self._records))]

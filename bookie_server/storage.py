@@ -126,7 +126,7 @@ class BookieStorage:
             mark_path=config.data_dir / MARK_FILE_NAME, snapshot_path=config.data_dir / LEDGER_SNAPSHOT_NAME,
             journal=self._journal, entry_logger=self._entry_log, index=self._index, states=self._states,
             lock=self._lock, interval_s=config.checkpoint_interval_s, initial_mark=start_mark,
-            hint_position=self._durable_end.get)
+            hint_position=self._durable_end.get, snapshot_exists=not snapshot_missing)
         for ledger_id in self._index.failed:  # replayed entries it could not index may have been acknowledged
             self._checkpointer.pin(ledger_id)
         self._checkpointer.start()

@@ -22,8 +22,9 @@ to its newest copy (LAC and last entry only grow). Records are applied in
 journal order: a batch of one kind is flushed before a record of the other.
 
 ``known_ledger`` decides, after the replay, which index files belong to no
-known ledger (orphans of deleted ledgers, removed) and refuses to start when the
-ledger state snapshot is missing (the ledgers' state is lost, not deleted).
+known ledger (orphans, removed: of deleted ledgers, or of ledgers that never
+had a durable record) and refuses to start when the ledger state snapshot was
+lost (``snapshot_lost``; docs/protocol.md B6).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from typing import Callable, Sequence
 from bookie_server.checkpoint import crash_point
 from bookie_server.entry_log import EntryLocation
 from bookie_server.journal_format import ADD, ADD_REF, FENCE, LEDGER_KEY, JournalRecord
-from bookie_server.journal_replay import HOW_TO_SKIP, NO_MARK, ReplayResult, replay_journal
+from bookie_server.journal import JournalMark, journal_files
+from bookie_server.journal_replay import FIRST_FILE_ID, HOW_TO_SKIP, NO_MARK, ReplayResult, replay_journal
 from bookie_server.replay_hint import read_hint
 from bookie_server.replay_in_place import InPlaceMatcher
 from bookie_server.ledger_state import LedgerStates
@@ -185,11 +187,22 @@ def _last_add_confirmed(body) -> int:
     return lac
 
 
+def snapshot_lost(snapshot_missing: bool, start_mark: JournalMark, journal_ids: Sequence[int]) -> bool:
+    """Whether a missing state snapshot means lost state (docs/protocol.md B6). A checkpoint writes the snapshot
+    before it persists a mark, and journal files are deleted only past a persisted mark: so with no mark and
+    the journal still starting at its first file, no checkpoint ever completed and the journal holds every
+    durable record; the snapshot was merely never written. Anything else (a mark, or the first journal file
+    gone) means a snapshot existed and is lost."""
+    if not snapshot_missing:
+        return False
+    return start_mark != NO_MARK or not journal_ids or min(journal_ids) != FIRST_FILE_ID
+
+
 def known_ledger(states: LedgerStates, ledger_id: int, missing_snapshot: Path | None) -> bool:
     """Whether the ledger of an index file found at start is known (else the file is an orphan to delete). An
-    index file is written only by a checkpoint, which also writes the state snapshot: if the snapshot is missing
-    (``missing_snapshot`` names it) and the journal did not bring the ledger back, its state was lost, not
-    deleted, and its data must not go."""
+    index file is written only by a checkpoint, which also writes the state snapshot: if the snapshot was lost
+    (``missing_snapshot`` names it; ``snapshot_lost``) and the journal did not bring the ledger back, its state
+    was lost, not deleted, and its data must not go."""
     if states.get(ledger_id) is not None:
         return True
     if missing_snapshot is not None:
@@ -207,6 +220,10 @@ def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log,
     remove index files of ledgers that are gone; the replay's result and the damage it found (regions
     skipped with ``skip_journal_corruption`` plus entries lost)."""
     started = time.monotonic()
+    never_written = missing_snapshot is not None and not snapshot_lost(
+        True, start_mark, [file_id for file_id, _ in journal_files(config.journal_dir)])
+    if never_written:
+        missing_snapshot = None  # no checkpoint ever completed: the journal below holds every durable record
     matcher = InPlaceMatcher(config.entry_log_dir, _matcher_start(config.data_dir, start_mark))
     try:
         applier = ReplayApplier(states, entries.store, entries.index, entry_log.read, config.skip_journal_corruption,
@@ -221,6 +238,10 @@ def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log,
     log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s "
              "(%d bodies found in the entry logs), removed %d index files of deleted ledgers",
              config.data_dir, result.records, result.files, time.monotonic() - started, matcher.matched, orphans)
+    if never_written and orphans:
+        log.warning("bookie storage %s: no checkpoint had completed (no state snapshot, no mark, the journal from "
+                    "its first file): removed %d index files of ledgers without any durable journal record, "
+                    "written by a checkpoint a crash ended", config.data_dir, orphans)
     return result, result.skipped_regions + applier.lost_entries
 
 

@@ -7,7 +7,8 @@ Lines written (each one only after its add or fence resolved OK):
 * ``write``: add ``--entries`` entries to each of ``--ledgers``, one batch
   of ``--batch`` at a time (each waited for; ``--interleave`` takes the
   ledgers in turn batch by batch, so entry logs mix them), fence ``--fence``
-  ledgers, garbage collect (``--delete`` ledgers, then ``--rotate
+  ledgers, ``--unjournaled L``: hold the journal (its thread stops committing, as if the process were frozen)
+  and add entries to ledger L, which then never become durable, garbage collect (``--delete`` ledgers, then ``--rotate
   THRESHOLD``: seal the current log early, then ``--reclaim`` entry logs,
   then ``--compact THRESHOLD``), then ``--finish``: ``crash`` (exit
   without closing, as a crash would), ``close``, or ``checkpoint`` (then
@@ -51,6 +52,9 @@ def write_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
     for ledger_id in args.fence:
         if storage.fence(ledger_id, KEY).result(60) == pb.OK:
             report([f"fenced {ledger_id}"])
+    if args.unjournaled is not None:
+        hold_journal(storage)
+        storage.add_entries([add_op(args.unjournaled, entry_id) for entry_id in range(args.entries)])
     collect_garbage(storage, args)
     report(["ready"])
     if args.finish == "close":
@@ -58,6 +62,13 @@ def write_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
     elif args.finish == "checkpoint":
         storage.checkpoint()
     os._exit(0)  # "crash": leave without closing, like a killed bookie
+
+
+def hold_journal(storage: BookieStorage) -> None:
+    """Script the interleaving of a frozen journal thread: from now on its group commits never write or fsync
+    (the adds stay pending), while the rest of the storage -- index, ledger state, checkpoints -- goes on."""
+    held = threading.Event()
+    storage._journal._commit = lambda batch: held.wait()
 
 
 def collect_garbage(storage: BookieStorage, args: argparse.Namespace) -> None:
@@ -122,6 +133,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--fence", type=int, nargs="*", default=[])
     parser.add_argument("--interleave", action="store_true")
+    parser.add_argument("--unjournaled", type=int, default=None)
     parser.add_argument("--delete", type=int, nargs="*", default=[])
     parser.add_argument("--rotate", type=float, default=None)
     parser.add_argument("--rotate-min-bytes", type=int, default=1)

@@ -7,7 +7,10 @@ import os
 import pytest
 
 from bookie_server.entry_log import HEADER_SIZE, EntryLocation, EntryLogger
+from bookie_server.journal import JournalMark, journal_files
+from bookie_server.journal_replay import FIRST_FILE_ID, NO_MARK
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, MARK_FILE_NAME
+from bookie_server.storage_replay import snapshot_lost
 from pyspark_ledger.errors import CorruptStorageError, NoSuchEntryError
 from tests.bookie_storage.entries import body
 from tests.bookie_storage.helpers import flip_byte
@@ -73,6 +76,31 @@ def test_a_missing_snapshot_before_any_checkpoint_is_normal(open_storage, data_d
     (data_dir / MARK_FILE_NAME).unlink(missing_ok=True)
     storage = open_storage()
     assert [storage.read_entry(1, e) for e in range(10)] == [body(1, e) for e in range(10)]
+
+
+def test_a_missing_snapshot_and_mark_after_the_journal_was_trimmed_still_refuse(open_storage, data_dir):
+    """docs/protocol.md B6: without the mark too, a journal whose first file is gone was trimmed by a checkpoint,
+    which had written a snapshot: its loss is still a loss, and the ledgers' index files stay."""
+    storage = open_storage(journal_file_size=4 * 1024)
+    for first in range(0, 40, 10):
+        add_range(storage, 1, range(first, first + 10))
+        storage.checkpoint()
+    storage.close()
+    assert min(file_id for file_id, _ in journal_files(data_dir / "journal")) > FIRST_FILE_ID
+    index_files = sorted(p for p in (data_dir / "index").rglob("*") if p.is_file())
+    (data_dir / LEDGER_SNAPSHOT_NAME).unlink()
+    (data_dir / MARK_FILE_NAME).unlink()
+    with pytest.raises(CorruptStorageError, match=f"{LEDGER_SNAPSHOT_NAME} is missing but ledger 1"):
+        open_storage()
+    assert sorted(p for p in (data_dir / "index").rglob("*") if p.is_file()) == index_files
+
+
+@pytest.mark.parametrize("mark", [NO_MARK, JournalMark(FIRST_FILE_ID, 15), JournalMark(3, 0)])
+@pytest.mark.parametrize("journal_ids", [[], [FIRST_FILE_ID], [FIRST_FILE_ID, 2], [2, 3]])
+@pytest.mark.parametrize("missing", [False, True])
+def test_a_missing_snapshot_is_a_loss_unless_no_checkpoint_ever_completed(missing, journal_ids, mark):
+    never_written = missing and mark == NO_MARK and journal_ids[:1] == [FIRST_FILE_ID]
+    assert snapshot_lost(missing, mark, journal_ids) == (missing and not never_written)
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
