@@ -7,7 +7,10 @@ the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 write is done and fewer than ``max_batches_in_flight`` batches of small adds
 are unanswered (``batch_window``, docs/protocol.md W10): adds queued while the
 window is full leave together once an answer frees a place, before that
-answer reaches its listeners. For each
+answer reaches its listeners. A call that can send without a coroutine
+(``write_now``, a framed call, docs/protocol.md W11) is written to straight from
+the kick or the answer that let a batch go, while the writing coroutine is idle.
+For each
 AddResultBatch it calls ``listener.on_add_results(bookie_id, results)`` once,
 with the ``AddResult`` messages of that listener's adds in the bookie's
 durability order. A bookie that answers in runs (docs/protocol.md W9, asked
@@ -101,6 +104,7 @@ class AddStream:
         self._ended = threading.Event()
         self._call: grpc.aio.StreamStreamCall | None = None
         self._wakeup: asyncio.Event | None = None
+        self._writer_idle = False  # the writing coroutine waits for ``_wakeup``: ``_write_now`` may write
         self._answers_ended = False
         self._futures = FutureAnswers()
         io_loop.spawn(self._run(open_call))
@@ -215,8 +219,28 @@ class AddStream:
             self._ended.set()
 
     def _flush(self) -> None:
+        if self._writer_idle and self._write_now():
+            return
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def _write_now(self) -> bool:
+        """Write what the window lets go straight to a call that can send at once (loop thread, writing coroutine
+        idle); False when the coroutine must take over (no such call, the call cannot send now, or closing)."""
+        call = self._call
+        may_write = getattr(call, "may_write_now", None)
+        if may_write is None:
+            return False
+        while True:
+            if not may_write():
+                return False
+            with self._lock:
+                if self._failure is not None or self._closing:
+                    return False
+                batch = self._take_batch()
+            if batch is None:
+                return True
+            call.write_now(batch)
 
     def _cancel(self) -> None:
         if self._call is not None:
@@ -227,7 +251,11 @@ class AddStream:
 
         True if a write failed (the call had ended)."""
         while True:
-            await self._wakeup.wait()
+            self._writer_idle = True
+            try:
+                await self._wakeup.wait()
+            finally:
+                self._writer_idle = False
             self._wakeup.clear()
             if self._answers_ended:
                 return False  # the bookie ended the call: the reader reports how
@@ -292,10 +320,11 @@ class AddStream:
                 results = self._take_results(response.results) if response.results else None
                 answered += len(results[0]) if results else 0
                 try:
-                    if self._window.answered(answered):
-                        self._wakeup.set()  # batches held back by the window (W10) may go
-                        if self._queue:  # one waits: it leaves before the listeners run, so the bookie
-                            await asyncio.sleep(0)  # is not kept waiting on them
+                    if self._window.answered(answered):  # batches held back by the window (W10) may go
+                        if not (self._writer_idle and self._write_now()):
+                            self._wakeup.set()
+                            if self._queue:  # one waits: it leaves before the listeners run, so the bookie
+                                await asyncio.sleep(0)  # is not kept waiting on them
                 finally:
                     if runs:
                         self._notify_runs(runs)

@@ -24,10 +24,11 @@ from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 class Scripted:
     """A one-connection server on 127.0.0.1 that reads the HELLO, then sends ``replies`` and closes."""
 
-    def __init__(self, replies: list[bytes]) -> None:
+    def __init__(self, replies: list[bytes], piece: int = 0) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.replies = replies
+        self.piece = piece  # > 0: send the replies in pieces of this many bytes, one send each
         self.hello: tuple[int, int] | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -40,8 +41,11 @@ class Scripted:
             while not got:
                 got = reader.feed(conn.recv(4096))
             self.hello = frames.parse_hello(got[0][1])
-            for reply in self.replies:
-                conn.sendall(reply)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            data = b"".join(self.replies)
+            step = self.piece or len(data) or 1
+            for start in range(0, len(data), step):
+                conn.sendall(data[start:start + step])
 
     def close(self) -> None:
         self.listener.close()
@@ -73,6 +77,71 @@ def test_w11_answers_then_an_ok_end_read_as_the_stream_s_eof():
     assert call.granted_flags == frames.ANSWER_RUNS
     assert [run.first_entry_id for run in first.acked] == [0] and second.acked[0].first_entry_id == 1
     assert third is grpc.aio.EOF
+
+
+def test_w11_frames_split_anywhere_are_put_back_together():
+    """Every frame arrives a byte at a time (each its own send): the call reads whole answers, in order."""
+    server = Scripted([frames.agree(1, frames.ANSWER_RUNS, "b1"), *(answers_frame(e) for e in range(5)),
+                       frames.end(pb.OK)], piece=1)
+
+    async def go():
+        call = fc.FramedCall("127.0.0.1", server.port, "b1")
+        answers = []
+        while (answer := await call.read()) is not grpc.aio.EOF:
+            answers.append(answer.acked[0].first_entry_id)
+        return answers
+    try:
+        assert run(go()) == [0, 1, 2, 3, 4]
+    finally:
+        server.close()
+
+
+def test_w11_a_peer_that_does_not_read_holds_writes_back_until_it_does():
+    """Past the transport's high-water mark the call no longer writes at once (``may_write_now`` is False) and
+    ``write`` waits; once the bookie reads, the held writes go, whole and in order."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    got: list = []
+    reading = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            reader = frames.FrameReader(1 << 24)
+            while not reader.feed(conn.recv(4096)):
+                pass
+            conn.sendall(frames.agree(1, 0, "b1"))
+            reading.wait(20)
+            while not got or got[-1][0] is not Kind.END:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                got.extend(reader.feed(chunk))
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def go():
+        call = fc.FramedCall("127.0.0.1", port, "b1", answer_runs=False)
+        sent = []
+        while len(sent) < 256 and (not sent or call.may_write_now()):  # until the kernel's buffers are full
+            sent.append(bytes([len(sent) % 256]) * (1 << 20))
+            await call.write(sent[-1])
+        assert not call.may_write_now(), "256 MiB went out to a peer that reads nothing"
+        sent += [b"held-1" * 1000, b"held-2" * 1000]
+        rest = asyncio.ensure_future(asyncio.gather(call.write(sent[-2]), call.write(sent[-1])))
+        await asyncio.sleep(0.3)
+        assert not rest.done()  # held back: the bookie reads nothing yet
+        reading.set()
+        await rest
+        await call.done_writing()
+        return sent
+    try:
+        sent = run(go())
+        thread.join(20)
+    finally:
+        reading.set()
+        listener.close()
+    assert got == [(Kind.ADDS, batch) for batch in sent] + [(Kind.END, frames.end(pb.OK)[5:])]
 
 
 def test_w11_a_client_without_runs_asks_for_none():
