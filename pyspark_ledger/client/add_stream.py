@@ -40,6 +40,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 import grpc
 import grpc.aio
 
+from pyspark_ledger.client.add_queue import AddQueue
 from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchWindow
 from pyspark_ledger.client.inflight_adds import InflightAdds
@@ -54,7 +55,6 @@ __all__ = ["ADD_OK", "AckedAdd", "AddCallbacks", "AddListener", "AddResult", "Ad
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
-WRITE_ALONE_BYTES = 64 * 1024  # adds this large are not joined into a batch (one copy less per bookie)
 _LEDGER_ID, _ENTRY_ID = attrgetter("ledger_id"), attrgetter("entry_id")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
@@ -90,14 +90,11 @@ class AddStream:
         self.bookie_id = bookie_id
         self._tls = tls  # the client's ClientTls, to explain a failed handshake
         self._io = io_loop
-        self._max_batch_bytes = max_batch_bytes
         self._max_inflight = max_inflight
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._room_waiters = 0  # senders waiting in ``send`` for room (answers notify only then)
-        self._queue: list[bytes] = []
-        self._queued_bytes = 0
-        self._large_queued = 0
+        self._queue = AddQueue(max_batch_bytes)
         self._pending = InflightAdds()  # (ledger id, entry id) -> listener, as spans of ids where they follow
         self._closing = False
         self._failure: BookieError | None = None
@@ -138,13 +135,8 @@ class AddStream:
             repeated = self._pending.add(ledger_id, list(map(_FIRST, adds)), listener)
             if repeated is not None:  # in flight already, or twice in this send: none of them is registered
                 self._refuse_repeat(ledger_id, repeated)
-            frames = list(map(_SECOND, adds))
-            queued_bytes = sum(map(len, frames))
-            if queued_bytes >= WRITE_ALONE_BYTES:
-                self._large_queued += sum(1 for frame in frames if len(frame) >= WRITE_ALONE_BYTES)
             was_empty = not self._queue
-            self._queue.extend(frames)
-            self._queued_bytes += queued_bytes
+            self._queue.extend(list(map(_SECOND, adds)))
         if was_empty:
             self._io.kick(id(self), self._flush)
 
@@ -201,15 +193,17 @@ class AddStream:
             failure = await reader
             if write_failed and failure is not None and not isinstance(failure, BookieUnavailableError):
                 # grpc.aio reports a send that failed on a broken connection as INTERNAL
-                failure = BookieUnavailableError(f"add stream to bookie {self.bookie_id} broke while sending: "
-                                                 f"{failure}", bookie_id=self.bookie_id, status=BookieStatus.UNAVAILABLE)
+                failure = BookieUnavailableError(
+                    f"add stream to bookie {self.bookie_id} broke while sending: {failure}", bookie_id=self.bookie_id,
+                    status=BookieStatus.UNAVAILABLE)
         except asyncio.CancelledError:
             self._cancel()
             failure = self._closed_error()
         except Exception as exc:  # noqa: BLE001 - every pending add must learn the stream is gone
             self._cancel()
             failure = exc if isinstance(exc, BookieError) else BookieError(
-                f"add stream to bookie {self.bookie_id} failed: {exc!r}", bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
+                f"add stream to bookie {self.bookie_id} failed: {exc!r}", bookie_id=self.bookie_id,
+                status=BookieStatus.RPC_FAILED)
         finally:
             if failure is None:
                 failure = self._closed_error() if self._closing else BookieUnavailableError(
@@ -237,7 +231,7 @@ class AddStream:
             with self._lock:
                 if self._failure is not None or self._closing:
                     return False
-                batch = self._take_batch()
+                batch = self._queue.take(self._window)
             if batch is None:
                 return True
             call.write_now(batch)
@@ -263,7 +257,7 @@ class AddStream:
                 with self._lock:
                     if self._failure is not None:
                         return False
-                    batch = self._take_batch()
+                    batch = self._queue.take(self._window)
                     closing, drained = self._closing, not self._queue
                 if batch is None:
                     break
@@ -277,36 +271,6 @@ class AddStream:
                 except (grpc.RpcError, asyncio.InvalidStateError, BookieError):
                     return True
                 return False
-
-    def _take_batch(self) -> bytes | None:
-        """Join queued adds up to max_batch_bytes (at least one), if the window lets them go; caller holds the lock.
-
-        A large add (``WRITE_ALONE_BYTES``) is written on its own, so its bytes are not copied
-        once more per bookie into a joined batch; the window never holds it back."""
-        queue = self._queue
-        if not queue:
-            return None
-        window = self._window
-        if not self._large_queued and self._queued_bytes <= self._max_batch_bytes:
-            if window.full:
-                return None
-            self._queue, self._queued_bytes = [], 0
-            window.sent(len(queue), False)
-            return queue[0] if len(queue) == 1 else b"".join(queue)
-        if not window.may_send(len(queue[0]) >= WRITE_ALONE_BYTES):
-            return None
-        size = count = 0
-        for frame in queue:
-            if count and (size + len(frame) > self._max_batch_bytes or len(frame) >= WRITE_ALONE_BYTES):
-                break
-            size += len(frame)
-            count += 1
-            if len(frame) >= WRITE_ALONE_BYTES:
-                self._large_queued -= 1
-                break
-        self._queue, self._queued_bytes = queue[count:], self._queued_bytes - size
-        window.sent(count, count == 1 and len(queue[0]) >= WRITE_ALONE_BYTES)
-        return queue[0] if count == 1 else b"".join(queue[:count])
 
     async def _read_answers(self, call: grpc.aio.StreamStreamCall) -> BookieError | None:
         """Deliver answers until the bookie ends the stream; the error that ended it, if any."""
@@ -396,7 +360,7 @@ class AddStream:
                 self._failure = failure
             failure = self._failure
             pending, self._pending = self._pending, InflightAdds()
-            self._queue, self._queued_bytes, self._large_queued = [], 0, 0
+            self._queue.clear()
             self._room.notify_all()
         unanswered: dict[int, tuple[AddListener, list]] = {}
         for key, listener in pending.take_all():

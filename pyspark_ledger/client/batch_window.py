@@ -10,7 +10,7 @@ the p99 from tens of milliseconds to under 10 and did not lower the rate of
 adds sent as fast as allowed; docs/measurements.md, "One AddBatch in flight
 per add stream"); adds queued meanwhile leave together in the next batch once
 an answer frees a place. A large add (written alone, see
-``add_stream.WRITE_ALONE_BYTES``) is never held back: its bytes, not its
+``add_queue.WRITE_ALONE_BYTES``) is never held back: its bytes, not its
 message, are its cost, and holding it would only leave the link idle.
 
 The window counts in adds: a batch is answered once as many adds were answered

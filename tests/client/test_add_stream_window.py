@@ -1,5 +1,7 @@
 """An add stream keeps one AddBatch of small adds unanswered by default (docs/protocol.md W10), against a scripted
-gRPC bookie on 127.0.0.1 that answers a received message only when the test says so."""
+bookie on 127.0.0.1 that answers a received message only when the test says so: over gRPC, and over the framed
+add port (docs/protocol.md W11, the bookie's own framed listener in front of the scripted handler), where the
+stream writes straight from the kick or answer that lets a batch go."""
 from __future__ import annotations
 
 import threading
@@ -9,6 +11,7 @@ from concurrent import futures
 import grpc
 import pytest
 
+from bookie_server.framed_listener import FramedListener
 from pyspark_ledger.client.add_stream import AddCallbacks
 from pyspark_ledger.client.add_wire import encode_add
 from pyspark_ledger.client.bookie_rpc import BookieClient
@@ -65,16 +68,29 @@ class ScriptedBookie(pb_grpc.BookieServicer):
             yield pb.AddResultBatch(results=[pb.AddResult(ledger_id=LEDGER, entry_id=i, status=pb.OK) for i in ids])
 
 
-@pytest.fixture
-def bookie():
+class _NoMetrics:
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+@pytest.fixture(params=["grpc", "framed"])
+def bookie(request):
     scripted = ScriptedBookie()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_BookieServicer_to_server(scripted, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    address = f"127.0.0.1:{port}"
+    framed = None
+    if request.param == "framed":
+        framed = FramedListener(scripted, _NoMetrics(), address, "127.0.0.1", 0, 4, 1 << 24)
+        framed.start()
     try:
-        yield scripted, f"127.0.0.1:{port}"
+        yield scripted, address, framed.port if framed is not None else 0
     finally:
+        if framed is not None:
+            framed.close()
+            framed.shut_open_connections(1.0)
         server.stop(0).wait(10)
 
 
@@ -85,7 +101,7 @@ def stream_to(bookie):
     def make(window: int):
         client = BookieClient(bookie[1], answer_runs=False)
         clients.append(client)
-        return client.add_stream(max_batches_in_flight=window)
+        return client.add_stream(max_batches_in_flight=window, add_port=bookie[2])
     try:
         yield make
     finally:
@@ -108,7 +124,7 @@ def all_ok(futures_) -> bool:
 
 
 def test_adds_queued_behind_an_unanswered_batch_leave_together_when_it_is_answered(bookie, stream_to):
-    scripted, _ = bookie
+    scripted = bookie[0]
     stream = stream_to(1)
     first = add(stream, 0)
     assert scripted.received(1) == [[0]]
@@ -122,7 +138,7 @@ def test_adds_queued_behind_an_unanswered_batch_leave_together_when_it_is_answer
 
 
 def test_a_window_of_two_keeps_two_batches_unanswered(bookie, stream_to):
-    scripted, _ = bookie
+    scripted = bookie[0]
     stream = stream_to(2)
     futures_ = [add(stream, 0)]
     scripted.received(1)
@@ -137,7 +153,7 @@ def test_a_window_of_two_keeps_two_batches_unanswered(bookie, stream_to):
 
 
 def test_a_large_add_is_not_held_back_but_keeps_its_place_behind_held_small_ones(bookie, stream_to):
-    scripted, _ = bookie
+    scripted = bookie[0]
     stream = stream_to(1)
     futures_ = [add(stream, 0)]
     scripted.received(1)
@@ -152,7 +168,7 @@ def test_a_large_add_is_not_held_back_but_keeps_its_place_behind_held_small_ones
 
 
 def test_close_sends_the_held_adds_and_waits_for_their_answers_before_half_closing(bookie, stream_to):
-    scripted, _ = bookie
+    scripted = bookie[0]
     stream = stream_to(1)
     futures_ = [add(stream, 0)]
     scripted.received(1)
@@ -171,7 +187,7 @@ def test_a_held_batch_leaves_before_the_listeners_of_the_answer_that_freed_its_p
     """The bookie gets its next batch while the client still hands out the answers that made room for it: a
     listener of the first answer that waits on the loop thread (as slow bookkeeping of a large batch would)
     sees the held batch arrive meanwhile."""
-    scripted, _ = bookie
+    scripted = bookie[0]
     stream = stream_to(1)
     arrived_while_first_listened: list[bool] = []
     answered: list[int] = []
