@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
+from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import (BookieProcessError, DataDirectoryError, InvalidArgumentError,
                                    InvalidConfigurationError, InvalidStateError)
 from pyspark_ledger.metadata import open_metadata_store
@@ -161,3 +163,31 @@ def test_a_killed_owner_leaves_no_bookie_behind(tmp_path):
     for index in range(2):  # they stopped gracefully: checkpointed and said so
         log = (tmp_path / "sb" / f"bookie-{index}" / "bookie-stderr.log").read_text()
         assert "is gone: stopping" in log and "stopped" in log
+
+
+def add_ports(uri: str) -> list[object]:
+    with open_metadata_store(uri) as store:
+        return [(registration.info or {}).get("add_port") for registration in store.bookies().values()]
+
+
+def framed_streams(sb: Sandbox) -> list[float]:
+    def count(url: str) -> float:
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith('bookie_framed_add_connections_total{outcome="streamed"}'))
+    return [count(bookie.metrics_url) for bookie in sb.bookies]
+
+
+@pytest.mark.parametrize("flags", [{}, {"add_port": -1}])
+def test_without_tls_the_sandbox_s_bookies_take_adds_on_a_framed_port_unless_turned_off(flags):
+    """docs/protocol.md W11: the sandbox (the demo's cluster) starts its bookies with a framed add port, and a
+    client's adds take it; ``add_port=-1`` keeps adds on gRPC."""
+    with Sandbox(bookies=2, **flags) as sb:
+        with LedgerClient(sb.metadata_uri) as client:
+            with client.create_ledger(2, 2, 2) as ledger:
+                assert [ledger.append(b"entry %d" % n) for n in range(5)] == list(range(5))
+        ports, streamed = add_ports(sb.metadata_uri), framed_streams(sb)
+    if flags:
+        assert ports == [0, 0] and streamed == [0, 0]
+    else:
+        assert all(isinstance(port, int) and port > 0 for port in ports) and all(n >= 1 for n in streamed)
