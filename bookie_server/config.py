@@ -358,9 +358,6 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerConfig:
     if args.tls_client_ca is not None and args.tls_cert is None:
         parser.error("argument --tls-client-ca: needs --tls-cert and --tls-key (client certificates are "
                      "checked only over TLS)")
-    if args.add_port >= 0 and args.tls_cert is not None:
-        parser.error("argument --add-port: the framed add port speaks plaintext only for now, and this bookie serves "
-                     "TLS (--tls-cert): leave --add-port off so that no add travels unencrypted")
     if args.add_port > 0 and args.add_port in (args.port, args.metrics_port):
         parser.error(f"argument --add-port: {args.add_port} is already --port or --metrics-port: pick another")
     if args.admin_identities and args.tls_client_ca is None:

@@ -16,18 +16,23 @@ sent, at most twice it (``FrameReader.take_large``), never the announced size up
 listening socket closes; once the bookie's add streams drained, ``shut_open_connections`` gives their threads
 ``END_WAIT_S`` to send their END, then shuts down every connection still open, which wakes its threads.
 
-Plaintext only, for now: a bookie with ``--tls-cert`` refuses ``--add-port`` (``config.py``), so nothing it
-serves travels unencrypted.
+A bookie with TLS (``--tls-cert``) serves the port with the same TLS as its gRPC port (``framed_tls``: the same
+certificate, and with ``--tls-client-ca`` the same required client certificate, whose names are the caller's
+identity for ``--admin-identity``): the TLS handshake comes first, within ``HANDSHAKE_TIMEOUT_S``, then the HELLO
+within as long again. Over TLS a connection past ``--max-add-streams`` is closed at once, unanswered (an END
+before the handshake would not be TLS).
 """
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
 from bookie_server.add_wire import decode_add_batch
+from bookie_server.framed_tls import TlsConnection
 from bookie_server.limits import grpc_max_message_bytes, refusal_over_budget
 from bookie_server.listening import listen_address
 from pyspark_ledger.errors import InvalidConfigurationError
@@ -65,9 +70,9 @@ class _Opened:
 
 class _FramedCall:
     """Stands for gRPC's servicer context in ``BookieServicer.AddStream``: the peer, the HELLO's flags as
-    metadata, no TLS identity, the end-of-call callbacks, and ``abort``."""
+    metadata, the TLS identity (none over plaintext), the end-of-call callbacks, and ``abort``."""
 
-    def __init__(self, conn: socket.socket, peer: str, answer_runs: bool) -> None:
+    def __init__(self, conn, peer: str, answer_runs: bool) -> None:
         self._conn = conn
         self._peer = peer
         self._metadata = ASK_FOR_RUNS if answer_runs else ()
@@ -82,6 +87,8 @@ class _FramedCall:
         return self._metadata
 
     def auth_context(self) -> dict:
+        if isinstance(self._conn, TlsConnection):
+            return self._conn.auth_context()
         return {}  # plaintext: no verified identity, so never an administrator
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
@@ -124,7 +131,7 @@ class _Requests:
     the client's END (its half-close), at a broken connection (which ends the call: ``_FramedCall.end``), or at a
     frame that breaks the rules, whose problem the stream's END then gives."""
 
-    def __init__(self, conn: socket.socket, opened: _Opened, call: _FramedCall) -> None:
+    def __init__(self, conn, opened: _Opened, call: _FramedCall) -> None:
         self._conn, self._opened, self._call = conn, opened, call
         self.problem: str | None = None
 
@@ -176,8 +183,9 @@ class FramedListener:
     """The framed add port (see the module docstring)."""
 
     def __init__(self, servicer, metrics, bookie_id: str, host: str, port: int, max_connections: int,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, tls: ssl.SSLContext | None = None) -> None:
         self._servicer = servicer
+        self._tls = tls
         self._metrics = metrics
         self._bookie_id = bookie_id
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -240,6 +248,9 @@ class FramedListener:
                              name=f"framed-add-stream {address[0]}:{address[1]}").start()
 
     def _refuse_at_once(self, conn: socket.socket) -> None:
+        if self._tls is not None:  # an END before the TLS handshake would not be TLS: the connection just ends
+            conn.close()
+            return
         try:
             conn.setblocking(False)  # a short frame into an empty socket buffer: it never waits
             conn.send(frames.end(pb.TOO_MANY_REQUESTS, refusal_over_budget(
@@ -251,9 +262,10 @@ class FramedListener:
 
     def _serve(self, conn: socket.socket, address) -> None:
         try:
-            opened = self._handshake(conn)
+            stream = self._tls_handshake(conn) if self._tls is not None else conn
+            opened = self._handshake(stream) if stream is not None else None
             if opened is not None:
-                self._stream(conn, address, opened)
+                self._stream(stream, address, opened)
         except Exception:  # noqa: BLE001 - one bad connection must never take the bookie down
             _log.exception("framed add stream from %s:%s failed", address[0], address[1])
         finally:
@@ -263,7 +275,22 @@ class FramedListener:
                 self._changed.notify_all()
             self._slots.release()
 
-    def _handshake(self, conn: socket.socket) -> _Opened | None:
+    def _tls_handshake(self, conn: socket.socket) -> TlsConnection | None:
+        """The TLS handshake (within ``HANDSHAKE_TIMEOUT_S``); None if it failed (counted: ``bad_handshake`` when
+        the client's bytes or certificate were refused, ``gone`` when it left or was silent)."""
+        connection = TlsConnection(conn, self._tls)
+        try:
+            connection.handshake(HANDSHAKE_TIMEOUT_S)
+        except ssl.SSLError as exc:
+            self._metrics.framed_connection("bad_handshake")
+            _log.info("framed add stream: TLS handshake refused: %s", exc)
+            return None
+        except OSError:
+            self._metrics.framed_connection("gone")
+            return None
+        return connection
+
+    def _handshake(self, conn) -> _Opened | None:
         """The HELLO (within ``HANDSHAKE_TIMEOUT_S``) and the WELCOME; None if the client left or broke the rules
         (then told so in an END)."""
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
@@ -302,7 +329,7 @@ class FramedListener:
         conn.settimeout(None)
         return _Opened(reader, rules, received, bool(flags & frames.ANSWER_RUNS))
 
-    def _stream(self, conn: socket.socket, address, opened: _Opened) -> None:
+    def _stream(self, conn, address, opened: _Opened) -> None:
         call = _FramedCall(conn, f"framed:{address[0]}:{address[1]}", opened.answer_runs)
         requests = _Requests(conn, opened, call)
         answers = self._servicer.AddStream(iter(requests), call)
@@ -336,14 +363,15 @@ def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedLis
         return None
     try:
         return FramedListener(servicer, metrics, bookie_id, config.host, config.add_port, config.max_add_streams,
-                              grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes))
+                              grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes),
+                              config.tls.ssl_context() if config.tls is not None else None)
     except OSError as exc:
         raise InvalidConfigurationError(
             f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "
             "pick another --add-port (0 = any free port, -1 = off)") from exc
 
 
-def _end(conn: socket.socket, status: int, message: str) -> None:
+def _end(conn, status: int, message: str) -> None:
     try:
         conn.sendall(frames.end(status, message))
     except OSError:

@@ -34,7 +34,7 @@ class BookiePool:
                  max_inflight: int = 10_000, max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
                  answer_runs: bool = True, framed_adds: bool = False) -> None:
         self._answer_runs = answer_runs
-        self._framed_adds = framed_adds and not (tls is not None and tls.enabled)  # docs/protocol.md W11: plaintext
+        self._framed_adds = framed_adds  # docs/protocol.md W11: over TLS too when the client has TLS settings
         self._tls = tls if tls is not None and tls.enabled else None
         # read (and checked) once: a bad file fails here, naming its setting
         self._credentials = self._tls.channel_credentials() if self._tls is not None else None

@@ -144,6 +144,7 @@ class BookieClient:
         if self.tls is not None and credentials is None:
             credentials = self.tls.channel_credentials()
         self._credentials = credentials if self.tls is not None else None
+        self._framed_ssl = None  # the ssl context of framed add streams over TLS, made at the first such stream
         self._io = io_loop
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
@@ -157,12 +158,16 @@ class BookieClient:
     def add_stream(self, *, max_inflight: int = DEFAULT_MAX_INFLIGHT, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
                    max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, add_port: int = 0) -> AddStream:
         """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry): on the bookie's
-        framed add port ``add_port`` when it is given (docs/protocol.md W11; never with TLS settings), else gRPC."""
+        framed add port ``add_port`` when it is given (docs/protocol.md W11; over TLS with TLS settings), else
+        gRPC."""
         with self._lock:
             io_loop = self._loop_locked()
-            if add_port and self.tls is None:
+            if add_port:
+                tls = self._framed_tls_locked()
+
                 def open_call() -> FramedCall:
-                    return FramedCall(self._host, add_port, self.bookie_id, answer_runs=self._answer_runs)
+                    return FramedCall(self._host, add_port, self.bookie_id, answer_runs=self._answer_runs,
+                                      ssl_context=tls)
             else:
                 open_call = self._open_add_call
             stream = AddStream(open_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
@@ -170,6 +175,12 @@ class BookieClient:
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
             self._streams.add(stream)
             return stream
+
+    def _framed_tls_locked(self):
+        """The ssl context of this client's TLS settings for framed add streams (made once), None without TLS."""
+        if self.tls is not None and self._framed_ssl is None:
+            self._framed_ssl = self.tls.ssl_context()
+        return self._framed_ssl
 
     def _open_add_call(self) -> grpc.aio.StreamStreamCall:
         """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``)."""

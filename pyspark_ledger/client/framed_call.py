@@ -5,9 +5,11 @@ plain TCP connection to the bookie's framed add port, on the client's ``IoLoop``
 next ``AddResultBatch``, or ``grpc.aio.EOF`` once the bookie ended the stream with an OK END), ``done_writing``
 (the client's END) and ``cancel`` -- and connects at its first use: TCP within ``CONNECT_TIMEOUT_S``, the HELLO
 (asking for answers as runs, docs/protocol.md W9, when the client does), then the WELCOME within the same time,
-which must name the bookie the client meant to reach. ``write_now`` is ``write`` without a coroutine, for a
-caller already on the loop; ``may_write_now`` says whether it may be used (the connection is open, and its
-send buffer below the transport's high-water mark: past it, ``write`` waits until it drained).
+which must name the bookie the client meant to reach. With an ``ssl_context`` (a client with TLS settings) the
+connection is TLS, and the bookie's certificate must be valid for the host the client connects to, as on gRPC.
+``write_now`` is ``write`` without a coroutine, for a caller already on the loop; ``may_write_now`` says whether
+it may be used (the connection is open, and its send buffer below the transport's high-water mark: past it,
+``write`` waits until it drained).
 
 Frames are parsed as the bytes arrive (``data_received``, one ``FrameReader``), so a ``read`` that finds an
 answer waiting returns it without suspending. A failure is a ``BookieError`` from the status registry:
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
+import ssl
 
 import grpc.aio
 
@@ -40,8 +43,10 @@ RECEIVE_BUFFER_BYTES = 64 * 1024  # what one read of the connection takes at mos
 class FramedCall:
     """One framed add stream to ``host:port`` of bookie ``bookie_id`` (see the module docstring); loop thread only."""
 
-    def __init__(self, host: str, port: int, bookie_id: str, answer_runs: bool = True) -> None:
+    def __init__(self, host: str, port: int, bookie_id: str, answer_runs: bool = True,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._host, self._port, self.bookie_id = host, port, bookie_id
+        self._ssl = ssl_context  # TLS (the client's TLS settings): the bookie's certificate must name ``host``
         self._flags = frames.ANSWER_RUNS if answer_runs else 0
         self._opening: asyncio.Future | None = None
         self._transport: asyncio.Transport | None = None
@@ -116,11 +121,14 @@ class FramedCall:
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         try:
+            tls = {} if self._ssl is None else {"ssl": self._ssl, "server_hostname": self._host,
+                                                "ssl_handshake_timeout": CONNECT_TIMEOUT_S}
             self._transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), self._host, self._port), CONNECT_TIMEOUT_S)
+                loop.create_connection(lambda: _Protocol(self), self._host, self._port, **tls), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
-            why = (f"cannot connect: {exc or 'timed out'} (if only the bookie's gRPC port is reachable from here, "
-                   "start it without --add-port or set ClientConfig(framed_adds=False))")
+            how = "cannot connect over TLS" if self._ssl is not None else "cannot connect"
+            why = (f"{how}: {exc or 'timed out'} (if only the bookie's gRPC port is reachable from "
+                   "here, start it without --add-port or set ClientConfig(framed_adds=False))")
             raise self._broken(why) from exc
         sock = self._transport.get_extra_info("socket")
         if sock is not None:

@@ -27,8 +27,9 @@ number re-spreads every bookie at this start (their ids and data stay).
 the same files serve later starts) and starts every bookie with mutual TLS; ``tls_files`` names the files,
 ``client_tls`` / ``client_config()`` / ``tls_env`` are what clients need to reach it. The data dir is
 created mode 0700.
-Without TLS every bookie also takes adds on a framed add port (``--add-port``, any free port, registered:
-docs/protocol.md W11), the faster path clients take by default; ``add_port=-1`` turns it off.
+Every bookie also takes adds on a framed add port (``--add-port``, any free port, registered: docs/protocol.md
+W11; with ``tls=True`` over the same mutual TLS), the faster path clients take by default; ``add_port=-1`` turns
+it off.
 ``announce`` receives one line per bookie as it comes up; other keyword
 arguments are bookie-server flags (``checkpoint_interval=0`` ...).
 Every process started is stopped by ``stop()`` (SIGTERM to the bookies so
@@ -318,8 +319,7 @@ class Sandbox:
 
     def _bookie_process(self, slot: BookieSlot) -> BookieProcess:
         flags = {"exit_with_parent": True, **self._bookie_flags}  # a killed owner leaves no bookie behind
-        if self.tls_files is None:
-            flags.setdefault("add_port", 0)  # the framed add port (W11; plaintext only): any free port
+        flags.setdefault("add_port", 0)  # the framed add port (W11; over TLS with tls=True): any free port
         zone = self._layout.zone_of(self._layout.bookies.index(slot))
         if zone is not None:
             flags["zone"] = zone

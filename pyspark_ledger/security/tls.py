@@ -1,4 +1,5 @@
-"""TLS for the bookie port: the settings of servers and clients, and the gRPC credentials made of them.
+"""TLS for the bookie's ports: the settings of servers and clients, and the gRPC credentials and the ``ssl`` contexts
+(for the framed add port, docs/protocol.md W11) made of them.
 
 A bookie serves TLS with ``ServerTls`` (``--tls-cert``, ``--tls-key``); with a client CA
 (``--tls-client-ca``) it also requires every caller to show a certificate signed by that CA (mutual TLS),
@@ -13,6 +14,7 @@ belong to the certificate beside it. Plaintext stays the default: no setting, no
 from __future__ import annotations
 
 import os
+import ssl
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -87,6 +89,22 @@ class ServerTls:
         return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
                                            require_client_auth=client_ca is not None)
 
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same TLS for the framed add port (docs/protocol.md W11): TLS 1.2 or later, this certificate, and
+        with a client CA a client certificate it signed required."""
+        cert = read_pem(self.cert_file, "--tls-cert")
+        key = read_pem(self.key_file, "--tls-key", private=True)
+        _check_pair(cert, key, "--tls-cert", self.cert_file, "--tls-key", self.key_file)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file is not None:
+            client_ca = read_pem(self.client_ca_file, "--tls-client-ca")
+            _certificates(client_ca, "--tls-client-ca", self.client_ca_file)
+            context.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
 
 @dataclass(frozen=True)
 class ClientTls:
@@ -141,6 +159,24 @@ class ClientTls:
             key = read_pem(self.key_file, key_name, private=True)
             _check_pair(cert, key, cert_name, self.cert_file, key_name, self.key_file)
         return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same settings for a framed add stream (docs/protocol.md W11): the bookie's certificate verified
+        against ``ca_file`` (else the system's roots) and its host name, this client's certificate shown."""
+        ca_name, cert_name, key_name = self.names
+        ca = None
+        if self.ca_file is not None:
+            ca = read_pem(self.ca_file, ca_name)
+            _certificates(ca, ca_name, self.ca_file)
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                             cadata=ca.decode("ascii", "replace") if ca is not None else None)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.cert_file is not None:
+            cert = read_pem(self.cert_file, cert_name)
+            key = read_pem(self.key_file, key_name, private=True)
+            _check_pair(cert, key, cert_name, self.cert_file, key_name, self.key_file)
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
 
 
 def peer_names(auth_context: Mapping[str, list[bytes]]) -> frozenset[str]:

@@ -179,7 +179,7 @@ def framed_streams(sb: Sandbox) -> list[float]:
 
 
 @pytest.mark.parametrize("flags", [{}, {"add_port": -1}])
-def test_without_tls_the_sandbox_s_bookies_take_adds_on_a_framed_port_unless_turned_off(flags):
+def test_the_sandbox_s_bookies_take_adds_on_a_framed_port_unless_turned_off(flags):
     """docs/protocol.md W11: the sandbox (the demo's cluster) starts its bookies with a framed add port, and a
     client's adds take it; ``add_port=-1`` keeps adds on gRPC."""
     with Sandbox(bookies=2, **flags) as sb:
