@@ -3,7 +3,9 @@
 Usage: ``python bench/tls.py [--seconds 4] [--repetitions 5] [--rows 300000] [--quick] [--out FILE]``.
 
 Starts two clusters of 3 real bookie processes each (SQLite metadata in a temporary directory): one in
-plaintext, one with mutual TLS (certificates from ``security.certs.write_tls_files``, made for this run).
+plaintext, one with mutual TLS (certificates from ``security.certs.write_tls_files``, made for this run). Both
+take adds on their framed add port (``--add-port``, docs/protocol.md W11; from the run after 2444130 on, with TLS
+on it; before, TLS adds went over gRPC), as clients use it by default; reads go over gRPC.
 Both stay up for the whole run; the measured runs alternate between them (plaintext, mTLS, plaintext, ...)
 so that both see the same machine. Each run writes one new ledger (E=Qw=3, Qa=2) through ``LedgerClient``
 with many adds in flight: 1 KiB entries (4,000 in flight) and 1 MiB entries (32 in flight), for
@@ -131,6 +133,7 @@ def spark_reads(spark, options: dict[str, dict], rows: int, repetitions: int) ->
 def run(seconds: float, repetitions: int, rows: int) -> dict:
     result: dict = {"benchmark": "tls", "cpus": os.cpu_count(), "python": platform.python_version(),
                     "ensemble": {"E": 3, "Qw": 3, "Qa": 2}, "seconds_per_run": seconds,
+                    "add_path": "framed add port (docs/protocol.md W11), plaintext and TLS",
                     "repetitions": repetitions, "order": "interleaved: plaintext, mtls, plaintext, ...",
                     "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp:
@@ -139,9 +142,9 @@ def run(seconds: float, repetitions: int, rows: int) -> dict:
         tls = ClientTls(str(files.ca), str(files.client_cert), str(files.client_key))
         plain_uri = f"sqlite:///{directory}/plain.db?lease_seconds=5"
         mtls_uri = f"sqlite:///{directory}/mtls.db?lease_seconds=5"
-        with BookieCluster(3, directory / "plain", plain_uri) as _plain, \
+        with BookieCluster(3, directory / "plain", plain_uri, add_port=0) as _plain, \
                 BookieCluster(3, directory / "mtls", mtls_uri, tls_cert=files.bookie_cert, tls_key=files.bookie_key,
-                              tls_client_ca=files.ca) as _mtls:
+                              tls_client_ca=files.ca, add_port=0) as _mtls:
             for name, (size, inflight) in SIZES.items():
                 one_run(plain_uri, None, size, inflight, min(seconds, 1.0))  # warm-up, not reported
                 one_run(mtls_uri, tls, size, inflight, min(seconds, 1.0))
