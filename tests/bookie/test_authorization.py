@@ -10,6 +10,7 @@ without the key is refused, its key-less recovery write-back of a stored ledger 
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 import stat
 import time
@@ -19,8 +20,11 @@ import grpc
 import pytest
 
 from bookie_server.config import parse_args
+from pyspark_ledger.metadata import open_metadata_store
 from pyspark_ledger.security.certs import CertificateAuthority
 from pyspark_ledger.security.tls import ClientTls
+from pyspark_ledger.wire import frames
+from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
 
@@ -182,7 +186,7 @@ def pki(tmp_path):
 def mtls_bookie(make_bookie, pki):
     cert, key = pki["bookie"]
     return make_bookie("tls-bookie", checkpoint_interval=0, tls_cert=cert, tls_key=key, tls_client_ca=pki["ca"],
-                       admin_identity=[ADMIN, "another-admin"]).start()
+                       admin_identity=[ADMIN, "another-admin"], add_port=0).start()
 
 
 @pytest.fixture
@@ -248,6 +252,51 @@ def test_an_admin_adds_only_recovery_write_backs_of_stored_ledgers_without_the_k
                                          master_key=KEY), timeout=30)
     assert [(e.entry_id, e.body) for e in written.entries] == [(ENTRIES + 1, entry(LEDGER, ENTRIES + 1))]
     assert call(admin, "read_lac", b"", ledger_id=600).status == pb.NO_SUCH_LEDGER
+
+
+def framed_add_batch(bookie, pki, name: str, adds: list[pb.AddRequest]) -> dict[tuple[int, int], pb.AddResult]:
+    """``add_batch`` over the bookie's framed add port (docs/protocol.md W11), under mutual TLS as ``name``."""
+    with open_metadata_store(bookie.metadata_uri) as store:
+        port = store.bookies()[bookie.bookie_id].info["add_port"]
+    cert, key = pki[name]
+    context = ClientTls(pki["ca"], cert, key).ssl_context()
+    reader, pending, results = frames.FrameReader(1 << 24), [], {}
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+        def next_frame():
+            while not pending:
+                data = conn.recv(65536)
+                assert data, "the bookie closed the framed stream without an END"
+                pending.extend(reader.feed(data))
+            return pending.pop(0)
+        conn.sendall(frames.hello(frames.VERSION, 0))
+        assert next_frame()[0] is Kind.WELCOME
+        conn.sendall(frames.frame(Kind.ADDS, pb.AddBatch(adds=adds).SerializeToString()) + frames.end(pb.OK))
+        while (frame := next_frame())[0] is Kind.ANSWERS:
+            for result in pb.AddResultBatch.FromString(frame[1]).results:
+                results[(result.ledger_id, result.entry_id)] = result
+    assert frames.parse_end(frame[1])[0] == pb.OK
+    return results
+
+
+def test_an_admin_identity_is_the_same_on_the_framed_add_port(mtls_bookie, stub_as, pki):
+    """docs/protocol.md W11, K2: over the framed port's TLS the admin's certificate lets its recovery write-back
+    of a stored ledger in without the key, and nothing more; another certificate is no authority."""
+    writer = stub_as("writer")
+    write_ledger(writer)
+    assert call(writer, "fencing_read", KEY).fenced
+    write_back = [pb.AddRequest(ledger_id=LEDGER, entry_id=ENTRIES, body=entry(LEDGER, ENTRIES), recovery=True),
+                  pb.AddRequest(ledger_id=LEDGER, entry_id=ENTRIES + 1, body=entry(LEDGER, ENTRIES + 1)),
+                  pb.AddRequest(ledger_id=600, entry_id=0, body=entry(600, 0), recovery=True)]
+    as_writer = framed_add_batch(mtls_bookie, pki, "writer", write_back)
+    assert {key: result.status for key, result in as_writer.items()} == {
+        (LEDGER, ENTRIES): pb.UNAUTHORIZED, (LEDGER, ENTRIES + 1): pb.UNAUTHORIZED, (600, 0): pb.UNAUTHORIZED}
+    as_admin = framed_add_batch(mtls_bookie, pki, ADMIN, write_back)
+    assert {key: result.status for key, result in as_admin.items()} == {
+        (LEDGER, ENTRIES): pb.OK, (LEDGER, ENTRIES + 1): pb.UNAUTHORIZED, (600, 0): pb.UNAUTHORIZED}
+    written = writer.Read(pb.ReadRequest(ledger_id=LEDGER, first_entry_id=ENTRIES, last_entry_id=ENTRIES,
+                                         master_key=KEY), timeout=30)
+    assert [(e.entry_id, e.body) for e in written.entries] == [(ENTRIES, entry(LEDGER, ENTRIES))]
 
 
 def test_admin_identities_need_mutual_tls(capsys):
