@@ -18,9 +18,9 @@ listening socket closes; once the bookie's add streams drained, ``shut_open_conn
 
 A bookie with TLS (``--tls-cert``) serves the port with the same TLS as its gRPC port (``framed_tls``: the same
 certificate, and with ``--tls-client-ca`` the same required client certificate, whose names are the caller's
-identity for ``--admin-identity``): the TLS handshake comes first, within ``HANDSHAKE_TIMEOUT_S``, then the HELLO
-within as long again. Over TLS a connection past ``--max-add-streams`` is closed at once, unanswered (an END
-before the handshake would not be TLS).
+identity for ``--admin-identity``): the TLS handshake comes first, and it and the HELLO must both be done within
+``HANDSHAKE_TIMEOUT_S`` of the connection's start. Over TLS a connection past ``--max-add-streams`` is closed at
+once, unanswered (an END before the handshake would not be TLS).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -262,8 +263,9 @@ class FramedListener:
 
     def _serve(self, conn: socket.socket, address) -> None:
         try:
-            stream = self._tls_handshake(conn) if self._tls is not None else conn
-            opened = self._handshake(stream) if stream is not None else None
+            deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S  # TLS and HELLO both, within the one timeout
+            stream = self._tls_handshake(conn, deadline) if self._tls is not None else conn
+            opened = self._handshake(stream, deadline) if stream is not None else None
             if opened is not None:
                 self._stream(stream, address, opened)
         except Exception:  # noqa: BLE001 - one bad connection must never take the bookie down
@@ -275,12 +277,12 @@ class FramedListener:
                 self._changed.notify_all()
             self._slots.release()
 
-    def _tls_handshake(self, conn: socket.socket) -> TlsConnection | None:
-        """The TLS handshake (within ``HANDSHAKE_TIMEOUT_S``); None if it failed (counted: ``bad_handshake`` when
+    def _tls_handshake(self, conn: socket.socket, deadline: float) -> TlsConnection | None:
+        """The TLS handshake (by ``deadline``); None if it failed (counted: ``bad_handshake`` when
         the client's bytes or certificate were refused, ``gone`` when it left or was silent)."""
         connection = TlsConnection(conn, self._tls)
         try:
-            connection.handshake(HANDSHAKE_TIMEOUT_S)
+            connection.handshake(deadline - time.monotonic())
         except ssl.SSLError as exc:
             self._metrics.framed_connection("bad_handshake")
             _log.info("framed add stream: TLS handshake refused: %s", exc)
@@ -290,16 +292,19 @@ class FramedListener:
             return None
         return connection
 
-    def _handshake(self, conn) -> _Opened | None:
-        """The HELLO (within ``HANDSHAKE_TIMEOUT_S``) and the WELCOME; None if the client left or broke the rules
-        (then told so in an END)."""
-        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+    def _handshake(self, conn, deadline: float) -> _Opened | None:
+        """The HELLO (by ``deadline``) and the WELCOME; None if the client left or broke the rules (then told so
+        in an END)."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         reader, rules = frames.FrameReader(self._max_frame_bytes), frames.ServerRules()
         received: list = []
         try:
             while not received:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("no HELLO in time")
+                conn.settimeout(left)
                 data = conn.recv(RECEIVE_BYTES)
                 if not data:
                     self._metrics.framed_connection("gone")
