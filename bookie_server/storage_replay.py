@@ -187,15 +187,17 @@ def _last_add_confirmed(body) -> int:
     return lac
 
 
-def snapshot_lost(snapshot_missing: bool, start_mark: JournalMark, journal_ids: Sequence[int]) -> bool:
+def snapshot_lost(snapshot_missing: bool, start_mark: JournalMark, journal_ids: Sequence[int],
+                  replay_skipped: bool = False) -> bool:
     """Whether a missing state snapshot means lost state (docs/protocol.md B6). A checkpoint writes the snapshot
     before it persists a mark, and journal files are deleted only past a persisted mark: so with no mark and
     the journal still starting at its first file, no checkpoint ever completed and the journal holds every
     durable record; the snapshot was merely never written. Anything else (a mark, or the first journal file
-    gone) means a snapshot existed and is lost."""
+    gone) means a snapshot existed and is lost -- and so does a replay that skipped damaged records
+    (``replay_skipped``): the journal then no longer proves which ledgers had durable records."""
     if not snapshot_missing:
         return False
-    return start_mark != NO_MARK or not journal_ids or min(journal_ids) != FIRST_FILE_ID
+    return replay_skipped or start_mark != NO_MARK or not journal_ids or min(journal_ids) != FIRST_FILE_ID
 
 
 def known_ledger(states: LedgerStates, ledger_id: int, missing_snapshot: Path | None) -> bool:
@@ -220,10 +222,7 @@ def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log,
     remove index files of ledgers that are gone; the replay's result and the damage it found (regions
     skipped with ``skip_journal_corruption`` plus entries lost)."""
     started = time.monotonic()
-    never_written = missing_snapshot is not None and not snapshot_lost(
-        True, start_mark, [file_id for file_id, _ in journal_files(config.journal_dir)])
-    if never_written:
-        missing_snapshot = None  # no checkpoint ever completed: the journal below holds every durable record
+    journal_ids = [file_id for file_id, _ in journal_files(config.journal_dir)]
     matcher = InPlaceMatcher(config.entry_log_dir, _matcher_start(config.data_dir, start_mark))
     try:
         applier = ReplayApplier(states, entries.store, entries.index, entry_log.read, config.skip_journal_corruption,
@@ -234,6 +233,10 @@ def replay_at_open(config, start_mark, states: LedgerStates, entries, entry_log,
     finally:
         matcher.close()
     entry_log.adopt(matcher.adopted)  # fsync'd by the next checkpoint, before the mark passes their records
+    skipped = bool(result.skipped_regions or applier.lost_entries or applier.orphan_adds)
+    never_written = missing_snapshot is not None and not snapshot_lost(True, start_mark, journal_ids, skipped)
+    if never_written:
+        missing_snapshot = None  # no checkpoint ever completed: the journal replayed holds every durable record
     orphans = index.remove_orphan_files(lambda ledger_id: known_ledger(states, ledger_id, missing_snapshot))
     log.info("bookie storage %s: replayed %d journal records from %d files in %.3f s "
              "(%d bodies found in the entry logs), removed %d index files of deleted ledgers",

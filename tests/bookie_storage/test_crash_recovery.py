@@ -11,7 +11,7 @@ import pytest
 from bookie_server.journal_format import ADD, ADD_REF, COMMIT
 from bookie_server.storage import LedgerView
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, MARK_FILE_NAME
-from pyspark_ledger.errors import JournalCorruptError, NoSuchEntryError
+from pyspark_ledger.errors import CorruptStorageError, JournalCorruptError, NoSuchEntryError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import add_op, body
 from tests.bookie_storage.helpers import flip_byte, journal_records, run_child, stream_then_kill
@@ -173,6 +173,19 @@ def test_a_crash_between_a_new_ledgers_index_pages_and_the_snapshot_restarts(ope
         assert storage.ledger(2) is None
         assert index_files(data_dir) == {1}
         storage.close()
+
+
+def test_after_such_a_crash_a_replay_that_skips_damage_keeps_the_unknown_ledger_s_index(open_storage, data_dir):
+    """docs/protocol.md B6: the journal no longer proves which ledgers had durable records once a replay skipped
+    a damaged record (``skip_journal_corruption``), so an unknown ledger's index file is not taken for an orphan:
+    the start refuses and the file stays."""
+    run_child(data_dir, "--ledgers", "1", "--entries", "12", "--batch", "4", "--unjournaled", "2",
+              "--finish", "checkpoint", env={"BOOKIE_CRASH_POINT": "checkpoint_before_snapshot"})
+    path, offset, _ = add_records(data_dir)[3]  # in the middle of ledger 1's acknowledged adds
+    flip_byte(path, offset + 20)
+    with pytest.raises(CorruptStorageError, match=f"{LEDGER_SNAPSHOT_NAME} is missing but ledger 2"):
+        open_storage(skip_journal_corruption=True)
+    assert index_files(data_dir) == {1, 2}
 
 
 def index_files(data_dir: Path) -> set[int]:
