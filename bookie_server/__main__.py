@@ -49,7 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.metrics.python_heap_frozen(freeze_start_up_objects())
     watch_collections(server.metrics.python_gc_paused)
     metrics = server.metrics_url or "off"
-    print(f"bookie {server.bookie_id} ready address={server.address} metrics={metrics}", flush=True)
+    add_port = server.add_port or "off"
+    print(f"bookie {server.bookie_id} ready address={server.address} metrics={metrics} add_port={add_port}",
+          flush=True)
     stop_requested.wait()
     _log.info("bookie %s received a stop signal", server.bookie_id)
     server.stop()

@@ -8,13 +8,16 @@ entries of old fragments. With TLS settings (``tls``, a ``ClientTls``) every cha
 bookie whose registration says it speaks otherwise ("tls"/"mtls"/plaintext) is refused before dialing,
 with a BookieUnavailableError that says which setting to change (``tls_errors.mismatch``), and
 ``refused()`` lists those bookies with the reason. A broken add stream is replaced by a new one on
-the next add. ``locations()`` gives the zone and rack each registration read by ``bookies()``
+the next add. A new stream takes the framed add port (docs/protocol.md W11) from the bookie's registration
+as read within the last ``ADD_PORT_MAX_AGE_S`` seconds, else reads it again: a bookie restarted on another
+``--add-port`` is reached at its new port, not refused at the old one. ``locations()`` gives the zone and rack each registration read by ``bookies()``
 declared (for zone-aware placement). Every call runs on the process's shared ``IoLoop``, which
 ``close()`` releases after closing every stream and channel.
 """
 from __future__ import annotations
 
 import threading
+import time
 
 from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
@@ -25,6 +28,8 @@ from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, 
 from pyspark_ledger.metadata.bookie_location import Location, read_location
 from pyspark_ledger.metadata.store import BookieRegistration, MetadataStore
 from pyspark_ledger.status import BookieStatus
+
+ADD_PORT_MAX_AGE_S = 5.0  # a framed add port read longer ago is read again before a new stream uses it
 
 
 class BookiePool:
@@ -48,7 +53,7 @@ class BookiePool:
         self._streams: dict[str, AddStream] = {}
         self._addresses: dict[str, str] = {}
         self._modes: dict[str, object] = {}  # bookie -> the TLS mode its registration gave
-        self._add_ports: dict[str, int] = {}  # bookie -> the framed add port its registration gave (W11)
+        self._add_ports: dict[str, tuple[int, float]] = {}  # bookie -> (its framed add port (W11), read when)
         self._streamed: set[str] = set()  # bookies an add stream was opened to (a new one re-reads the add port)
         self._locations: dict[str, Location] = {}  # bookie -> zone and rack its registration gave
         self._closed = False
@@ -66,7 +71,7 @@ class BookiePool:
             for bookie_id, registration in registered.items():
                 self._addresses[bookie_id] = _address_of(registration)
                 self._modes[bookie_id] = _tls_mode(registration)
-                self._add_ports[bookie_id] = _add_port(registration)
+                self._add_ports[bookie_id] = (_add_port(registration), time.monotonic())
                 self._locations[bookie_id] = read_location(registration.info)
         return sorted(registered)
 
@@ -144,18 +149,22 @@ class BookiePool:
             release_io_loop(io_loop)
 
     def _add_port(self, bookie_id: str, refresh: bool) -> int:
-        """The framed add port of ``bookie_id`` (docs/protocol.md W11) as its registration last said, read again
-        with ``refresh``; 0 for none (or when the registration cannot be read: gRPC then)."""
-        if refresh:
+        """The framed add port of ``bookie_id`` (docs/protocol.md W11) as its registration said, read again with
+        ``refresh`` or when last read over ``ADD_PORT_MAX_AGE_S`` ago; 0 for none (or when the registration cannot
+        be read: gRPC then)."""
+        with self._lock:
+            known = self._add_ports.get(bookie_id)
+        if refresh or known is None or time.monotonic() - known[1] > ADD_PORT_MAX_AGE_S:
             try:
                 registered = self._store.bookies(include_read_only=True)
             except MetadataError:
                 registered = {}
             if bookie_id in registered:
                 with self._lock:
-                    self._add_ports[bookie_id] = _add_port(registered[bookie_id])
+                    self._add_ports[bookie_id] = (_add_port(registered[bookie_id]), time.monotonic())
         with self._lock:
-            return self._add_ports.get(bookie_id, 0)
+            known = self._add_ports.get(bookie_id)
+        return known[0] if known is not None else 0
 
     def _check_open(self, bookie_id: str) -> None:
         if self._closed:
@@ -176,7 +185,7 @@ class BookiePool:
             address = _address_of(registered[bookie_id])
             with self._lock:
                 self._modes[bookie_id] = _tls_mode(registered[bookie_id])
-                self._add_ports[bookie_id] = _add_port(registered[bookie_id])
+                self._add_ports[bookie_id] = (_add_port(registered[bookie_id]), time.monotonic())
         else:
             try:
                 parse_address(bookie_id)

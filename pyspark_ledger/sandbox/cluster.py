@@ -29,7 +29,8 @@ the same files serve later starts) and starts every bookie with mutual TLS; ``tl
 created mode 0700.
 Every bookie also takes adds on a framed add port (``--add-port``, any free port, registered: docs/protocol.md
 W11; with ``tls=True`` over the same mutual TLS), the faster path clients take by default; ``add_port=-1`` turns
-it off.
+it off. ``start_bookie`` brings a bookie back on the add port it had (when that port is still free), as an
+operator's fixed ``--add-port`` would: a client that learned the port earlier reaches it again at once.
 ``announce`` receives one line per bookie as it comes up; other keyword
 arguments are bookie-server flags (``checkpoint_interval=0`` ...).
 Every process started is stopped by ``stop()`` (SIGTERM to the bookies so
@@ -220,6 +221,7 @@ class Sandbox:
             raise BookieProcessError(f"bookie {index} ({bookie.bookie_id}) is already running (pid {bookie.pid})",
                                      bookie_id=bookie.bookie_id)
         self._check_bookie_port(self._layout.bookies[index])
+        self._keep_add_port(bookie)
         return self._start(index)
 
     def add_bookie(self) -> BookieProcess:
@@ -230,6 +232,12 @@ class Sandbox:
         save_layout(self.data_dir, self._layout, self._metadata.public_uri)
         self.bookies.append(self._bookie_process(slot))
         return self._start(len(self.bookies) - 1)
+
+    def _keep_add_port(self, bookie: BookieProcess) -> None:
+        """Start a bookie whose add port was "any free port" on the port it last had, if that one is free."""
+        if self._bookie_flags.get("add_port", 0) != 0 or bookie.add_port is None:
+            return
+        bookie.flags["add_port"] = bookie.add_port if port_is_free(bookie.add_port) else 0
 
     def poll_exits(self) -> list[tuple[int, BookieProcess]]:
         """Bookies that died on their own since the last call (not those stopped or killed through here)."""

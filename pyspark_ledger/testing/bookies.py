@@ -77,6 +77,7 @@ class BookieProcess:
         self.bookie_id = self.flags.get("bookie_id") or f"{HOST}:{self.port}"
         self.address = f"{HOST}:{self.port}"
         self.metrics_url: str | None = None
+        self.add_port: int | None = None  # the framed add port the running process listens on (W11), if any
         self.process: subprocess.Popen | None = None
         self._terminated = False
 
@@ -211,6 +212,8 @@ class BookieProcess:
         fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         metrics = fields.get("metrics", "off")
         self.metrics_url = None if metrics == "off" else metrics
+        add_port = fields.get("add_port", "off")
+        self.add_port = int(add_port) if add_port.isdigit() else None
 
     def stderr_tail(self, lines: int = 15) -> str:
         """The last lines the bookie wrote to stderr (for error messages)."""

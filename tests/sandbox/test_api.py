@@ -191,3 +191,22 @@ def test_the_sandbox_s_bookies_take_adds_on_a_framed_port_unless_turned_off(flag
         assert ports == [0, 0] and streamed == [0, 0]
     else:
         assert all(isinstance(port, int) and port > 0 for port in ports) and all(n >= 1 for n in streamed)
+
+
+def test_a_restarted_bookie_comes_back_on_the_framed_port_it_had():
+    """A client that read the ports before a restart reaches the bookie at once (a moved port failed the
+    notebook's recovery: its write-backs went to the old ports and found no replacement)."""
+    def registered(uri: str) -> dict[str, object]:
+        with open_metadata_store(uri) as store:
+            return {bookie_id: (registration.info or {}).get("add_port")
+                    for bookie_id, registration in store.bookies().items()}
+
+    with Sandbox(bookies=2) as sb:
+        before = {bookie.bookie_id: bookie.add_port for bookie in sb.bookies}
+        assert all(before.values()) and registered(sb.metadata_uri) == before
+        sb.kill_bookie(0)
+        sb.stop_bookie(1)
+        sb.start_bookie(0)
+        sb.start_bookie(1)
+        assert {bookie.bookie_id: bookie.add_port for bookie in sb.bookies} == before
+        assert registered(sb.metadata_uri) == before
