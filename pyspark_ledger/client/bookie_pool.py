@@ -10,9 +10,9 @@ with a BookieUnavailableError that says which setting to change (``tls_errors.mi
 ``refused()`` lists those bookies with the reason. A broken add stream is replaced by a new one on
 the next add. A new stream takes the framed add port (docs/protocol.md W11) from the bookie's registration
 as read within the last ``ADD_PORT_MAX_AGE_S`` seconds, else reads it again: a bookie restarted on another
-``--add-port`` is reached at its new port, not refused at the old one. ``locations()`` gives the zone and rack each registration read by ``bookies()``
-declared (for zone-aware placement). Every call runs on the process's shared ``IoLoop``, which
-``close()`` releases after closing every stream and channel.
+``--add-port`` is reached at its new port, not refused at the old one. ``locations()`` gives the zone and
+rack each registration read by ``bookies()`` declared (for zone-aware placement). Every call runs on the
+process's shared ``IoLoop``, which ``close()`` releases after closing every stream and channel.
 """
 from __future__ import annotations
 

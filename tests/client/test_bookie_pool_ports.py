@@ -59,8 +59,7 @@ def test_a_port_read_long_ago_is_read_again_before_a_new_stream(moved_bookie, mo
     assert _add(pool, process.bookie_id, ledger_id, 0).status == BookieStatus.OK
 
 
-def test_a_stream_that_failed_on_a_fresh_but_moved_port_is_replaced_by_one_on_the_new_port(moved_bookie,
-                                                                                         monkeypatch):
+def test_a_failed_stream_on_a_fresh_but_moved_port_is_replaced_by_one_on_the_new_port(moved_bookie, monkeypatch):
     pool, process, ledger_id = moved_bookie
     monkeypatch.setattr(bookie_pool, "ADD_PORT_MAX_AGE_S", 3600.0)  # the old port counts as fresh
     with pytest.raises(BookieUnavailableError, match="cannot connect"):
