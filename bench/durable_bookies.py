@@ -2,8 +2,10 @@
 
 The durable fan-out (``bench/replication.py``'s paced rows) sends the client's AddStream to 3 of them: the least
 any durable store must do over this transport and disk -- receive the add, write its bytes to a file, fdatasync,
-answer -- with nothing a bookie adds (checks, entry log, index, fencing). So its latency is an upper bound on
-what any server over gRPC that acknowledges an add only once it is fsync'd can reach on this machine.
+answer -- with nothing a bookie adds (checks, entry log, index, fencing). Each serves adds on gRPC and, through the
+bookie's own ``FramedListener``, on a framed add port (docs/protocol.md W11), the transport our adds take; the
+paced limit sends to the framed port. So its latency bounds what any server over that transport that
+acknowledges an add only once it is fsync'd can reach on this machine.
 
 Made as cheap as a minimal server can be (an honest limit must not be handicapped):
 
@@ -47,9 +49,9 @@ from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
 
 _LEDGER_ID, _ENTRY_ID, _BODY = (operator.attrgetter(name) for name in ("ledger_id", "entry_id", "body"))
 _ZEROS = bytes(1 << 20)
-DURABLE_METHOD = ("AddStream fan-out to 3 servers that make each add durable before answering it "
-                  "(durable_bookies.py: bodies written to a preallocated file per server, one fdatasync per group "
-                  "commit, nothing else), all 3 acks per entry")
+DURABLE_METHOD = ("AddStream fan-out over the framed add port (docs/protocol.md W11, as ours) to 3 servers that make "
+                  "each add durable before answering it (durable_bookies.py: bodies written to a preallocated file "
+                  "per server, one fdatasync per group commit, nothing else), all 3 acks per entry")
 
 
 class DurableBookie(pb_grpc.BookieServicer):
@@ -66,11 +68,13 @@ class DurableBookie(pb_grpc.BookieServicer):
         self._commits: list[tuple[float, int]] = []  # (fdatasync seconds, adds) per group commit
         self._offset = 0
         self._write_lock = threading.Lock()  # the streams share the file
+        self._streams = {"grpc": 0, "framed": 0}  # add streams taken, by transport
 
     def close(self) -> None:
         os.close(self._fd)
 
     def AddStream(self, request_iterator, context):
+        self._streams["grpc" if isinstance(context, grpc.ServicerContext) else "framed"] += 1
         builder = RunBuilder() if asks_for_runs(context.invocation_metadata()) else PerAddBuilder()
         queued: list[tuple[list[int], list[int]]] = []
         state = {"open": True}
@@ -117,16 +121,18 @@ class DurableBookie(pb_grpc.BookieServicer):
         return pb.BookieInfoResponse(status=pb.OK, bookie_id="durable", version=json.dumps(self.figures()))
 
     def figures(self) -> dict:
-        """The group commits so far: how many, adds per ``fdatasync``, and its time (p50, p99, mean, max)."""
+        """The group commits so far: how many, adds per ``fdatasync``, and its time (p50, p99, mean, max); the add
+    streams taken over gRPC and over the framed port."""
         commits = list(self._commits)
+        streams = {f"{transport}_streams": count for transport, count in self._streams.items()}
         if not commits:
-            return {"commits": 0}
+            return {"commits": 0, **streams}
         seconds = sorted(duration for duration, _ in commits)
         at = lambda fraction: round(seconds[min(len(seconds) - 1, int(fraction * len(seconds)))] * 1e3, 3)  # noqa: E731
         return {"commits": len(commits), "adds_per_fdatasync": round(sum(n for _, n in commits) / len(commits), 2),
                 "fdatasync_p50_ms": at(0.5), "fdatasync_p99_ms": at(0.99),
                 "fdatasync_mean_ms": round(sum(seconds) / len(seconds) * 1e3, 3),
-                "fdatasync_max_ms": round(seconds[-1] * 1e3, 3)}
+                "fdatasync_max_ms": round(seconds[-1] * 1e3, 3), **streams}
 
 
 def sync_figures(port: int) -> dict:
@@ -161,4 +167,4 @@ def lowest_p99(runs: list[tuple[str, dict]], label: str) -> dict:
 
 
 if __name__ == "__main__":
-    serve(DurableBookie(Path(sys.argv[2]), int(sys.argv[3])), int(sys.argv[1]))
+    serve(DurableBookie(Path(sys.argv[2]), int(sys.argv[3])), int(sys.argv[1]), framed=True)

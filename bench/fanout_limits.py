@@ -8,7 +8,8 @@
 * ``paced_fanout_limit``: the paced fan-out to the no-op servers both ways a stream can send small adds, the run
   with the lower p99 kept;
 * ``durable_fanout_limit``: the paced fan-out to 3 durable servers whose files are in a fresh directory
-  (``durable_fanout_runs``: once each way).
+  (``durable_fanout_runs``: once each way), over their framed add ports (docs/protocol.md W11), the transport
+  our adds take (from the run after 3561662 on; over gRPC before).
 
 Also the pacing and percentile helpers the benchmark's drivers share.
 """
@@ -87,17 +88,20 @@ UNHELD = MAX_BATCHES_IN_FLIGHT  # no batch of small adds waits for an answer
 def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: float, inflight: int,
                       servers: dict[str, int] | None = None, rate: float | None = None,
                       method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry",
-                      batches_in_flight: int = UNHELD) -> dict:
+                      batches_in_flight: int = UNHELD, add_ports: dict[int, int] | None = None) -> dict:
     """Encoded entries to 3 no-op servers over AddStream; an entry counts once all 3 acknowledged.
 
     Through the client's own transport (``GrpcTransport.send_adds_to``, as the writer sends), without the
     writer: each entry is encoded once and its bytes go to the 3 streams, answered per batch. With
     ``servers`` (name -> pid) also the CPU per entry of this process and of each server; with ``rate``,
     paced at that many entries/s, with the p50/p99 latency to the second ack (an ack quorum of 2).
-    ``batches_in_flight``: the streams' window (docs/protocol.md W10).
+    ``batches_in_flight``: the streams' window (docs/protocol.md W10). With ``add_ports`` (gRPC port -> framed
+    add port), to those framed add ports (docs/protocol.md W11).
     """
-    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{batches_in_flight}-{ports[0]}") as uri:
-        return fanout_run(uri, 1, size, seconds, inflight, servers, rate, method, batches_in_flight)
+    with noop_registrations(ports, directory, f"fanout-{size}-{rate}-{batches_in_flight}-{ports[0]}",
+                            add_ports) as uri:
+        return fanout_run(uri, 1, size, seconds, inflight, servers, rate, method, batches_in_flight,
+                          framed=bool(add_ports))
 
 
 # How the paced bare fan-out may send small adds: each as its own message as soon as the stream is free (the
@@ -121,7 +125,7 @@ def paced_fanout_limit(ports: list[int], directory: Path, seconds: float, server
 def fanout_run(uri: str, ledger_id: int, size: int, seconds: float, inflight: int,
                servers: dict[str, int] | None = None, rate: float | None = None,
                method: str = "AddStream fan-out to 3 no-op servers, all 3 acks per entry",
-               batches_in_flight: int = UNHELD) -> dict:
+               batches_in_flight: int = UNHELD, framed: bool = False) -> dict:
     """The fan-out of ``grpc_fanout_limit`` to every bookie registered in the metadata store at ``uri``, as adds
     of ``ledger_id`` from entry 0 on (keyed with the benchmarks' password): real bookies take them once a
     writer created that ledger."""
@@ -165,7 +169,7 @@ def fanout_run(uri: str, ledger_id: int, size: int, seconds: float, inflight: in
     with open_metadata_store(uri) as store:
         # by default every add its own message, written as soon as the stream is free: the transport's own speed,
         # as the limits were measured before an add stream held small adds back (docs/protocol.md W10)
-        transport = GrpcTransport(store, max_batches_in_flight=batches_in_flight)
+        transport = GrpcTransport(store, max_batches_in_flight=batches_in_flight, framed_adds=framed)
         bookies = transport.bookies()
         meter = CpuMeter({"client": os.getpid(), **(servers or {})}).start()
         started = time.perf_counter()
@@ -207,8 +211,11 @@ def durable_fanout_limit(parent: Path, seconds: float, batches_in_flight: int = 
     with durable_servers(3, parent, durable_file_room(seconds, 1_000.0)) as servers:
         pids = {f"durable-{index}": process.pid for index, (process, _) in enumerate(servers)}
         result = grpc_fanout_limit([port for _, port in servers], parent, KiB, seconds, 1_000, pids, 1000.0,
-                                   DURABLE_METHOD, batches_in_flight)
+                                   DURABLE_METHOD, batches_in_flight,
+                                   add_ports={port: process.add_port for process, port in servers})
         commits = {f"durable-{index}": sync_figures(port) for index, (_, port) in enumerate(servers)}
+    if any(figures.get("grpc_streams") or not figures.get("framed_streams") for figures in commits.values()):
+        raise RuntimeError(f"the durable fan-out did not take the servers' framed add ports only: {commits}")
     return {**result, "files_in": str(parent), "group_commits": commits}
 
 

@@ -5,7 +5,11 @@ starts ``n`` of them as processes on free 127.0.0.1 ports (``python
 bench/noop_bookies.py PORT`` is one), and ``noop_registrations`` registers
 them as bookies in a SQLite metadata store so that a ``LedgerClient`` or a
 ``GrpcTransport`` can use them. The caller kills the processes (``stop_servers``). ``serve`` and
-``start_servers`` also start the durable fan-out's servers (``durable_bookies.py``).
+``start_servers`` also start the durable fan-out's servers (``durable_bookies.py``). ``serve`` with
+``framed`` also serves the servicer on a framed add port (docs/protocol.md W11) through the bookie's own
+``FramedListener``, so a limit can take the transport our adds take; its ready line names the port, which
+``start_servers`` keeps as the process's ``add_port`` (0 for none) and ``noop_registrations`` registers, given
+``add_ports``, as the bookie's ``add_port``.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grpc  # noqa: E402
 
+from bookie_server.framed_listener import FramedListener  # noqa: E402
 from bookie_server.listening import grpc_server_options  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import child_env, free_port  # noqa: E402
@@ -60,20 +65,39 @@ KEEPALIVE_OPTIONS = [(name, value) for name, value in grpc_server_options(1, 1)
                      if "keepalive" in name or "ping" in name]
 
 
-def serve(servicer: pb_grpc.BookieServicer, port: int) -> None:
-    """Serve ``servicer`` on 127.0.0.1:``port`` until killed; prints "ready" once it listens."""
+class _NoMetrics:
+    """The framed listener's metrics, counted nowhere (a bench server has no /metrics)."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+FRAMED_CONNECTIONS = 64
+FRAMED_MAX_FRAME_BYTES = 64 << 20
+
+
+def serve(servicer: pb_grpc.BookieServicer, port: int, framed: bool = False) -> None:
+    """Serve ``servicer`` on 127.0.0.1:``port`` until killed, with ``framed`` also on a framed add port (any free
+    one); prints "ready" (and "add_port=N") once it listens."""
     server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
                          options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
                                   *KEEPALIVE_OPTIONS])
     pb_grpc.add_BookieServicer_to_server(servicer, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
-    print("ready", flush=True)
+    ready = "ready"
+    if framed:
+        listener = FramedListener(servicer, _NoMetrics(), f"127.0.0.1:{port}", "127.0.0.1", 0, FRAMED_CONNECTIONS,
+                                  FRAMED_MAX_FRAME_BYTES)
+        listener.start()
+        ready += f" add_port={listener.port}"
+    print(ready, flush=True)
     server.wait_for_termination()
 
 
 def start_servers(count: int, command) -> list[tuple[subprocess.Popen, int]]:
-    """``count`` server processes, each ``command(port)`` (an argv) on a free port, once all are ready."""
+    """``count`` server processes, each ``command(port)`` (an argv) on a free port, once all are ready; each
+    process's ``add_port`` is the framed add port its ready line named, else 0."""
     servers = []
     try:
         for _ in range(count):
@@ -82,8 +106,11 @@ def start_servers(count: int, command) -> list[tuple[subprocess.Popen, int]]:
                                        env=child_env(), text=True)
             servers.append((process, port))
         for process, _ in servers:
-            if process.stdout.readline().strip() != "ready":
+            words = process.stdout.readline().split()
+            if not words or words[0] != "ready":
                 raise RuntimeError(f"a server did not start: {command(0)}")
+            named = dict(word.split("=", 1) for word in words[1:] if "=" in word)
+            process.add_port = int(named.get("add_port", 0))
     except BaseException:
         stop_servers(servers)
         raise
@@ -101,11 +128,13 @@ def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
 
 
 @contextlib.contextmanager
-def noop_registrations(ports: list[int], directory: Path, name: str):
-    """A SQLite metadata store (its URI) in which the no-op servers are registered as bookies."""
+def noop_registrations(ports: list[int], directory: Path, name: str, add_ports: dict[int, int] | None = None):
+    """A SQLite metadata store (its URI) in which the servers on ``ports`` are registered as bookies, with the
+    framed add port ``add_ports`` gives for a port (none by default: adds then take gRPC)."""
     uri = f"sqlite:///{directory}/noop-metadata-{name}.db?lease_seconds=30"
     store = open_metadata_store(uri, create=True)  # a new store for the no-op bookies
-    registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port})
+    registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port,
+                                                                  "add_port": (add_ports or {}).get(port, 0)})
                      for port in ports]
     try:
         yield uri

@@ -34,7 +34,7 @@ APPENDS = Spec(
     "replication", "Appends: 3 bookies (E=Qw=3, Qa=2) beside NATS JetStream R3 and the limits",
     {"ours": "ours: 3 bookies, `LedgerClient`", "nats": "NATS JetStream, 3 replicas, file storage",
      "fsync": "limit: 3 files fsync'd", "fanout": "limit: gRPC fan-out to 3 no-op servers",
-     "durable": "limit: gRPC fan-out to 3 servers that fdatasync each add, nothing else",
+     "durable": "limit: framed fan-out to 3 servers that fdatasync each add, nothing else",
      "storage": "limit: one bookie's storage alone, in-process",
      "storage3": "limit: 3 bookies' storage engines at once on this disk, no gRPC",
      "floor": "limit: the floor (1 KiB: fan-out + 3 × storage CPU per entry, all cores; 1 MiB: see below)"},
@@ -68,8 +68,9 @@ APPENDS = Spec(
      "Goals (issue 16), each a ratio in the same run: 1 KiB ours ÷ floor ≥ 0.7 and ≥ 2 × NATS; 1 MiB ours ÷ fan-out "
      "≥ 0.75 and ≥ 3 × NATS; paced p99 ours ÷ fan-out ≤ 2 and p50, p99 ≤ NATS's. From the run after dd56b97 on our "
      "bookies take adds on their framed add port (`--add-port`, docs/protocol.md W11: the add path without gRPC) and "
-     "every limit keeps gRPC, as the goals name them, so ours may pass a limit; `bench/transport_floor.py` measures the "
-     "framed transport's own cost. The 1 KiB floor is the rate the CPU of "
+     "the no-op fan-out and the floor keep gRPC, as the goals name them, so ours may pass them; the durable fan-out "
+     "sends to its servers' framed add ports, as ours does (from the run after 3561662 on; gRPC before), so it "
+     "bounds ours; `bench/transport_floor.py` measures the framed transport's own cost. The 1 KiB floor is the rate the CPU of "
      "the fan-out plus 3 storage adds per entry allows if every core did only that; the no-op servers of the "
      "fan-out answer as a bookie does, OK adds as runs of entry ids to a client that asks (docs/protocol.md W9, "
      "from commit 4bb3ce5 on; per add before); the fan-outs (no-op and durable) write every add as soon as the "
@@ -84,7 +85,8 @@ APPENDS = Spec(
      "part any writer pays, measured alone, so the floor is an upper bound. In the paced rows the fsync limit is the paced fsync floor: 1 KiB records "
      "paced at 1,000/s to 3 files, each group-committed by its own writer (append, fdatasync), to the second "
      "durable copy. The durable fan-out (`bench/durable_bookies.py`) is the bare fan-out's client and load sent to 3 "
-     "servers that make each add durable before answering it and do nothing else: each writes an add's body to "
+     "servers that make each add durable before answering it and do nothing else, over their framed add ports served "
+     "by the bookie's own listener: each writes an add's body to "
      "its own preallocated file in a fresh directory beside the bookies' (removed after) as it arrives, and the "
      "stream's sync thread fdatasyncs once for everything written meanwhile and then answers all of it (a group "
      "commit), in runs as a bookie does; it runs before and after ours, each time both ways as the paced no-op fan-out (from the run after c1d1032 on), and "

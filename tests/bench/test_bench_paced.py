@@ -143,3 +143,6 @@ def test_the_durable_fan_out_runs_each_way_on_real_durable_servers_labelled_by_w
     assert [label for label, _ in runs] == [f"before ours, {mode}" for mode, _ in fanout_limits.PACED_FANOUT_MODES]
     assert all(run["p99_ms_to_second_ack"] > 0 and run["method"] == fanout_limits.DURABLE_METHOD for _, run in runs)
     assert all(path.name.startswith("noop-metadata") for path in tmp_path.iterdir())  # the servers' files are gone
+    for _, run in runs:  # over the framed add ports, as ours (docs/protocol.md W11), never gRPC
+        assert all(figures["framed_streams"] >= 1 and figures["grpc_streams"] == 0
+                   for figures in run["group_commits"].values()), run["group_commits"]
