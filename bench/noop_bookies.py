@@ -133,8 +133,9 @@ def noop_registrations(ports: list[int], directory: Path, name: str, add_ports: 
     framed add port ``add_ports`` gives for a port (none by default: adds then take gRPC)."""
     uri = f"sqlite:///{directory}/noop-metadata-{name}.db?lease_seconds=30"
     store = open_metadata_store(uri, create=True)  # a new store for the no-op bookies
-    registrations = [store.register_bookie(f"127.0.0.1:{port}", {"host": "127.0.0.1", "port": port,
-                                                                  "add_port": (add_ports or {}).get(port, 0)})
+    framed = add_ports or {}
+    registrations = [store.register_bookie(f"127.0.0.1:{port}",
+                                           {"host": "127.0.0.1", "port": port, "add_port": framed.get(port, 0)})
                      for port in ports]
     try:
         yield uri
