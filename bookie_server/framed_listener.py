@@ -43,7 +43,7 @@ from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _log = logging.getLogger(__name__)
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = frames.HANDSHAKE_TIMEOUT_S
 RECEIVE_BYTES = 256 * 1024  # one recv at most (a larger frame arrives in several)
 LARGE_FRAME_BYTES = 64 * 1024  # a frame at least this large is read straight into its own buffer
 LISTEN_BACKLOG = 64
@@ -263,7 +263,7 @@ class FramedListener:
 
     def _serve(self, conn: socket.socket, address) -> None:
         try:
-            deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S  # TLS and HELLO both, within the one timeout
+            deadline = frames.handshake_deadline(time.monotonic())  # TLS and HELLO both, within the one timeout
             stream = self._tls_handshake(conn, deadline) if self._tls is not None else conn
             opened = self._handshake(stream, deadline) if stream is not None else None
             if opened is not None:

@@ -209,3 +209,23 @@ def test_an_announced_frame_allocates_nothing_until_half_of_it_arrived():
     reader.feed(b"a")
     kind, buffer, have = reader.take_large(at_least=1024)
     assert (kind, len(buffer), have) == (Kind.ADDS, MAX, MAX // 2)
+
+
+def test_the_handshake_deadline_is_one_timeout_from_the_connection_s_start_for_tls_and_hello_together():
+    assert fr.HANDSHAKE_TIMEOUT_S == 10.0  # docs/protocol.md W11
+    assert fr.handshake_deadline(100.0) == 110.0
+    assert fr.handshake_deadline(0.0) == fr.HANDSHAKE_TIMEOUT_S
+
+
+@pytest.mark.parametrize("answered_as, meant, fine", [
+    ("127.0.0.1:3181", "127.0.0.1:3181", True),
+    ("127.0.0.1:3182", "127.0.0.1:3181", False),  # another bookie took the port: a stale registration
+    ("", "127.0.0.1:3181", False),
+    ("bookie-a", "BOOKIE-A", False),  # ids are compared exactly
+])
+def test_a_welcome_from_another_bookie_is_refused_with_what_to_check(answered_as, meant, fine):
+    problem = fr.welcome_problem(answered_as, meant)
+    if fine:
+        assert problem is None
+    else:
+        assert repr(answered_as) in problem and "registration stale" in problem

@@ -83,7 +83,9 @@ class AddStream:
 
     def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall], bookie_id: str, io_loop: IoLoop, *,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None) -> None:
+                 max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
+                 fallback: Callable[[], grpc.aio.StreamStreamCall] | None = None,
+                 on_fallback: Callable[[BookieError], None] | None = None) -> None:
         if max_batch_bytes < 1 or max_inflight < 1:
             raise InvalidConfigurationError("max_batch_bytes and max_inflight must be positive")
         self._window = BatchWindow(max_batches_in_flight)  # touched on the loop thread only
@@ -104,6 +106,7 @@ class AddStream:
         self._writer_idle = False  # the writing coroutine waits for ``_wakeup``: ``_write_now`` may write
         self._answers_ended = False
         self._futures = FutureAnswers()
+        self._fallback, self._on_fallback = fallback, on_fallback
         io_loop.spawn(self._run(open_call))
 
     @property
@@ -188,6 +191,7 @@ class AddStream:
             self._wakeup = asyncio.Event()
             self._wakeup.set()  # send whatever was queued before the loop got here
             self._call = call = open_call()
+            call = await self._opened(call)  # a framed call that cannot connect may give way to gRPC
             reader = asyncio.ensure_future(self._read_answers(call))
             write_failed = await self._write_batches(call)
             failure = await reader
@@ -211,6 +215,24 @@ class AddStream:
                     bookie_id=self.bookie_id, status=BookieStatus.UNAVAILABLE)
             self._fail_pending(failure)
             self._ended.set()
+
+    async def _opened(self, call):
+        """``call``, connected first when it can connect ahead of its first write (a framed call) and a fallback
+        was given: a framed port that cannot be reached at all (``FramedCall.fallback_ok``: nothing was sent)
+        gives way to the fallback call (the bookie's gRPC port, docs/protocol.md W11), and ``on_fallback`` hears
+        why. Any other failure to connect is the stream's."""
+        opening = getattr(call, "open", None)
+        if opening is None or self._fallback is None:
+            return call
+        try:
+            await opening()
+        except BookieError as exc:
+            if not getattr(call, "fallback_ok", False):
+                raise
+            if self._on_fallback is not None:
+                self._on_fallback(exc)
+            self._call = call = self._fallback()
+        return call
 
     def _flush(self) -> None:
         if self._writer_idle and self._write_now():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
@@ -44,6 +45,7 @@ from pyspark_ledger.wire.ack_runs import ASK_FOR_RUNS
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
+FRAMED_RETRY_S = 30.0  # after a framed add port could not be reached, new streams take gRPC this long
 #: The least time a connection attempt to a bookie is given (see CHANNEL_OPTIONS).
 CONNECT_TIMEOUT_MS = 5_000
 CHANNEL_OPTIONS = (
@@ -145,6 +147,7 @@ class BookieClient:
             credentials = self.tls.channel_credentials()
         self._credentials = credentials if self.tls is not None else None
         self._framed_ssl = None  # the ssl context of framed add streams over TLS, made at the first such stream
+        self._framed_unreachable: dict[int, float] = {}  # add port -> when it could not be reached (monotonic)
         self._io = io_loop
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
@@ -159,19 +162,34 @@ class BookieClient:
                    max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, add_port: int = 0) -> AddStream:
         """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry): on the bookie's
         framed add port ``add_port`` when it is given (docs/protocol.md W11; over TLS with TLS settings), else
-        gRPC."""
+        gRPC. A framed port that cannot be reached at all (``FramedCall.fallback_ok``) gives way to gRPC, with a
+        warning, and for ``FRAMED_RETRY_S`` later streams take gRPC at once."""
         with self._lock:
             io_loop = self._loop_locked()
-            if add_port:
+            failed_at = self._framed_unreachable.get(add_port)
+            if failed_at is not None and time.monotonic() - failed_at >= FRAMED_RETRY_S:
+                del self._framed_unreachable[add_port]
+                failed_at = None
+            fallback = on_fallback = None
+            if add_port and failed_at is None:
                 tls = self._framed_tls_locked()
 
                 def open_call() -> FramedCall:
                     return FramedCall(self._host, add_port, self.bookie_id, answer_runs=self._answer_runs,
                                       ssl_context=tls)
+                fallback = self._open_add_call
+
+                def fell_back(error: Exception) -> None:
+                    with self._lock:
+                        self._framed_unreachable[add_port] = time.monotonic()
+                    log.warning("%s; adds to bookie %s take its gRPC port instead, and its framed port is tried "
+                                "again in %.0f s", error, self.bookie_id, FRAMED_RETRY_S)
+                on_fallback = fell_back
             else:
                 open_call = self._open_add_call
             stream = AddStream(open_call, self.bookie_id, io_loop, max_batch_bytes=max_batch_bytes,
-                               max_inflight=max_inflight, max_batches_in_flight=max_batches_in_flight, tls=self.tls)
+                               max_inflight=max_inflight, max_batches_in_flight=max_batches_in_flight, tls=self.tls,
+                               fallback=fallback, on_fallback=on_fallback)
             self._streams = {open_stream for open_stream in self._streams if not open_stream.closed}
             self._streams.add(stream)
             return stream

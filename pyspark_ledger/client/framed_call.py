@@ -11,6 +11,11 @@ connection is TLS, and the bookie's certificate must be valid for the host the c
 it may be used (the connection is open, and its send buffer below the transport's high-water mark: past it,
 ``write`` waits until it drained).
 
+``open()`` connects (and handshakes) ahead of any write. When that fails because the port cannot be reached
+at all -- no TCP connection within ``CONNECT_TIMEOUT_S`` (a TLS handshake the bookie refused does not count), no
+WELCOME in that time, or a WELCOME from another bookie (a stale registration) -- ``fallback_ok`` is True:
+nothing was sent, so the caller may take the bookie's gRPC port instead (docs/protocol.md W11).
+
 Frames are parsed as the bytes arrive (``data_received``, one ``FrameReader``), so a ``read`` that finds an
 answer waiting returns it without suspending. A failure is a ``BookieError`` from the status registry:
 ``BookieUnavailableError`` when the port cannot be reached or the connection breaks or ends without an END, the
@@ -60,8 +65,13 @@ class FramedCall:
         self._drained: asyncio.Future | None = None  # a write waiting for the send buffer to drain
         self._cancelled = False
         self.granted_flags = 0
+        self.fallback_ok = False  # the port could not be reached at all: nothing was sent (see the docstring)
 
     # --- what AddStream uses ------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect and handshake now (a ``BookieError`` if that fails; see ``fallback_ok``)."""
+        await self._ready()
+
     def may_write_now(self) -> bool:
         return self._open and not self._paused and self._failure is None and not self._cancelled
 
@@ -126,6 +136,7 @@ class FramedCall:
             self._transport, _ = await asyncio.wait_for(
                 loop.create_connection(lambda: _Protocol(self), self._host, self._port, **tls), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
+            self.fallback_ok = not isinstance(exc, ssl.SSLError)  # a refused TLS handshake is not "unreachable"
             how = "cannot connect over TLS" if self._ssl is not None else "cannot connect"
             why = (f"{how}: {exc or 'timed out'} (if only the bookie's gRPC port is reachable from "
                    "here, start it without --add-port or set ClientConfig(framed_adds=False))")
@@ -138,6 +149,7 @@ class FramedCall:
             kind, payload = await asyncio.wait_for(self._next_frame(), CONNECT_TIMEOUT_S)
         except asyncio.TimeoutError as exc:
             self._transport.abort()
+            self.fallback_ok = True  # something listens there, but it is not a bookie's framed port
             raise self._broken(f"no WELCOME within {CONNECT_TIMEOUT_S:.0f} s") from exc
         if kind is Kind.END:
             status, message = frames.parse_end(payload)
@@ -148,9 +160,11 @@ class FramedCall:
         except ValueError as exc:
             self._transport.abort()
             raise self._failed(f"its WELCOME is malformed: {exc}") from exc
-        if answered_as != self.bookie_id:
+        problem = frames.welcome_problem(answered_as, self.bookie_id)
+        if problem is not None:
             self._transport.abort()
-            raise self._broken(f"the port answered as bookie {answered_as!r}: is the registration stale?")
+            self.fallback_ok = True
+            raise self._broken(problem)
         self._open = True
 
     async def _next_frame(self) -> tuple[Kind, bytes]:

@@ -77,7 +77,7 @@ class BookieProcess:
         self.bookie_id = self.flags.get("bookie_id") or f"{HOST}:{self.port}"
         self.address = f"{HOST}:{self.port}"
         self.metrics_url: str | None = None
-        self.add_port: int | None = None  # the framed add port the running process listens on (W11), if any
+        self.add_port: int | None = None  # the running process's framed add port (docs/protocol.md W11), if any
         self.process: subprocess.Popen | None = None
         self._terminated = False
 

@@ -37,6 +37,7 @@ KNOWN_FLAGS = ANSWER_RUNS
 MAX_BOOKIE_ID_BYTES = 255
 MAX_END_MESSAGE_BYTES = 1024
 MAX_CONTROL_BYTES = _END.size + MAX_END_MESSAGE_BYTES  # the longest HELLO, WELCOME or END payload (an END's)
+HANDSHAKE_TIMEOUT_S = 10.0  # from a connection's start: its TLS handshake (if any) and its HELLO, together
 
 
 class Kind(enum.IntEnum):
@@ -111,6 +112,22 @@ def parse_welcome(payload: bytes, asked_flags: int) -> tuple[int, int, str]:
     except UnicodeDecodeError:
         raise ValueError("a WELCOME's bookie id is not UTF-8") from None
     return version, flags, name
+
+
+def handshake_deadline(connected_at: float) -> float:
+    """When a connection accepted at ``connected_at`` (a monotonic clock) must have finished its TLS handshake,
+    if it has one, and sent its HELLO: one ``HANDSHAKE_TIMEOUT_S`` for both, so a silent peer holds its stream
+    slot no longer over TLS than without."""
+    return connected_at + HANDSHAKE_TIMEOUT_S
+
+
+def welcome_problem(answered_as: str, meant: str) -> str | None:
+    """What is wrong with a WELCOME naming bookie ``answered_as`` on a port the client dialed as bookie ``meant``
+    (its registration named that port), or None: another bookie's answer means the registration is stale, and the
+    stream must not go on there."""
+    if answered_as == meant:
+        return None
+    return f"the port answered as bookie {answered_as!r}: is the registration stale?"
 
 
 def parse_end(payload: bytes) -> tuple[int, str]:

@@ -153,24 +153,27 @@ def test_w11_a_client_without_runs_asks_for_none():
     assert server.hello == (frames.VERSION, 0)
 
 
-@pytest.mark.parametrize("replies, error, words", [
+@pytest.mark.parametrize("replies, error, words, fallback_ok", [
     ([frames.end(pb.TOO_MANY_REQUESTS, "at its limit of 3 (--max-add-streams)")], TooManyRequestsError,
-     "--max-add-streams"),
-    ([frames.agree(1, 1, "someone-else")], BookieUnavailableError, "answered as bookie 'someone-else'"),
-    ([frames.welcome(1, 0x8000, "b1")], BookieError, "beyond those asked"),
-    ([], BookieUnavailableError, "without an END"),
+     "--max-add-streams", False),  # the bookie's own refusal: its gRPC port shares the budget
+    ([frames.agree(1, 1, "someone-else")], BookieUnavailableError, "answered as bookie 'someone-else'", True),
+    ([frames.welcome(1, 0x8000, "b1")], BookieError, "beyond those asked", False),
+    ([], BookieUnavailableError, "without an END", False),  # as a TLS bookie at its limit closes
     ([frames.agree(1, 1, "b1"), frames.header(Kind.ANSWERS, fc.MAX_ANSWER_BYTES + 1)], BookieError,
-     "over the limit"),
-    ([frames.agree(1, 1, "b1"), frames.frame(Kind.WELCOME, b"")], BookieError, "WELCOME frame not allowed here"),
+     "over the limit", False),
+    ([frames.agree(1, 1, "b1"), frames.frame(Kind.WELCOME, b"")], BookieError, "WELCOME frame not allowed here",
+     False),
     ([frames.agree(1, 1, "b1"), frames.frame(Kind.ANSWERS, b"\x0a\xff\xff\xff\x0f")], BookieError,
-     "not an AddResultBatch"),
+     "not an AddResultBatch", False),
     ([frames.agree(1, 1, "b1"), frames.end(pb.BAD_REQUEST, "a batch of 51 adds is over --max-batch-adds 50")],
-     BookieError, "BAD_REQUEST: a batch of 51 adds"),
+     BookieError, "BAD_REQUEST: a batch of 51 adds", False),
 ])
-def test_w11_every_way_a_stream_ends_badly_is_a_bookie_error_that_says_why(replies, error, words):
+def test_w11_every_way_a_stream_ends_badly_is_a_bookie_error_that_says_why(replies, error, words, fallback_ok):
     server = Scripted(replies)
+    call = None
 
     async def go():
+        nonlocal call
         call = fc.FramedCall("127.0.0.1", server.port, "b1")
         while await call.read() is not grpc.aio.EOF:
             pass
@@ -180,6 +183,7 @@ def test_w11_every_way_a_stream_ends_badly_is_a_bookie_error_that_says_why(repli
     finally:
         server.close()
     assert caught.value.bookie_id == "b1"
+    assert call.fallback_ok is fallback_ok  # only a port that is not this bookie's may give way to gRPC (W11)
     if error is BookieError:
         assert caught.value.status in (BookieStatus.RPC_FAILED, BookieStatus.BAD_REQUEST)
 
@@ -187,8 +191,10 @@ def test_w11_every_way_a_stream_ends_badly_is_a_bookie_error_that_says_why(repli
 def test_w11_a_port_nobody_listens_on_is_an_unavailable_bookie():
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
+    call = fc.FramedCall("127.0.0.1", port, "b1")
     with pytest.raises(BookieUnavailableError, match="cannot connect"):
-        run(fc.FramedCall("127.0.0.1", port, "b1").write(b"x"))
+        run(call.write(b"x"))
+    assert call.fallback_ok  # nothing was sent: the stream may take the bookie's gRPC port instead (W11)
 
 
 def metric(url: str, name: str) -> float:
