@@ -16,7 +16,9 @@ stream with INVALID_ARGUMENT (answering each add would cost more than the
 batch). When a batch's future completes (on the
 journal thread) its statuses are queued; the handler thread merges whatever
 is queued into one AddResultBatch (and frees their in-flight slots), its OK answers
-as runs when the client asked (docs/protocol.md W9). Answers
+as runs when the client asked (docs/protocol.md W9). On a plaintext framed connection
+(``answer_sender``) the journal thread answers a batch itself when the socket takes the bytes at once and
+the handler thread is not sending (``answer_outbox``): one thread hand-off less per add. Answers
 therefore come in durability order, not request order, and never block the
 journal thread.
 
@@ -37,6 +39,7 @@ from typing import Callable, Iterator
 import grpc
 
 from bookie_server.add_wire import ReceivedBatch
+from bookie_server.answer_outbox import AnswerOutbox, AnswerSender
 from bookie_server.add_refusals import describe_refusal
 from bookie_server.authorization import missing_key
 from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
@@ -61,7 +64,7 @@ class AddStreamSession:
     def __init__(self, storage: BookieStorage, metrics: BookieMetrics, *, bookie_id: str,
                  limits: StreamLimits, bookie_bytes: Budget | None = None, peer: str = "",
                  on_bytes_freed: Callable[[int], None] | None = None, ledger_guard=None,
-                 admin: bool = False, answer_runs: bool = False) -> None:
+                 admin: bool = False, answer_runs: bool = False, answer_sender: AnswerSender | None = None) -> None:
         self._storage = storage
         self._metrics = metrics
         self._bookie_id = bookie_id
@@ -87,6 +90,8 @@ class AddStreamSession:
         self.ended_idle = False  # the bookie ended the stream after the idle timeout
         self._last_batch = time.monotonic()
         self.reader: threading.Thread | None = None
+        # a plaintext framed connection: the journal thread may answer at once (answer_outbox)
+        self._outbox = None if answer_sender is None else AnswerOutbox(answer_sender, self._take_all, self._answers)
 
     # --- the handler thread --------------------------------------------------------
     def responses(self, request_iterator: Iterator[ReceivedBatch], context: grpc.ServicerContext
@@ -99,11 +104,15 @@ class AddStreamSession:
         self.reader.start()
         try:
             while not self._finished():
+                if self._outbox is not None:  # it sends the answers itself; nothing is yielded
+                    if not self._wait_for_answers():
+                        self._end_idle()
+                        break
+                    self._outbox.send()
+                    continue
                 items = self._take_queued()
                 if items is None:  # idle for the idle timeout: end the stream (the client opens a new one)
-                    _log.info("ending add stream from %s: idle for %.0f s (--add-stream-idle-timeout)", self._peer,
-                              self._limits.idle_timeout_s)
-                    self.ended_idle = True
+                    self._end_idle()
                     break
                 yield from self._answers(items)
             if self._abort is not None and not self._rpc_done:
@@ -117,10 +126,21 @@ class AddStreamSession:
             # one more (unsent) response makes its loop stop instead.
             yield pb.AddResultBatch()
 
+    def _end_idle(self) -> None:
+        _log.info("ending add stream from %s: idle for %.0f s (--add-stream-idle-timeout)", self._peer,
+                  self._limits.idle_timeout_s)
+        self.ended_idle = True
+
     def drain(self) -> None:
         """Stop admitting adds; the stream ends once the admitted ones are answered."""
         self._limiter.close()
-        self._results.put(_WAKE)
+        self._queue(_WAKE)
+
+    def _queue(self, item) -> None:
+        """Queue ``item`` for the handler thread, and wake it."""
+        self._results.put(item)
+        if self._outbox is not None:
+            self._outbox.notify()
 
     def join_reader(self, timeout: float = READER_JOIN_TIMEOUT_S) -> bool:
         """Join the reader thread; False if it is still blocked after ``timeout``."""
@@ -133,6 +153,8 @@ class AddStreamSession:
         if self._rpc_done:
             return True
         idle = self._limiter.count == 0 and self._results.empty()
+        if self._outbox is not None and self._outbox.holding:
+            idle = False  # bytes of answers still wait to be sent
         return idle and (self._reader_done or self._limiter.drained())
 
     def _take_queued(self) -> list | None:
@@ -148,6 +170,23 @@ class AddStreamSession:
                 except queue.Empty:
                     if self._limiter.count == 0 and time.monotonic() - self._last_batch >= timeout:
                         return None
+        while not self._results.empty():
+            items.append(self._results.get_nowait())
+        return items
+
+    def _wait_for_answers(self) -> bool:
+        """Wait until the outbox has something to send; False once the stream was idle for the idle timeout."""
+        timeout = self._limits.idle_timeout_s
+        if timeout <= 0:
+            return self._outbox.wait(None)
+        while not self._outbox.wait(timeout):
+            if self._limiter.count == 0 and time.monotonic() - self._last_batch >= timeout:
+                return False
+        return True
+
+    def _take_all(self) -> list:
+        """Everything queued, in order (without waiting)."""
+        items = []
         while not self._results.empty():
             items.append(self._results.get_nowait())
         return items
@@ -207,7 +246,7 @@ class AddStreamSession:
 
     def _on_rpc_done(self) -> None:
         self._rpc_done = True
-        self._results.put(_WAKE)
+        self._queue(_WAKE)
         with self._room:
             self._room.notify_all()
 
@@ -232,7 +271,7 @@ class AddStreamSession:
             _log.exception("add stream from %s failed; closing it", self._peer)
         finally:
             self._reader_done = True
-            self._results.put(_WAKE)
+            self._queue(_WAKE)
 
     def _wait_for_room(self) -> None:
         """Back-pressure: take no next batch while this stream's adds in flight hold its byte limit."""
@@ -347,7 +386,7 @@ class AddStreamSession:
                 self._metrics.unauthorized("add")
         with self._room:  # unsent answers count against the stream's bytes: a client that reads no answers
             self._refusals_held += len(refused) * ADD_OVERHEAD_BYTES  # is not read from either
-        self._results.put((_REFUSED, refused))
+        self._queue((_REFUSED, refused))
 
     def _submit(self, ops: list[tuple], started: float, cost: int) -> None:
         self._metrics.adds_submitted(len(ops))
@@ -383,4 +422,9 @@ class AddStreamSession:
                 self._metrics.unauthorized("add", unauthorized)
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
-        self._results.put((_STORED, ops, statuses, error, cost))  # one put: one wake-up of the handler thread
+        item = (_STORED, ops, statuses, error, cost)
+        if self._outbox is not None and self._outbox.offer(item):  # answered from this (the journal) thread
+            if self._reader_done or self._limiter.drained() or self._rpc_done:
+                self._queue(_WAKE)  # the handler sees whether the stream is over
+            return
+        self._queue(item)  # one put: one wake-up of the handler thread

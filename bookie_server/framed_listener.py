@@ -84,6 +84,22 @@ class _FramedCall:
     def peer(self) -> str:
         return self._peer
 
+    @property
+    def answer_sender(self):
+        """This call, for answers the journal thread may send itself (``answer_outbox``): plaintext only (a TLS
+        connection encrypts under its own locks, and its answers go the handler thread's way)."""
+        return None if isinstance(self._conn, TlsConnection) else self
+
+    def answer_bytes(self, answer) -> bytes:
+        data = answer.SerializeToString()
+        return frames.header(Kind.ANSWERS, len(data)) + data
+
+    def send_now(self, data: bytes) -> int:
+        return self._conn.send(data, socket.MSG_DONTWAIT)
+
+    def send_all(self, data: bytes) -> None:
+        self._conn.sendall(data)
+
     def invocation_metadata(self):
         return self._metadata
 

@@ -103,7 +103,8 @@ class BookieServicer(pb_grpc.BookieServicer):
                                    ledger_guard=self.ledger_guard,
                                    admin=self._authority.caller_is_admin(context),
                                    answer_runs=self._limits.answer_runs
-                                   and asks_for_runs(context.invocation_metadata()))  # docs/protocol.md W9
+                                   and asks_for_runs(context.invocation_metadata()),  # docs/protocol.md W9
+                                   answer_sender=getattr(context, "answer_sender", None))  # plaintext framed
         with self._sessions_lock:
             self._sessions.add(session)
             if self._draining.is_set():

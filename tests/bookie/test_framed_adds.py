@@ -288,3 +288,36 @@ def test_w11_a_client_gone_without_its_end_leaves_the_bookie_serving(bookie):
         last.hello()
     finally:
         last.close()
+
+
+def test_w11_a_framed_client_that_reads_no_answers_is_read_no_further(tmp_path):
+    """The journal thread answers a plaintext framed stream itself when the socket takes the bytes at once
+    (bookie_server/answer_outbox.py); a client that never reads its answers must still be held back, as on gRPC:
+    the answers it leaves unread stop the bookie from reading its adds, and nothing piles up in the bookie."""
+    uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
+    with BookieProcess(tmp_path / "bookie", uri, add_port=0, max_batch_adds=1000, checkpoint_interval=0,
+                       max_stream_inflight_bytes=1 << 20) as process:
+        with open_metadata_store(uri) as store:
+            port = store.bookies()[process.bookie_id].info["add_port"]
+        with LedgerClient(uri) as client:
+            ledger_id = client.create_ledger(1, 1, 1, password=PASSWORD).ledger_id
+        batches = [adds_frame(ledger_id, first, 1000, master_key(PASSWORD), size=16)
+                   for first in range(0, 1_000_000, 1000)]
+        with Framed(port) as raw:
+            raw.hello(flags=0)  # one answer per add: the unread answers grow fast
+            raw.sock.settimeout(10)
+            sent = 0
+            try:
+                for batch in batches:  # ~80 MB of adds; answers never read
+                    raw.sock.sendall(batch)
+                    sent += 1
+            except socket.timeout:
+                pass
+            rss_mb = int(next(line.split()[1] for line in open(f"/proc/{process.pid}/status")
+                              if line.startswith("VmRSS:"))) // 1024
+            assert sent < len(batches), "the bookie kept reading a stream whose answers were not read"
+            assert rss_mb < 400, rss_mb
+            assert process.is_running()
+        with LedgerClient(uri) as client:  # and it serves others meanwhile
+            with client.create_ledger(1, 1, 1, password=PASSWORD) as other:
+                assert other.append(b"still here") == 0
