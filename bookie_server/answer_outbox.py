@@ -12,6 +12,9 @@ journal thread may send the answer itself (``offer``), without waiting for anyth
 * everything is taken from the stream's queue under the lock and sent in that order, by either thread, so
   answers leave in the order the journal made them durable.
 
+If turning the statuses into answers fails on the journal thread (a bug), the error is kept and raised on the
+handler thread, which ends the stream with it as it would have on its own: the journal thread goes on.
+
 The handler thread waits for ``ready`` (set by every ``notify``: something was queued, or bytes were left),
 then ``send``s whatever is queued, blocking. ``sender`` is the connection: ``answer_bytes(message)`` (the
 ANSWERS frame), ``send_now(data)`` (bytes taken; BlockingIOError when none) and ``send_all(data)``.
@@ -41,6 +44,7 @@ class AnswerOutbox:
         self._unsent = b""  # bytes the socket did not take without blocking, sent first by the handler
         self._ready = threading.Event()
         self.broken = False  # a send failed: the connection is gone, the call ends through its reader
+        self._failure: Exception | None = None  # building answers failed on the journal thread: the handler raises it
 
     @property
     def holding(self) -> bool:
@@ -63,7 +67,12 @@ class AnswerOutbox:
                 return False
             items = self._take()
             items.append(item)
-            data = self._bytes(items)
+            try:
+                data = self._bytes(items)
+            except Exception as exc:  # noqa: BLE001 - a bug: it ends this stream (on its thread), never the journal
+                self._failure = exc
+                self._ready.set()
+                return True
             if not data:
                 return True
             try:
@@ -85,6 +94,8 @@ class AnswerOutbox:
         connection broke)."""
         with self._lock:
             self._ready.clear()
+            if self._failure is not None:
+                raise self._failure
             data = self._unsent + self._bytes(self._take())
             self._unsent = b""
             if data and not self.broken:

@@ -114,3 +114,16 @@ def test_a_broken_connection_is_remembered_and_the_handler_hears_of_it():
     with pytest.raises(OSError):
         healthy.send()
     assert healthy.broken
+
+
+def test_answers_that_cannot_be_built_end_the_stream_on_its_own_thread_never_the_journal_s():
+    sender = Sender()
+
+    def build(items):
+        raise RuntimeError("a bug")
+    box = AnswerOutbox(sender, lambda: [], build)
+    assert box.offer(b"1")  # the journal thread returns: the error waits for the stream's thread
+    assert box.wait(0)
+    with pytest.raises(RuntimeError, match="a bug"):
+        box.send()
+    assert sender.wire == b""
