@@ -162,8 +162,9 @@ class BookieClient:
                    max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, add_port: int = 0) -> AddStream:
         """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry): on the bookie's
         framed add port ``add_port`` when it is given (docs/protocol.md W11; over TLS with TLS settings), else
-        gRPC. A framed port that cannot be reached at all (``FramedCall.fallback_ok``) gives way to gRPC, with a
-        warning, and for ``FRAMED_RETRY_S`` later streams take gRPC at once."""
+        gRPC. A framed port that cannot be reached at all (``FramedCall.fallback_ok``) gives way to gRPC, logged
+        (at INFO: a bookie that is down refuses both ports, and says so through the gRPC stream's failure), and
+        for ``FRAMED_RETRY_S`` later streams take gRPC at once."""
         with self._lock:
             io_loop = self._loop_locked()
             failed_at = self._framed_unreachable.get(add_port)
@@ -182,7 +183,7 @@ class BookieClient:
                 def fell_back(error: Exception) -> None:
                     with self._lock:
                         self._framed_unreachable[add_port] = time.monotonic()
-                    log.warning("%s; adds to bookie %s take its gRPC port instead, and its framed port is tried "
+                    log.info("%s; adds to bookie %s take its gRPC port instead, and its framed port is tried "
                                 "again in %.0f s", error, self.bookie_id, FRAMED_RETRY_S)
                 on_fallback = fell_back
             else:

@@ -80,7 +80,7 @@ def test_a_fresh_but_moved_port_gives_way_to_grpc_and_the_next_stream_finds_the_
 
 def test_a_framed_port_that_cannot_be_reached_is_left_for_grpc_until_the_retry_time(tmp_path, monkeypatch, caplog):
     """A registration that keeps naming a port the client cannot reach (a firewall, say): every stream still
-    works, over gRPC, with one warning; the port is dialed again only after ``FRAMED_RETRY_S``."""
+    works, over gRPC, logged once; the port is dialed again only after ``FRAMED_RETRY_S``."""
     uri = f"sqlite:///{tmp_path}/metadata.db?lease_seconds=5"
     dialed: list[int] = []
 
@@ -100,7 +100,7 @@ def test_a_framed_port_that_cannot_be_reached_is_left_for_grpc_until_the_retry_t
                     return stream.add(ledger_id, entry_id, KEY, body).result(30).status
                 finally:
                     stream.close()
-            with caplog.at_level(logging.WARNING, logger="pyspark_ledger.client.bookie_rpc"):
+            with caplog.at_level(logging.INFO, logger="pyspark_ledger.client.bookie_rpc"):
                 assert [add(0), add(1)] == [BookieStatus.OK, BookieStatus.OK]
             assert dialed == [closed]  # the second stream went to gRPC at once
             assert sum("take its gRPC port instead" in record.getMessage() for record in caplog.records) == 1
