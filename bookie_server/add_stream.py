@@ -170,9 +170,7 @@ class AddStreamSession:
                 except queue.Empty:
                     if self._limiter.count == 0 and time.monotonic() - self._last_batch >= timeout:
                         return None
-        while not self._results.empty():
-            items.append(self._results.get_nowait())
-        return items
+        return items + self._take_all()
 
     def _wait_for_answers(self) -> bool:
         """Wait until the outbox has something to send; False once the stream was idle for the idle timeout."""
