@@ -421,7 +421,7 @@ class AddStreamSession:
             self._log_refusals(ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
         item = (_STORED, ops, statuses, error, cost)
-        if self._outbox is not None and self._outbox.offer(item):  # answered from this (the journal) thread
+        if self._outbox is not None and self._outbox.offer(item):  # answered from this (the committing) thread
             if self._reader_done or self._limiter.drained() or self._rpc_done:
                 self._queue(_WAKE)  # the handler sees whether the stream is over
             return

@@ -8,6 +8,17 @@ length; see ``journal_format``), fsyncs once, then calls each callback with
 ``True``. Each file starts with a FILE_HEADER record (format version 2),
 fsync'd at creation.
 
+Leading (docs/protocol.md B1): a caller may ask to commit its own submission
+(``submit(..., lead=True)``). When no group commit is running or being formed
+and no group wait is configured, ``submit`` returns ``LEAD`` and the caller
+must then call ``lead()`` (after releasing its own locks): it commits what is
+queued at that moment on its own thread, as the journal thread would have, and
+the journal thread is not woken. A paced add then reaches its fsync with no
+thread hand-off. Whoever commits -- the journal thread or a leader -- holds the
+journal's ``_busy`` flag, so one group is written at a time, in queue order;
+submissions made meanwhile wait for the journal thread, which takes them once
+the flag is free.
+
 Failure policy: if a write or fsync fails, every submission of that batch and
 every queued one completes with ``False``, the journal stops for good
 (``failure`` is set, later ``submit`` calls return ``False``) and the bytes
@@ -42,6 +53,19 @@ _PAGE = 4096
 FAULT_FSYNC_ENV = "BOOKIE_FAULT_JOURNAL_FSYNC_AFTER"
 _FAULT_FSYNC_AFTER = int(os.environ[FAULT_FSYNC_ENV]) if os.environ.get(FAULT_FSYNC_ENV) else None
 SyncListener = Callable[[int, int, float], None]
+
+
+class Lead:
+    """``submit``'s answer when the caller is to commit its submission itself (``Journal.lead``)."""
+
+    def __bool__(self) -> bool:  # accepted, like True
+        return True
+
+    def __repr__(self) -> str:
+        return "LEAD"
+
+
+LEAD = Lead()
 
 
 class JournalMark(NamedTuple):
@@ -88,6 +112,7 @@ class Journal:
         self._lock = threading.Lock()  # taken alone where nobody waits or is woken (a C-level ``with``)
         self._cond = threading.Condition(self._lock)
         self._queue: deque[_Submission] = deque()
+        self._busy = False  # a group commit is being formed or written (by the journal thread or a leader)
         self._closing = False
         self._failure: StorageError | None = None
         self._file_id = first_file_id
@@ -105,19 +130,38 @@ class Journal:
         return self._failure
 
     def submit(self, chunks: Sequence[Buffer], nbytes: int, nrecords: int,
-               callback: Callable[[bool], None], sync_first: bool = True, new_file_at: int = 0) -> bool:
-        """Queue records; ``callback(durable)`` runs on the journal thread once they are fsync'd
+               callback: Callable[[bool], None], sync_first: bool = True, new_file_at: int = 0,
+               lead: bool = False) -> bool | Lead:
+        """Queue records; ``callback(durable)`` runs on the committing thread once they are fsync'd
         (True) or failed (False). Returns False, without queueing, if the journal is stopped.
         ``sync_first=False``: the records need no ``before_write`` (a group commit made only of such
-        submissions skips it). ``new_file_at``: see ``flush``."""
+        submissions skips it). ``new_file_at``: see ``flush``. ``lead``: commit on this thread if the journal
+        is idle; then ``LEAD`` is returned, and the caller must call ``lead()`` (see the module docstring)."""
         with self._cond:
             if self._closing or self._failure is not None:
                 return False
             self._queue.append(_Submission(chunks, nbytes, nrecords, time.monotonic(), callback, sync_first,
                                            new_file_at))
             self._submitted += 1
+            if lead and not self._busy and not self._max_wait_s:
+                self._busy = True
+                return LEAD
             self._cond.notify()
         return True
+
+    def lead(self) -> None:
+        """Commit what is queued now on this thread (only after ``submit`` returned ``LEAD``), then let the
+        journal thread take whatever was queued meanwhile."""
+        try:
+            with self._cond:
+                batch = self._take_queued()
+            if batch:
+                self._commit(batch)
+        finally:
+            with self._cond:
+                self._busy = False
+                if self._queue or self._closing:
+                    self._cond.notify()
 
     @property
     def submitted(self) -> int:
@@ -184,14 +228,33 @@ class Journal:
             batch = self._take_batch()
             if not batch:
                 return
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            finally:
+                with self._cond:
+                    self._busy = False
+
+    def _take_queued(self) -> list[_Submission]:
+        """A leader's group (journal lock held): what is queued, up to the batch limits, with no wait."""
+        batch: list[_Submission] = []
+        records = nbytes = 0
+        queue = self._queue
+        while queue:
+            nxt = queue[0]
+            if batch and (records + nxt.nrecords > self._max_records or nbytes + nxt.nbytes > self._max_bytes):
+                break
+            batch.append(queue.popleft())
+            records += nxt.nrecords
+            nbytes += nxt.nbytes
+        return batch
 
     def _take_batch(self) -> list[_Submission]:
         with self._cond:
-            while not self._queue and not self._closing:
+            while self._busy or (not self._queue and not self._closing):  # (a leader's commit first)
                 self._cond.wait()
             if not self._queue:
                 return []
+            self._busy = True
             batch = [self._queue.popleft()]
             records, nbytes = batch[0].nrecords, batch[0].nbytes
             deadline = batch[0].queued_at + self._max_wait_s

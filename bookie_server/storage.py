@@ -3,8 +3,9 @@
 Write path (``add_entries``): validate the batch without the lock; under one
 lock check keys and fencing, append the batch's bodies to the entry log with
 one write, update the index and ledger state, and submit the batch's journal
-records as one submission; the future resolves once the journal thread has
-fsync'd them. The records are ADD records carrying the bodies (all of
+records as one submission; the future resolves once the journal has
+fsync'd them (a batch of inline records given to an idle journal is written
+and fsync'd by the calling thread itself, after the lock: ``Journal.lead``). The records are ADD records carrying the bodies (all of
 them with ``journal_write_data``; by default those up to
 ``journal_inline_max_bytes``) or ADD_REF records naming where a larger body
 is in the entry log: the journal thread then fsyncs the entry logs before it
@@ -47,7 +48,7 @@ from bookie_server.entry_log import EntryLogger
 from bookie_server.files import make_dirs, make_private_dir, unlock_directory
 from bookie_server.gc_rules import ROTATE_MIN_BYTES
 from bookie_server.index import LedgerIndex
-from bookie_server.journal import Journal
+from bookie_server.journal import LEAD, Journal, Lead
 from bookie_server.journal_format import encode_add, encode_add_refs, encode_fence
 from bookie_server.ledger_state import LedgerStates
 from bookie_server.storage_config import LEDGER_SNAPSHOT_NAME, MARK_FILE_NAME, StorageConfig, lock_data_dir
@@ -140,7 +141,8 @@ class BookieStorage:
         """Store a batch of adds (``AddOp`` or plain 5-tuples); the future gives one status per add, in
         order, once the accepted ones are durable.
 
-        The future is completed on the journal thread: done-callbacks must be quick and must not block.
+        The future is completed on the journal thread or on this one (see ``add_entries_then``): done-callbacks
+        must be quick and must not block.
         """
         future = running_future()
         self.add_entries_then(adds, future.set_result)
@@ -148,7 +150,9 @@ class BookieStorage:
 
     def add_entries_then(self, adds: Sequence[AddOp], on_done: Callable[[list[int]], None]) -> None:
         """``add_entries`` without a future: ``on_done(statuses)`` is called once, on the journal thread when
-        the accepted adds are durable (or failed), or on this thread before the return when none was submitted.
+        the accepted adds are durable (or failed), or on this thread before the return: when none was submitted,
+        or when this thread committed the group itself (a batch whose bodies all travel in the journal, given to
+        an idle journal: ``Journal.lead``, docs/protocol.md B1).
         It must be quick, must not block and should not raise (the journal only logs what it raises). The add
         stream's way: a future per batch cost its completion chain a condition and four more calls."""
         statuses = [pb.BAD_REQUEST] * len(adds)
@@ -166,12 +170,15 @@ class BookieStorage:
             batch = admit_batch(self._states, valid, statuses, refusal)
             submitted = bool(batch.entries) and self._store_and_submit(
                 batch, completion(on_done, statuses, batch.accepted), statuses)
-        if not submitted:
+        if submitted is LEAD:  # the journal was idle: this thread writes and fsyncs the group itself
+            self._journal.lead()
+        elif not submitted:
             for position in batch.accepted:
                 statuses[position] = pb.IO_ERROR
             on_done(statuses)
 
-    def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None], statuses: list[int]) -> bool:
+    def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None],
+                          statuses: list[int]) -> bool | Lead:
         try:
             locations, failed = self._entries.store(batch.entries)
             last = locations[-1]
@@ -188,7 +195,8 @@ class BookieStorage:
             batch.chunks.append(encode_add_refs(entries, locations))
             batch.records += len(referenced)
         return self._journal.submit(batch.chunks, sum(map(len, batch.chunks)), batch.records,
-                                    self._durable_end.noting(callback, last), sync_first=bool(referenced))
+                                    self._durable_end.noting(callback, last), sync_first=bool(referenced),
+                                    lead=not referenced)  # (the entry logs' fsync of references stays off it)
 
     def _index_full(self) -> None:
         if self._checkpointer is not None:  # (none yet during the journal's replay)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -54,7 +55,12 @@ def write_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
             report([f"fenced {ledger_id}"])
     if args.unjournaled is not None:
         hold_journal(storage)
-        storage.add_entries([add_op(args.unjournaled, entry_id) for entry_id in range(args.entries)])
+        submitted = storage._journal.submitted
+        adds = [add_op(args.unjournaled, entry_id) for entry_id in range(args.entries)]
+        # the adding thread may lead the journal's commit (docs/protocol.md B1): then it is the frozen one
+        threading.Thread(target=storage.add_entries, args=(adds,), daemon=True).start()
+        while storage._journal.submitted == submitted:  # placed and submitted: the journal has it now
+            time.sleep(0.001)
     collect_garbage(storage, args)
     report(["ready"])
     if args.finish == "close":
@@ -65,8 +71,9 @@ def write_mode(storage: BookieStorage, args: argparse.Namespace) -> None:
 
 
 def hold_journal(storage: BookieStorage) -> None:
-    """Script the interleaving of a frozen journal thread: from now on its group commits never write or fsync
-    (the adds stay pending), while the rest of the storage -- index, ledger state, checkpoints -- goes on."""
+    """Script the interleaving of a frozen journal: from now on its group commits (by its thread, or by an adding
+    thread that leads) never write or fsync (the adds stay pending), while the rest of the storage -- index,
+    ledger state, checkpoints -- goes on."""
     held = threading.Event()
     storage._journal._commit = lambda batch: held.wait()
 

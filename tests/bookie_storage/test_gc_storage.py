@@ -3,6 +3,7 @@
 Every test runs with both journal modes (references and bodies)."""
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -251,6 +252,23 @@ class StalledJournal:
         os.fdatasync(fd)
 
 
+def add_from_threads(storage, batches: list[list]) -> list[concurrent.futures.Future]:
+    """Add each batch from a thread of its own, in order, each once the previous one is in the journal's queue; the
+    futures of their statuses. (An adding thread may lead the journal's commit, docs/protocol.md B1, and then
+    stall with it, as the journal thread would.)"""
+    pool = concurrent.futures.ThreadPoolExecutor(len(batches))
+    futures = []
+    for adds in batches:
+        submitted = storage._journal.submitted
+        futures.append(pool.submit(lambda adds=adds: storage.add_entries(adds).result(60)))
+        deadline = time.monotonic() + 30
+        while storage._journal.submitted == submitted:
+            assert time.monotonic() < deadline, "an add never reached the journal"
+            time.sleep(0.001)
+    pool.shutdown(wait=False)
+    return futures
+
+
 def test_compaction_waits_for_journal_records_naming_the_old_log(open_storage, data_dir, monkeypatch):
     """Records still queued in the journal may name the log being compacted: the old log may go only once a
     mark past them is durable, or replay would find them naming a missing log (reference mode)."""
@@ -259,8 +277,8 @@ def test_compaction_waits_for_journal_records_naming_the_old_log(open_storage, d
     spy = StalledJournal()
     monkeypatch.setattr(journal, "os", spy)
     spy.stalled.set()
-    pending = [storage.add_entries([add_op(1, entry_id)]) for entry_id in range(2)]  # into the same log
-    pending += [storage.add_entries([add_op(3, e) for e in range(f, f + 5)]) for f in range(0, 40, 5)]
+    pending = add_from_threads(storage, [[add_op(1, entry_id)] for entry_id in range(2)]  # into the same log
+                               + [[add_op(3, e) for e in range(f, f + 5)] for f in range(0, 40, 5)])
     sparse = min(log_files(data_dir))
     assert {1, 2} <= ledgers_in_log(log_files(data_dir)[sparse]) and len(log_files(data_dir)) > 2
     storage.delete_ledgers([2])
