@@ -5,7 +5,8 @@ lock check keys and fencing, append the batch's bodies to the entry log with
 one write, update the index and ledger state, and submit the batch's journal
 records as one submission; the future resolves once the journal has
 fsync'd them (a batch of inline records given to an idle journal is written
-and fsync'd by the calling thread itself, after the lock: ``Journal.lead``). The records are ADD records carrying the bodies (all of
+and fsync'd by the calling thread itself, after the lock: ``Journal.lead``).
+The records are ADD records carrying the bodies (all of
 them with ``journal_write_data``; by default those up to
 ``journal_inline_max_bytes``) or ADD_REF records naming where a larger body
 is in the entry log: the journal thread then fsyncs the entry logs before it
