@@ -17,6 +17,10 @@ Made as cheap as a minimal server can be (an honest limit must not be handicappe
   takes everything queued, ``fdatasync``s once and answers all of it (a group commit), so adds arriving during a
   sync are in the page cache already and wait only for the next one. An id is queued only after its write
   returned, so every answered add was written before the ``fdatasync`` that preceded its answer began;
+* **no hand-off when idle**, as a bookie's journal (docs/protocol.md B1): on a plaintext framed connection, a batch
+  that finds nothing being synced or waiting is synced and answered by the reader thread itself, the answer sent
+  at once if the socket takes it (the bookie's ``AnswerOutbox``, so the handler thread's sends and the reader's
+  never mix);
 * answers as a bookie sends them: runs of entry ids to a client that asks (docs/protocol.md W9), else one
   ``AddResult`` per add, one message per group commit.
 
@@ -43,6 +47,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.noop_bookies import serve, start_servers, stop_servers  # noqa: E402
+from bookie_server.answer_outbox import AnswerOutbox  # noqa: E402
 from pyspark_ledger.wire.ack_runs import PerAddBuilder, RunBuilder, asks_for_runs  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
@@ -76,9 +81,22 @@ class DurableBookie(pb_grpc.BookieServicer):
     def AddStream(self, request_iterator, context):
         self._streams["grpc" if isinstance(context, grpc.ServicerContext) else "framed"] += 1
         builder = RunBuilder() if asks_for_runs(context.invocation_metadata()) else PerAddBuilder()
-        queued: list[tuple[list[int], list[int]]] = []
-        state = {"open": True}
+        queued: list[tuple[list[int], list[int]]] = []  # written, waiting for a group commit
+        durable: list[tuple[list[int], list[int]]] = []  # fsync'd, waiting to be answered (the outbox's queue)
+        state = {"open": True, "syncing": False}
         ready = threading.Condition()
+        sender = getattr(context, "answer_sender", None)  # a plaintext framed call: answers may go from any thread
+
+        def build(items: list) -> list:
+            for ledger_ids, entry_ids in items:
+                builder.acked(ledger_ids, entry_ids)
+            return list(builder.messages())
+
+        def take_durable() -> list:
+            taken = durable[:]
+            durable.clear()
+            return taken
+        outbox = AnswerOutbox(sender, take_durable, build) if sender is not None else None
 
         def read() -> None:
             try:
@@ -89,9 +107,22 @@ class DurableBookie(pb_grpc.BookieServicer):
                         offset = self._offset
                         self._offset += len(data)
                         os.pwrite(self._fd, data, offset)
-                    with ready:
-                        queued.append((list(map(_LEDGER_ID, adds)), list(map(_ENTRY_ID, adds))))
-                        ready.notify()
+                    ids = (list(map(_LEDGER_ID, adds)), list(map(_ENTRY_ID, adds)))
+                    with ready:  # nothing being synced or waiting: this thread syncs and answers itself
+                        lead = outbox is not None and not state["syncing"] and not queued
+                        if lead:
+                            state["syncing"] = True
+                        else:
+                            queued.append(ids)
+                            ready.notify()
+                    if lead:
+                        self._commit([ids])
+                        answered = outbox.offer(ids)
+                        with ready:
+                            if not answered:
+                                durable.append(ids)
+                            state["syncing"] = False
+                            ready.notify()
             except Exception:  # noqa: BLE001 -- the stream was cancelled or broke: nothing more to answer
                 pass
             finally:
@@ -99,20 +130,32 @@ class DurableBookie(pb_grpc.BookieServicer):
                     state["open"] = False
                     ready.notify()
         threading.Thread(target=read, name="durable-reader", daemon=True).start()
+        def unsent() -> bool:
+            return bool(durable) or (outbox is not None and outbox.holding)
         while True:
-            with ready:
-                while not queued and state["open"]:
+            with ready:  # (the reader notifies after each group it queued, synced or left bytes of)
+                while state["open"] and not (queued and not state["syncing"]) and not unsent():
                     ready.wait()
-                if not queued:
+                if not state["open"] and not queued and not unsent():
                     return
-                taken = queued[:]
-                queued.clear()
-            started = time.perf_counter()
-            self._sync(self._fd)  # every id taken was written before this call
-            self._commits.append((time.perf_counter() - started, sum(len(ids) for _, ids in taken)))
-            for ledger_ids, entry_ids in taken:
-                builder.acked(ledger_ids, entry_ids)
-            yield from builder.messages()
+                taken = [] if state["syncing"] else queued[:]
+                if taken:
+                    queued.clear()
+                    state["syncing"] = True
+            if taken:
+                self._commit(taken)  # every id taken was written before this call
+                with ready:
+                    durable.extend(taken)
+                    state["syncing"] = False
+            if outbox is None:
+                yield from build(take_durable())
+            else:
+                outbox.send()  # blocking: what the socket left, then everything fsync'd, in order
+
+    def _commit(self, taken: list[tuple[list[int], list[int]]]) -> None:
+        started = time.perf_counter()
+        self._sync(self._fd)
+        self._commits.append((time.perf_counter() - started, sum(len(ids) for _, ids in taken)))
 
     def WriteLac(self, request, context):
         return pb.WriteLacResponse(status=pb.OK, last_add_confirmed=request.last_add_confirmed)

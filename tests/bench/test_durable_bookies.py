@@ -128,3 +128,76 @@ def test_W9_durable_servers_answer_as_a_bookie_does_and_remove_their_files(tmp_p
     assert all(process.poll() is not None for process, _ in servers)
     assert answers.forms == {"runs" if runs else "results"}
     assert sorted(answers.seen) == sorted([(3, e, pb.OK) for e in range(300)] * 2)
+
+
+class FakeFramedCall:
+    """A plaintext framed call as ``DurableBookie.AddStream`` sees it: answers may be sent from any thread; each send
+    is noted with its thread."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, str]] = []
+        self.answer_sender = self
+
+    def invocation_metadata(self):
+        return [("ledger-add-answers", "runs")]
+
+    def answer_bytes(self, answer) -> bytes:
+        return answer.SerializeToString()
+
+    def send_now(self, data: bytes) -> int:
+        self.sent.append((data, threading.current_thread().name))
+        return len(data)
+
+    send_all = send_now
+
+    def acked(self) -> list[int]:
+        return [e for data, _ in self.sent for run in pb.AddResultBatch.FromString(data).acked
+                for e in range(run.first_entry_id, run.last_entry_id + 1)]
+
+
+def test_a_framed_stream_is_synced_and_answered_by_its_reader(tmp_path):
+    """As a bookie's journal (docs/protocol.md B1): no hand-off to the handler thread. A batch sent during a sync
+    waits in the connection until the reader is done; answers leave in order, each after its own fdatasync."""
+    syncs: list[tuple[str, int]] = []
+    size = len(body(0))
+    entered, release = threading.Event(), threading.Event()
+
+    def watched_sync(fd: int) -> None:
+        syncs.append((threading.current_thread().name, os.fstat(fd).st_size // size))
+        if len(syncs) == 2:  # the second sync is held until another batch was sent meanwhile
+            entered.set()
+            release.wait(10)
+        os.fdatasync(fd)
+
+    import queue
+    requests: queue.Queue = queue.Queue()
+
+    def request_iterator():
+        while (batch := requests.get(timeout=30)) is not None:
+            yield batch
+
+    def batch(*entry_ids: int) -> pb.AddBatch:
+        return pb.AddBatch(adds=[pb.AddRequest(ledger_id=3, entry_id=e, master_key=b"k" * 20, body=body(e))
+                                 for e in entry_ids])
+    servicer, call = DurableBookie(tmp_path / "adds", sync=watched_sync), FakeFramedCall()
+    handler = threading.Thread(target=lambda: list(servicer.AddStream(request_iterator(), call)), name="handler")
+    handler.start()
+    try:
+        requests.put(batch(0))
+        wait_until(lambda: call.acked() == [0], 10, "the first add to be answered")
+        requests.put(batch(1, 2))
+        assert entered.wait(10)
+        requests.put(batch(3))  # sent while the reader syncs 1 and 2
+        threading.Event().wait(0.2)
+        assert call.acked() == [0]  # nothing answered before its fdatasync returned
+        release.set()
+        wait_until(lambda: call.acked() == [0, 1, 2, 3], 10, "every add to be answered, in order")
+    finally:
+        release.set()
+        requests.put(None)
+        handler.join(10)
+        servicer.close()
+    assert syncs == [("durable-reader", 1), ("durable-reader", 3), ("durable-reader", 4)]  # each after its write
+    assert [thread for _, thread in call.sent] == ["durable-reader"] * 3
+    assert (tmp_path / "adds").read_bytes() == b"".join(body(e) for e in range(4))
+    assert servicer.figures()["commits"] == 3
