@@ -150,6 +150,11 @@ class BookieUnavailableError(BookieError):
     default_status = BookieStatus.UNAVAILABLE
 
 
+class AddStreamEndedError(BookieUnavailableError):
+    """The bookie ended an add stream cleanly (its idle timeout, or a drain) with adds on it unanswered: it may not
+    have read them (docs/protocol.md W2)."""
+
+
 class TooManyRequestsError(BookieError):
     """The bookie shed the request (too many in flight): the same bookie may take it after a back-off."""
 

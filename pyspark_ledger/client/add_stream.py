@@ -46,7 +46,8 @@ from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchW
 from pyspark_ledger.client.inflight_adds import InflightAdds
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
-from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidConfigurationError, InvalidStateError
+from pyspark_ledger.errors import (AddStreamEndedError, BookieError, BookieUnavailableError, InvalidConfigurationError,
+                                   InvalidStateError)
 from pyspark_ledger.status import BookieStatus
 
 __all__ = ["ADD_OK", "AckedAdd", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
@@ -209,8 +210,8 @@ class AddStream:
                 f"add stream to bookie {self.bookie_id} failed: {exc!r}", bookie_id=self.bookie_id,
                 status=BookieStatus.RPC_FAILED)
         finally:
-            if failure is None:
-                failure = self._closed_error() if self._closing else BookieUnavailableError(
+            if failure is None:  # the bookie ended the stream cleanly (an END with OK): docs/protocol.md W2
+                failure = self._closed_error() if self._closing else AddStreamEndedError(
                     f"bookie {self.bookie_id} ended the add stream before answering every add",
                     bookie_id=self.bookie_id, status=BookieStatus.UNAVAILABLE)
             self._fail_pending(failure)

@@ -114,6 +114,7 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         self._answers = AddCallbacks(self._answered, self._stream_failed, self._acked_runs)
         self._outstanding = UnansweredAdds()  # send times; which bookies are silent (protocol.add_timeouts)
         self._failed_bookies: set[str] = set()
+        self._sent_again: set[tuple[str, int]] = set()  # re-sent after a clean end (docs/protocol.md W2)
         self._failure: LedgerError | None = None
         self._closing = False
         self._close_done = threading.Event()

@@ -9,19 +9,26 @@ back-off until ``add_timeout_s`` after its first send; READ_ONLY is a bookie
 failure replaced at once; anything else is a bookie failure
 (``writer_changes``). Silence is one too: the add-timeout sweep asks the
 core (``protocol.add_timeouts``, W2, W7) which bookies left an add
-unanswered for ``add_timeout_s``.
+unanswered for ``add_timeout_s``. A stream the bookie ended cleanly with adds
+unanswered (``AddStreamEndedError``) is not one by itself: each such add still
+unconfirmed goes to that bookie once more, on a new stream
+(``protocol.add_answers.action_for_unanswered``, W2).
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from itertools import repeat
 from operator import attrgetter
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
-from pyspark_ledger.errors import BookieError, error_for_status
-from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, busy_retry_delay
+from pyspark_ledger.errors import AddStreamEndedError, BookieError, error_for_status
+from pyspark_ledger.protocol.add_answers import AddAction, action_for_status, action_for_unanswered, busy_retry_delay
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+
+
+log = logging.getLogger(__name__)
 
 
 def _ignore(*_args) -> None:
@@ -44,8 +51,35 @@ class AddAnswers:
         self._owner.post(self._on_acks, bookie, spans)
 
     def _stream_failed(self, bookie: str, keys: list[tuple[int, int]], error: BookieError) -> None:
-        """The stream to ``bookie`` broke with these adds unanswered."""
-        self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
+        """The stream to ``bookie`` ended with these adds unanswered."""
+        if isinstance(error, AddStreamEndedError):
+            self._owner.post(self._on_stream_ended, bookie, [entry_id for _, entry_id in keys], str(error))
+        else:
+            self._owner.post(self._on_bookie_error, keys[0][1], bookie, str(error))
+
+    def _on_stream_ended(self, bookie: str, entry_ids: list[int], reason: str) -> None:
+        """``bookie`` ended its stream cleanly with these adds unanswered (docs/protocol.md W2): each one still
+        unconfirmed and unanswered goes to it once more, on a new stream, with its first send time kept (the
+        add-timeout sweep still counts from it); one already sent again for this makes it the bookie's failure.
+        An add confirmed meanwhile by the other bookies is not sent again (its encoding is gone): this bookie may
+        lack it, as it would after replacing the bookie."""
+        if self._failure is not None or bookie in self._failed_bookies:
+            return
+        lac = self._tracker.last_add_confirmed
+        self._sent_again = {key for key in self._sent_again if key[1] > lac}
+        again = []
+        for entry_id in entry_ids:
+            frame = self._frames.get(entry_id)
+            if frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
+                continue
+            if action_for_unanswered(True, (bookie, entry_id) in self._sent_again) is AddAction.BOOKIE_FAILED:
+                return self._on_bookie_error(entry_id, bookie, f"{reason}, again after the add was sent again")
+            again.append((entry_id, frame))
+        if again:
+            log.info("ledger %d: bookie %s ended its add stream with %d add(s) unanswered (first: entry %d); "
+                     "sending them to it again", self._ledger_id, bookie, len(again), again[0][0])
+            self._sent_again.update((bookie, entry_id) for entry_id, _ in again)
+            self._transmit(bookie, again)
 
     # --- the owner: answers --------------------------------------------------------------
     def _on_results(self, bookie: str, results: list) -> None:

@@ -14,12 +14,18 @@
   delays ensemble changes.
 * anything else (IO_ERROR, BAD_REQUEST, NO_SUCH_LEDGER, statuses added later) -- the bookie failed
   this add: a bookie failure, which leads to an ensemble change (or a degraded bookie).
+
+No answer at all is ``action_for_unanswered``'s (docs/protocol.md W2): an add left unanswered by a stream the
+bookie ended cleanly (its idle timeout, or a drain: an END with OK) may simply not have been read -- the client
+wrote it just as the bookie ended the stream -- so it is sent to the same bookie once more, on a new stream; the
+second time, or when a stream ended any other way, it is the bookie's failure.
 """
 from __future__ import annotations
 
 import enum
 
-__all__ = ["AddAction", "action_for_status", "busy_retry_delay", "RETRY_MIN_S", "RETRY_MAX_S"]
+__all__ = ["AddAction", "action_for_status", "action_for_unanswered", "busy_retry_delay", "RETRY_MIN_S",
+           "RETRY_MAX_S"]
 
 #: the first re-send of a shed add waits this long; later ones wait half the time since the first send
 RETRY_MIN_S = 0.02
@@ -43,6 +49,13 @@ _ACTIONS = {"OK": AddAction.ACK, "FENCED": AddAction.FENCED, "UNAUTHORIZED": Add
 def action_for_status(status_name: str) -> AddAction:
     """The action for an add answered with the wire status ``status_name`` (see the module docstring)."""
     return _ACTIONS.get(status_name, AddAction.BOOKIE_FAILED)
+
+
+def action_for_unanswered(ended_cleanly: bool, sent_again_before: bool) -> AddAction:
+    """The action for an add its stream left unanswered (see the module docstring): RETRY (send it to the same
+    bookie once more) when the bookie ended the stream cleanly and the add was not sent again for that already,
+    else BOOKIE_FAILED."""
+    return AddAction.RETRY if ended_cleanly and not sent_again_before else AddAction.BOOKIE_FAILED
 
 
 def busy_retry_delay(since_first_send: float, add_timeout_s: float) -> float | None:

@@ -13,7 +13,8 @@ Hooks (each returns a ``Rule``; ``rule.release()`` ends it and lets anything
 it parked go on): ``hold`` parks answers (the bookie did the work),
 ``hold_request`` parks requests (the bookie has not seen them), ``drop`` loses
 requests, ``drop_reply`` loses answers, ``fail`` answers a status instead,
-``error`` fails the call like a broken connection, ``delay`` answers later.
+``error`` fails the call like a broken connection, ``end_stream`` as a bookie that ended its add stream cleanly
+before it read the add (idle, or draining), ``delay`` answers later.
 ``set_down`` makes a bookie unreachable, ``corrupt`` damages a stored entry,
 ``settle()`` waits until the network has nothing left to carry.
 Read and LAC-read requests that are parked or lost still time out.
@@ -80,6 +81,10 @@ class FakeCluster:
 
     def error(self, bookie: str | None = None, op: str = "add", **match) -> Rule:
         return self.network.add_rule(Rule("error", bookie, op, **match))
+
+    def end_stream(self, bookie: str | None = None, op: str = "add", **match) -> Rule:
+        """The bookie ends the add stream cleanly (an END with OK) before it read the matching adds."""
+        return self.network.add_rule(Rule("end", bookie, op, **match))
 
     def delay(self, bookie: str | None = None, op: str = "add", seconds: float = 0.1, **match) -> Rule:
         return self.network.add_rule(Rule("delay", bookie, op, seconds=seconds, **match))

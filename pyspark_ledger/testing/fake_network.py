@@ -17,11 +17,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError
+from pyspark_ledger.errors import AddStreamEndedError, BookieUnavailableError, InvalidArgumentError
 from pyspark_ledger.status import BookieStatus
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
-REQUEST_ACTIONS = frozenset({"hold_request", "drop", "fail", "error"})
+REQUEST_ACTIONS = frozenset({"hold_request", "drop", "fail", "error", "end"})
 REPLY_ACTIONS = frozenset({"hold", "drop_reply", "delay"})
 OPS = frozenset({"add", "read", "fence", "lac", "write_lac", "any"})
 
@@ -218,6 +218,11 @@ class FakeNetwork:
             rule.parked.append((request, None))
         elif rule.action == "error":
             self._fail(request, f"bookie {request.bookie_id} connection broke (scripted)")
+            return True
+        elif rule.action == "end":  # the bookie ended the stream cleanly before it read this add
+            self._out.append((request.future, None, AddStreamEndedError(
+                f"bookie {request.bookie_id} ended the add stream before answering every add (scripted)",
+                bookie_id=request.bookie_id, status=BookieStatus.UNAVAILABLE)))
             return True
         elif rule.action == "fail":
             self._reply(request, _status_answer(request, rule.status))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pyspark_ledger.client.add_stream import AddCallbacks, AddStream
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
-from pyspark_ledger.errors import BookieError, InvalidStateError
+from pyspark_ledger.errors import AddStreamEndedError, BookieError, InvalidStateError
 from pyspark_ledger.wire.ack_runs import ANSWERS_AS_RUNS, ANSWERS_KEY, RunBuilder, asks_for_runs
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.waiting import wait_until
@@ -205,6 +205,7 @@ def test_W9_runs_beyond_the_adds_in_flight_end_the_stream(io_loop, run):
     assert recorder.seen == []
     assert sorted(recorder.failed) == [(5, 0), (5, 1), (5, 2)]
     assert isinstance(recorder.errors[0], BookieError) and "malformed answer" in str(recorder.errors[0])
+    assert not isinstance(recorder.errors[0], AddStreamEndedError)  # the client ended it: not a clean end
     assert stream.pending == 0
 
 
@@ -215,6 +216,8 @@ def test_W9_ids_in_a_run_that_were_not_sent_count_for_nothing(io_loop):
     deliver(io_loop, owners, [message])
     assert recorder.seen == [(5, 2, pb.OK, ""), (5, 3, pb.OK, "")]
     assert sorted(recorder.failed) == [(5, 0), (5, 1)]  # the stream ended (EOF) with them unanswered
+    # the bookie ended it cleanly: it may not have read them (docs/protocol.md W2)
+    assert all(isinstance(error, AddStreamEndedError) for error in recorder.errors) and recorder.errors
 
 
 def test_a_stream_that_ends_fails_exactly_the_adds_still_in_flight_spans_resends_and_per_add_alike(io_loop):
