@@ -213,7 +213,7 @@ class AddStream:
             if failure is None:  # the bookie ended the stream cleanly (an END with OK): docs/protocol.md W2
                 failure = self._closed_error() if self._closing else AddStreamEndedError(
                     f"bookie {self.bookie_id} ended the add stream before answering every add",
-                    bookie_id=self.bookie_id, status=BookieStatus.UNAVAILABLE)
+                    bookie_id=self.bookie_id)  # UNAVAILABLE, its default status
             self._fail_pending(failure)
             self._ended.set()
 

@@ -222,7 +222,7 @@ class FakeNetwork:
         elif rule.action == "end":  # the bookie ended the stream cleanly before it read this add
             self._out.append((request.future, None, AddStreamEndedError(
                 f"bookie {request.bookie_id} ended the add stream before answering every add (scripted)",
-                bookie_id=request.bookie_id, status=BookieStatus.UNAVAILABLE)))
+                bookie_id=request.bookie_id)))  # UNAVAILABLE, its default status
             return True
         elif rule.action == "fail":
             self._reply(request, _status_answer(request, rule.status))
