@@ -12,9 +12,12 @@ What each connection may cost is bounded before it is read from: at most ``--max
 thread (past it one is refused at once with an END of TOO_MANY_REQUESTS naming the flag), a frame longer than the
 gRPC port's receive limit is refused from its header (an END of BAD_REQUEST naming the limit), and so is any frame
 out of order (``wire.frames.ServerRules``); what a connection holds of a frame still arriving grows with what was
-sent, at most twice it (``FrameReader.take_large``), never the announced size up front. On ``close`` the
-listening socket closes; once the bookie's add streams drained, ``shut_open_connections`` gives their threads
-``END_WAIT_S`` to send their END, then shuts down every connection still open, which wakes its threads.
+sent, at most twice it (``FrameReader.take_large``), unless a bookie-wide budget of frames arriving
+(``limits.arriving_frames_bytes``: a quarter of ``--max-inflight-bytes``) grants a large frame's size at once:
+then the frame is read straight into its buffer, with no copy of what came first. Never is the announced size
+allocated beyond that budget. On ``close`` the listening socket closes; once the bookie's add streams drained,
+``shut_open_connections`` gives their threads ``END_WAIT_S`` to send their END, then shuts down every connection
+still open, which wakes its threads.
 
 A bookie with TLS (``--tls-cert``) serves the port with the same TLS as its gRPC port (``framed_tls``: the same
 certificate, and with ``--tls-client-ca`` the same required client certificate, whose names are the caller's
@@ -34,7 +37,7 @@ from typing import Callable
 
 from bookie_server.add_wire import decode_add_batch
 from bookie_server.framed_tls import TlsConnection
-from bookie_server.limits import grpc_max_message_bytes, refusal_over_budget
+from bookie_server.limits import Budget, arriving_frames_bytes, grpc_max_message_bytes, refusal_over_budget
 from bookie_server.listening import listen_address
 from pyspark_ledger.errors import InvalidConfigurationError
 from pyspark_ledger.wire import frames
@@ -148,13 +151,14 @@ class _Requests:
     the client's END (its half-close), at a broken connection (which ends the call: ``_FramedCall.end``), or at a
     frame that breaks the rules, whose problem the stream's END then gives."""
 
-    def __init__(self, conn, opened: _Opened, call: _FramedCall) -> None:
-        self._conn, self._opened, self._call = conn, opened, call
+    def __init__(self, conn, opened: _Opened, call: _FramedCall, arriving: Budget) -> None:
+        self._conn, self._opened, self._call, self._arriving = conn, opened, call, arriving
         self.problem: str | None = None
 
     def __iter__(self):
         opened = self._opened
         pending, rules, reader = opened.received, opened.rules, opened.reader
+        header_first = False  # after a large frame: read the next header alone (``_next_receive``)
         try:
             while True:
                 while pending:
@@ -173,22 +177,27 @@ class _Requests:
                     del payload
                     yield batch
                     del batch
-                data = self._conn.recv(RECEIVE_BYTES)
+                data = self._conn.recv(_next_receive(header_first, reader.pending))
                 if not data:  # gone without its END: the call is over, as a cancelled gRPC call
                     self._call.end()
                     return
                 pending.extend(reader.feed(data))
-                large = None if pending else reader.take_large(LARGE_FRAME_BYTES)
+                large = None if pending else reader.take_large(LARGE_FRAME_BYTES, self._arriving.try_take)
+                header_first = large is not None or (header_first and reader.pending < frames.HEADER.size)
                 if large is not None:
-                    kind, payload, have = large
-                    view = memoryview(payload)
-                    while have < len(payload):
-                        received = self._conn.recv_into(view[have:])
-                        if not received:
-                            self._call.end()
-                            return
-                        have += received
-                    del view
+                    kind, payload, have, reserved = large
+                    try:
+                        view = memoryview(payload)
+                        while have < len(payload):
+                            received = self._conn.recv_into(view[have:])
+                            if not received:
+                                self._call.end()
+                                return
+                            have += received
+                        del view
+                    finally:
+                        if reserved:
+                            self._arriving.give_back(len(payload))
                     pending.append((kind, payload))
         except ValueError as exc:  # the framing is broken
             self.problem = str(exc)
@@ -196,11 +205,19 @@ class _Requests:
             self._call.end()
 
 
+def _next_receive(header_first: bool, held: int) -> int:
+    """How many bytes the next ``recv`` of a connection asks for, the reader holding ``held``. After a large frame
+    (``header_first``) the next header alone, so that when it announces one more large frame, as is likely, none of
+    that frame's bytes were copied through the reader before its own buffer takes them (``FrameReader.take_large``).
+    Else as much as one ``recv`` takes (``RECEIVE_BYTES``): many small frames per call."""
+    return frames.HEADER.size - held if header_first and held < frames.HEADER.size else RECEIVE_BYTES
+
+
 class FramedListener:
     """The framed add port (see the module docstring)."""
 
     def __init__(self, servicer, metrics, bookie_id: str, host: str, port: int, max_connections: int,
-                 max_frame_bytes: int, tls: ssl.SSLContext | None = None) -> None:
+                 max_frame_bytes: int, tls: ssl.SSLContext | None = None, arriving_bytes: int = 0) -> None:
         self._servicer = servicer
         self._tls = tls
         self._metrics = metrics
@@ -208,6 +225,7 @@ class FramedListener:
         self._slots = threading.BoundedSemaphore(max_connections)
         self._max_connections = max_connections
         self._max_frame_bytes = max_frame_bytes
+        self._arriving = Budget(arriving_bytes)  # large frames' bytes allocated before half of them arrived
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a connection ended
@@ -352,7 +370,7 @@ class FramedListener:
 
     def _stream(self, conn, address, opened: _Opened) -> None:
         call = _FramedCall(conn, f"framed:{address[0]}:{address[1]}", opened.answer_runs)
-        requests = _Requests(conn, opened, call)
+        requests = _Requests(conn, opened, call, self._arriving)
         answers = self._servicer.AddStream(iter(requests), call)
         status, message, broken = pb.OK, "", False
         try:
@@ -379,13 +397,15 @@ class FramedListener:
 def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedListener | None:
     """The listener of ``config.add_port`` (None when it is off, -1), bound but not started; a port that cannot be
     bound is an InvalidConfigurationError naming ``--add-port``. Frames may be as long as the gRPC port's receive
-    limit (``limits.grpc_max_message_bytes``); connections are capped at ``--max-add-streams``."""
+    limit (``limits.grpc_max_message_bytes``); connections are capped at ``--max-add-streams``; large frames
+    arriving are allocated up front within ``limits.arriving_frames_bytes``."""
     if config.add_port < 0:
         return None
+    max_frame_bytes = grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes)
     try:
         return FramedListener(servicer, metrics, bookie_id, config.host, config.add_port, config.max_add_streams,
-                              grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes),
-                              config.tls.ssl_context() if config.tls is not None else None)
+                              max_frame_bytes, config.tls.ssl_context() if config.tls is not None else None,
+                              arriving_frames_bytes(config.max_inflight_bytes, max_frame_bytes))
     except OSError as exc:
         raise InvalidConfigurationError(
             f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "

@@ -183,6 +183,13 @@ def add_cost(body_bytes: int, adds: int) -> int:
     return body_bytes + adds * ADD_OVERHEAD_BYTES
 
 
+def arriving_frames_bytes(max_inflight_bytes: int, max_frame_bytes: int) -> int:
+    """How many bytes the framed port may allocate at once for large frames of which less than half arrived: a
+    quarter of ``--max-inflight-bytes``, and at least one frame of the largest size (past it, such a frame waits
+    for half of its bytes, as before: slower, never refused)."""
+    return max(max_frame_bytes, max_inflight_bytes // 4)
+
+
 class Budget:
     """A count of something held at once (bytes, calls), granted up to ``limit`` and refused beyond it."""
 

@@ -186,8 +186,8 @@ def test_a_large_frame_is_handed_over_with_what_arrived_of_it_once_half_arrived(
         assert taken is None
         assert reader.pending == (5 + len(payload_start) if rest else 0)  # the reader still holds what came
         return
-    got_kind, buffer, have = taken
-    assert (got_kind, len(buffer), have) == (kind, len(whole), len(payload_start))
+    got_kind, buffer, have, reserved = taken
+    assert (got_kind, len(buffer), have, reserved) == (kind, len(whole), len(payload_start), False)
     assert bytes(buffer[:have]) == payload_start
     assert reader.pending == 0
     assert reader.feed(fr.frame(Kind.END, fr.end(1)[5:])) == [(Kind.END, fr.end(1)[5:])]  # the next frame reads
@@ -207,8 +207,36 @@ def test_an_announced_frame_allocates_nothing_until_half_of_it_arrived():
     reader.feed(b"a" * (MAX // 2 - 1))
     assert reader.take_large(at_least=1024) is None
     reader.feed(b"a")
-    kind, buffer, have = reader.take_large(at_least=1024)
-    assert (kind, len(buffer), have) == (Kind.ADDS, MAX, MAX // 2)
+    kind, buffer, have, reserved = reader.take_large(at_least=1024)
+    assert (kind, len(buffer), have, reserved) == (Kind.ADDS, MAX, MAX // 2, False)
+
+
+def test_a_large_frame_is_handed_over_before_half_arrived_only_when_its_size_is_granted():
+    asked = []
+
+    def refuse(size: int) -> bool:
+        asked.append(size)
+        return False
+
+    reader = fr.FrameReader(MAX)
+    reader.feed(fr.header(Kind.ADDS, 4096) + b"abc")
+    assert reader.take_large(at_least=1024, reserve=refuse) is None
+    assert asked == [4096] and reader.pending == 8  # refused: the reader keeps what came, as without a budget
+    kind, buffer, have, reserved = reader.take_large(at_least=1024, reserve=lambda size: asked.append(size) or True)
+    assert (kind, len(buffer), have, reserved, asked) == (Kind.ADDS, 4096, 3, True, [4096, 4096])
+    assert bytes(buffer[:3]) == b"abc" and reader.pending == 0
+
+
+def test_a_budget_is_not_asked_for_a_frame_half_arrived_or_below_the_size_asked():
+    def never(size: int) -> bool:
+        raise AssertionError("asked")
+
+    reader = fr.FrameReader(MAX)
+    reader.feed(fr.header(Kind.ADDS, 100) + b"abc")
+    assert reader.take_large(at_least=101, reserve=never) is None
+    reader = fr.FrameReader(MAX)
+    reader.feed(fr.header(Kind.ADDS, 2048) + b"a" * 1024)
+    assert reader.take_large(at_least=1024, reserve=never)[3] is False
 
 
 def test_the_handshake_deadline_is_one_timeout_from_the_connection_s_start_for_tls_and_hello_together():

@@ -204,7 +204,7 @@ class BookieClient:
     def _open_add_call(self) -> grpc.aio.StreamStreamCall:
         """A new AddStream call (runs on the loop thread); adds travel pre-encoded (``add_wire``)."""
         method = self._reconnected().stream_stream("/pyspark_ledger.wire.v1.Bookie/AddStream",
-                                                      request_serializer=None,
+                                                      request_serializer=bytes,  # (a LargeAdd joined)
                                                       response_deserializer=pb.AddResultBatch.FromString)
         return method(metadata=self._add_metadata)
 

@@ -33,6 +33,7 @@ import ssl
 
 import grpc.aio
 
+from pyspark_ledger.client.add_wire import LargeAdd
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, error_for_status
 from pyspark_ledger.status import BookieStatus, as_status
 from pyspark_ledger.wire import frames
@@ -75,16 +76,19 @@ class FramedCall:
     def may_write_now(self) -> bool:
         return self._open and not self._paused and self._failure is None and not self._cancelled
 
-    def write_now(self, batch: bytes) -> None:
+    def write_now(self, batch: bytes | LargeAdd) -> None:
         """Send an ADDS frame at once (only when ``may_write_now``)."""
         transport = self._transport
-        if len(batch) < JOIN_BELOW_BYTES:
+        if type(batch) is LargeAdd:  # its payload is written as it is, never copied into one buffer
+            transport.write(frames.header(Kind.ADDS, len(batch)) + batch.head)
+            transport.write(batch.payload)
+        elif len(batch) < JOIN_BELOW_BYTES:
             transport.write(frames.header(Kind.ADDS, len(batch)) + batch)
         else:
             transport.write(frames.header(Kind.ADDS, len(batch)))
             transport.write(batch)
 
-    async def write(self, batch: bytes) -> None:
+    async def write(self, batch: bytes | LargeAdd) -> None:
         await self._ready()
         if self._paused:
             await self._drain()

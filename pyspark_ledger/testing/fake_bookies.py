@@ -143,7 +143,7 @@ class FakeTransport:
     def send_adds(self, bookie_id: str, ledger_id: int, adds: Sequence[tuple[int, bytes]],
                   listener: AddListener) -> None:
         for entry_id, frame in adds:
-            request = pb.AddBatch.FromString(frame).adds[0]
+            request = pb.AddBatch.FromString(bytes(frame)).adds[0]
             future = self._send(Request("add", bookie_id, ledger_id, entry_id, entry_id, request.recovery,
                                         request.SerializeToString(), None, pb.AddResult.FromString))
             future.add_done_callback(lambda done, key=(ledger_id, entry_id): _answer(listener, bookie_id, key, done))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Callable
 
 MAGIC = b"LDGRADDS"
 VERSION = 1
@@ -183,24 +184,33 @@ class FrameReader:
             del buffer[:position]
         return frames
 
-    def take_large(self, at_least: int) -> tuple[Kind, bytearray, int] | None:
+    def take_large(self, at_least: int, reserve: Callable[[int], bool] | None = None
+                   ) -> tuple[Kind, bytearray, int, bool] | None:
         """When the bytes held are the start of one frame whose payload is ``at_least`` bytes or more (its header
-        already checked by ``feed``) and at least half of that payload has arrived: its kind, a bytearray of the
-        payload's size holding what arrived of it, and how much that is. The reader then holds nothing, and its
-        owner reads the rest straight into the bytearray (``socket.recv_into``: the rest copied once, not once per
-        piece). Else None. Half first, so that a peer that announces a large frame and sends nothing makes this
-        side hold what it sent, and at most twice that once it sent half, never the announced size up front."""
+        already checked by ``feed``): its kind, a bytearray of the payload's size holding what arrived of it, how
+        much that is, and whether ``reserve`` granted it. The reader then holds nothing, and its owner reads the rest
+        straight into the bytearray (``socket.recv_into``: the rest copied once, not once per piece). Else None.
+
+        The bytearray is made once half of the payload arrived, or before that when ``reserve(size)`` grants the
+        payload's size (a budget of frames arriving; the owner gives it back once the frame is whole): so what a
+        peer that announces a large frame and sends nothing makes this side hold is what it sent, at most twice
+        that once it sent half, or what the budget lets out, never the announced size unbounded."""
         buffer = self._buffer
         if len(buffer) < HEADER.size:
             return None
         length, kind_byte = HEADER.unpack_from(buffer)
         have = len(buffer) - HEADER.size
-        if length - 1 < at_least or have * 2 < length - 1:
+        if length - 1 < at_least:
             return None
+        reserved = False
+        if have * 2 < length - 1:
+            if reserve is None or not reserve(length - 1):
+                return None
+            reserved = True
         payload = bytearray(length - 1)
         payload[:have] = memoryview(buffer)[HEADER.size:]
         self._buffer = bytearray()
-        return Kind(kind_byte), payload, have
+        return Kind(kind_byte), payload, have, reserved
 
     def _check(self, length: int, kind_byte: int) -> str | None:
         return header_problem(length, kind_byte, self.max_payload)

@@ -210,13 +210,15 @@ def test_w11_a_ledger_client_adds_over_the_framed_port_when_the_bookies_offer_it
         writer = client.create_ledger(3, 3, 2, password=b"pw")
         futures = [writer.append_async(b"small %d" % index) for index in range(500)]
         assert [future.result(30) for future in futures] == list(range(500))
-        writer.append(b"L" * (2 << 20))  # a large add travels alone
+        mixed = [b"L" * (2 << 20), b"after", b"M" * (64 << 10), b"N" * ((64 << 10) - 1), b"last"]
+        # large adds (payloads of 64 KiB or more) travel alone, their payload written as it is (add_wire.LargeAdd)
+        assert [future.result(30) for future in map(writer.append_async, mixed)] == list(range(500, 505))
         writer.close()
         with client.open_ledger(writer.ledger_id, password=b"pw") as reader:
             entries = [entry.data for entry in reader.read(0, reader.last_add_confirmed)]
         streamed = [metric(bookie.metrics_url, 'bookie_framed_add_connections_total{outcome="streamed"}')
                     for bookie in cluster]
-    assert entries == [b"small %d" % index for index in range(500)] + [b"L" * (2 << 20)]
+    assert entries == [b"small %d" % index for index in range(500)] + mixed
     assert all(count >= 1 for count in streamed) if framed else streamed == [0, 0, 0]
 
 
