@@ -237,7 +237,32 @@ class Journal:
     def _take_queued(self) -> list[_Submission]:
         """A leader's group (journal lock held): what is queued, up to the batch limits, with no wait."""
         batch: list[_Submission] = []
-        records = nbytes = 0
+        self._take_fitting(batch, 0, 0)
+        return batch
+
+    def _take_batch(self) -> list[_Submission]:
+        """The journal thread's next group: the oldest submission, then what arrives within its group wait
+        (``journal_max_wait_ms``) while the group is under its limits; [] once closing with nothing queued."""
+        with self._cond:
+            while self._busy or (not self._queue and not self._closing):  # (a leader's commit first)
+                self._cond.wait()
+            if not self._queue:
+                return []
+            self._busy = True
+            batch: list[_Submission] = []
+            deadline = self._queue[0].queued_at + self._max_wait_s
+            records, nbytes = self._take_fitting(batch, 0, 0)
+            while not self._queue and records < self._max_records and nbytes < self._max_bytes:
+                remaining = deadline - time.monotonic()
+                if self._closing or remaining <= 0 or not self._cond.wait(remaining):
+                    break
+                records, nbytes = self._take_fitting(batch, records, nbytes)
+            return batch
+
+    def _take_fitting(self, batch: list[_Submission], records: int, nbytes: int) -> tuple[int, int]:
+        """Move queued submissions into ``batch`` (journal lock held) while they fit its limits of records and
+        bytes (the first of an empty batch always: one submission is never split); the batch's records and bytes
+        after. Stops at the first that does not fit, so submissions stay in their order."""
         queue = self._queue
         while queue:
             nxt = queue[0]
@@ -246,31 +271,7 @@ class Journal:
             batch.append(queue.popleft())
             records += nxt.nrecords
             nbytes += nxt.nbytes
-        return batch
-
-    def _take_batch(self) -> list[_Submission]:
-        with self._cond:
-            while self._busy or (not self._queue and not self._closing):  # (a leader's commit first)
-                self._cond.wait()
-            if not self._queue:
-                return []
-            self._busy = True
-            batch = [self._queue.popleft()]
-            records, nbytes = batch[0].nrecords, batch[0].nbytes
-            deadline = batch[0].queued_at + self._max_wait_s
-            while records < self._max_records and nbytes < self._max_bytes:
-                if not self._queue:
-                    remaining = deadline - time.monotonic()
-                    if self._closing or remaining <= 0 or not self._cond.wait(remaining):
-                        break
-                    continue
-                nxt = self._queue[0]
-                if records + nxt.nrecords > self._max_records or nbytes + nxt.nbytes > self._max_bytes:
-                    break
-                batch.append(self._queue.popleft())
-                records += nxt.nrecords
-                nbytes += nxt.nbytes
-            return batch
+        return records, nbytes
 
     def _commit(self, batch: list[_Submission]) -> None:
         nbytes = records = 0

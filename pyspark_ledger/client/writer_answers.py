@@ -69,12 +69,13 @@ class AddAnswers:
         self._sent_again = {key for key in self._sent_again if key[1] > lac}
         again = []
         for entry_id in entry_ids:
-            frame = self._frames.get(entry_id)
-            if frame is None or not self._outstanding.is_unanswered(bookie, entry_id):
-                continue
-            if action_for_unanswered(True, (bookie, entry_id) in self._sent_again) is AddAction.BOOKIE_FAILED:
+            frame = self._frames.get(entry_id)  # gone once confirmed
+            action = action_for_unanswered(True, (bookie, entry_id) in self._sent_again,
+                                           frame is None or not self._outstanding.is_unanswered(bookie, entry_id))
+            if action is AddAction.BOOKIE_FAILED:
                 return self._on_bookie_error(entry_id, bookie, f"{reason}, again after the add was sent again")
-            again.append((entry_id, frame))
+            if action is AddAction.RETRY:
+                again.append((entry_id, frame))
         if again:
             log.info("ledger %d: bookie %s ended its add stream with %d add(s) unanswered (first: entry %d); "
                      "sending them to it again", self._ledger_id, bookie, len(again), again[0][0])

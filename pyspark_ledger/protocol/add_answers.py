@@ -18,7 +18,9 @@
 No answer at all is ``action_for_unanswered``'s (docs/protocol.md W2): an add left unanswered by a stream the
 bookie ended cleanly (its idle timeout, or a drain: an END with OK) may simply not have been read -- the client
 wrote it just as the bookie ended the stream -- so it is sent to the same bookie once more, on a new stream; the
-second time, or when a stream ended any other way, it is the bookie's failure.
+second time, or when a stream ended any other way, it is the bookie's failure. An add settled meanwhile after a
+clean end (answered by this bookie after all, or confirmed by the others, whose encoding the writer no longer
+keeps) needs nothing more: this bookie may lack a confirmed one, as it would after being replaced.
 """
 from __future__ import annotations
 
@@ -51,11 +53,16 @@ def action_for_status(status_name: str) -> AddAction:
     return _ACTIONS.get(status_name, AddAction.BOOKIE_FAILED)
 
 
-def action_for_unanswered(ended_cleanly: bool, sent_again_before: bool) -> AddAction:
-    """The action for an add its stream left unanswered (see the module docstring): RETRY (send it to the same
-    bookie once more) when the bookie ended the stream cleanly and the add was not sent again for that already,
-    else BOOKIE_FAILED."""
-    return AddAction.RETRY if ended_cleanly and not sent_again_before else AddAction.BOOKIE_FAILED
+def action_for_unanswered(ended_cleanly: bool, sent_again_before: bool, settled: bool = False) -> AddAction | None:
+    """The action for an add its stream left unanswered (see the module docstring): BOOKIE_FAILED when the stream
+    did not end cleanly; else None (nothing to do) when the add is ``settled`` since (answered, or confirmed by
+    the other bookies); else RETRY (send it to the same bookie once more) unless it was sent again for a clean
+    end already (then BOOKIE_FAILED)."""
+    if not ended_cleanly:
+        return AddAction.BOOKIE_FAILED
+    if settled:
+        return None
+    return AddAction.BOOKIE_FAILED if sent_again_before else AddAction.RETRY
 
 
 def busy_retry_delay(since_first_send: float, add_timeout_s: float) -> float | None:

@@ -16,6 +16,10 @@ def test_only_a_clean_end_not_met_before_sends_an_add_again():
     assert action_for_unanswered(ended_cleanly=True, sent_again_before=True) is AddAction.BOOKIE_FAILED
     assert action_for_unanswered(ended_cleanly=False, sent_again_before=False) is AddAction.BOOKIE_FAILED
     assert action_for_unanswered(ended_cleanly=False, sent_again_before=True) is AddAction.BOOKIE_FAILED
+    # settled since (answered after all, or confirmed by the others): nothing to do after a clean end only
+    assert action_for_unanswered(ended_cleanly=True, sent_again_before=False, settled=True) is None
+    assert action_for_unanswered(ended_cleanly=True, sent_again_before=True, settled=True) is None
+    assert action_for_unanswered(ended_cleanly=False, sent_again_before=False, settled=True) is AddAction.BOOKIE_FAILED
 
 
 @pytest.mark.bookies(4)
