@@ -1,7 +1,7 @@
 """A large frame on the framed add port (docs/protocol.md W11) is read straight into its own buffer as soon as its
 header arrived when the bookie-wide budget of frames arriving grants its size, and that budget is given back once
 the frame is whole or its connection broke mid-frame; past the budget the frame waits for half of its bytes, as
-before, and arrives all the same (``bookie_server/framed_listener.py``, ``limits.arriving_frames_bytes``).
+before, and arrives all the same (``bookie_server/framed_stream.py``, ``limits.arriving_frames_bytes``).
 
 The reader runs in this process over a socket pair, so the budget can be watched while a frame is half sent."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from bookie_server.framed_listener import (LARGE_FRAME_BYTES, RECEIVE_BYTES, _FramedCall, _next_receive, _Opened,
-                                           _Requests)
+from bookie_server.framed_stream import (LARGE_FRAME_BYTES, RECEIVE_BYTES, FramedRequests, FramedServerCall, Opened,
+                                         next_receive)
 from bookie_server.limits import Budget, arriving_frames_bytes
 from pyspark_ledger.client.add_wire import AddEncoder
 from pyspark_ledger.entry import EntryCodec
@@ -46,18 +46,18 @@ class SpyReader(frames.FrameReader):
 
 
 class Reading:
-    """``_Requests`` over one end of a socket pair, iterated on a thread of its own; the test writes the other."""
+    """``FramedRequests`` over one end of a socket pair, iterated on a thread of its own; the test writes the other."""
 
     def __init__(self, budget: Budget) -> None:
         self.server, self.client = socket.socketpair()
         rules = frames.ServerRules()
         assert rules.check(Kind.HELLO) is None  # past the handshake, as the listener hands it over
         self.reader = SpyReader(64 << 20)
-        opened = _Opened(self.reader, rules, [], False)
-        self.call = _FramedCall(self.server, "peer", False)
+        opened = Opened(self.reader, rules, [], False)
+        self.call = FramedServerCall(self.server, "peer", False)
         self.ended = threading.Event()
         self.call.add_callback(self.ended.set)
-        self.requests = _Requests(self.server, opened, self.call, budget)
+        self.requests = FramedRequests(self.server, opened, self.call, budget)
         self.batches: list = []
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -175,7 +175,7 @@ def test_large_and_small_frames_mixed_and_split_anywhere_arrive_whole_and_in_ord
 
 
 def test_the_next_receive_is_the_header_alone_only_after_a_large_frame():
-    assert _next_receive(False, 0) == RECEIVE_BYTES
-    assert _next_receive(True, 0) == frames.HEADER.size
-    assert _next_receive(True, 2) == frames.HEADER.size - 2  # the rest of a header that came in pieces
-    assert _next_receive(True, frames.HEADER.size) == RECEIVE_BYTES
+    assert next_receive(False, 0) == RECEIVE_BYTES
+    assert next_receive(True, 0) == frames.HEADER.size
+    assert next_receive(True, 2) == frames.HEADER.size - 2  # the rest of a header that came in pieces
+    assert next_receive(True, frames.HEADER.size) == RECEIVE_BYTES
