@@ -13,6 +13,7 @@ from pyspark_ledger.client.batch_window import BatchWindow
 from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from tests.client.conftest import PASSWORD
 
 
 def serialized(ledger_id: int, entry_id: int, key: bytes, body: bytes, recovery: bool = False) -> bytes:
@@ -69,3 +70,24 @@ def test_a_framed_call_writes_a_large_add_s_payload_object_itself():
     assert first == frames.header(Kind.ADDS, len(large)) + large.head and second is payload
     received = frames.FrameReader(4 << 20).feed(first + second)
     assert received == [(Kind.ADDS, bytes(large))]
+
+
+@pytest.mark.bookies(4)
+def test_large_adds_go_again_whole_to_the_bookie_that_replaces_a_failed_one(client, cluster):
+    """An ensemble change sends the unconfirmed adds again from the writer's kept encodings: large ones as the
+    ``LargeAdd`` they are, byte for byte (docs/protocol.md W2)."""
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    first, second, third = writer.metadata.current_fragment.bookies
+    spare = (set(cluster.bookies) - {first, second, third}).pop()
+    payloads = [bytes([index]) * (SPLIT_PAYLOAD_BYTES + 1000 * index) for index in range(6)]
+    held_first, held_second = cluster.hold(first, op="add"), cluster.hold(second, op="add")
+    futures = [writer.append_async(payload) for payload in payloads]
+    cluster.settle()
+    cluster.set_down(first)  # its held answers fail: replaced by the spare, which gets all 6 again
+    held_second.release()
+    assert [future.result(10) for future in futures] == list(range(6))
+    assert all(spare in cluster.holders(writer.ledger_id, entry_id) for entry_id in range(6))
+    writer.close()
+    held_first.release()
+    with client.open_ledger(writer.ledger_id, password=PASSWORD) as reader:
+        assert [entry.data for entry in reader.read(0, 5)] == payloads

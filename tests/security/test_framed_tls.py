@@ -66,11 +66,14 @@ def test_w11_a_tls_client_adds_over_the_framed_port_encrypted_and_reads_them_bac
         writer = client.create_ledger(3, 3, 2, password=b"pw")
         futures = [writer.append_async(b"small %d" % index) for index in range(300)]
         assert [future.result(30) for future in futures] == list(range(300))
-        writer.append(b"L" * (2 << 20))  # a large add: one frame over many TLS records
+        # large adds, each one frame over many TLS records, back to back (the bookie reads the header after a
+        # large frame alone: framed_stream.next_receive), then small ones again
+        large = [b"L" * (2 << 20), b"M" * (1 << 20), b"N" * (64 << 10), b"after"]
+        assert [future.result(30) for future in map(writer.append_async, large)] == list(range(300, 304))
         writer.close()
         with client.open_ledger(writer.ledger_id, password=b"pw") as reader:
             entries = [entry.data for entry in reader.read(0, reader.last_add_confirmed)]
-    assert entries == [b"small %d" % index for index in range(300)] + [b"L" * (2 << 20)]
+    assert entries == [b"small %d" % index for index in range(300)] + large
     after = [metric(bookie.metrics_url, STREAMED) for bookie in cluster]
     assert all(now > then for now, then in zip(after, before))  # every bookie took a framed stream
 
