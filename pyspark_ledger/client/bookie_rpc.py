@@ -26,7 +26,6 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Callable
 
 import grpc
@@ -34,10 +33,12 @@ import grpc.aio
 
 from pyspark_ledger.client.add_stream import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_INFLIGHT, AddStream
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
+from pyspark_ledger.client.bookie_answers import (BookieInfo, LacResult, ReadResult, WriteLacResult, bookie_info,
+                                                  lac_result, read_result, write_lac_result)
 from pyspark_ledger.client.framed_call import FramedCall
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.read_wire import decode_read_response
-from pyspark_ledger.client.rpc_errors import BookieStatus, as_status, translate_rpc_error
+from pyspark_ledger.client.rpc_errors import BookieStatus, translate_rpc_error
 from pyspark_ledger.errors import BookieUnavailableError, InvalidArgumentError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
@@ -68,53 +69,6 @@ CHANNEL_OPTIONS = (
 )
 _IN_BACKOFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 READ_METHOD = "/pyspark_ledger.wire.v1.Bookie/Read"
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    status: BookieStatus
-    message: str
-    entries: tuple[tuple[int, bytes | memoryview], ...]   # (entry_id, body) in entry order; large bodies are
-    # read-only views of the answer's bytes (client/read_wire.py)
-    last_add_confirmed: int
-    last_entry_id: int
-    fenced: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.status == BookieStatus.OK
-
-
-@dataclass(frozen=True, slots=True)
-class LacResult:
-    status: BookieStatus
-    message: str
-    last_add_confirmed: int
-    last_entry_id: int
-    fenced: bool
-
-
-@dataclass(frozen=True, slots=True)
-class WriteLacResult:
-    status: BookieStatus
-    message: str
-    last_add_confirmed: int   # the bookie's LAC for the ledger after the write
-    fenced: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.status == BookieStatus.OK
-
-
-@dataclass(frozen=True, slots=True)
-class BookieInfo:
-    status: BookieStatus
-    bookie_id: str
-    free_bytes: int
-    total_bytes: int
-    read_only: bool
-    version: str
-    max_entry_bytes: int
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -257,7 +211,7 @@ class BookieClient:
         stops early at a missing entry or max_bytes."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
-        return self._unary("Read", request, timeout, what, _read_result)
+        return self._unary("Read", request, timeout, what, read_result)
 
     def read_async(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
                    fence: bool = False, master_key: bytes = b"", recovery: bool = False, max_bytes: int = 0,
@@ -265,7 +219,7 @@ class BookieClient:
         """``read`` without blocking a thread."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
-        return self._unary_async("Read", request, timeout, what, _read_result)
+        return self._unary_async("Read", request, timeout, what, read_result)
 
     def _read_request(self, ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery, max_bytes,
                       entry_step):
@@ -283,13 +237,13 @@ class BookieClient:
         """The bookie's LAC for the ledger; with ``previous``, wait up to ``timeout`` s for a higher one.
         Bookies need the ledger's ``master_key`` (an ``--admin-identity`` caller may leave it out)."""
         request, deadline = self._lac_request(ledger_id, previous, timeout, master_key)
-        return self._unary("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", _lac_result)
+        return self._unary("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", lac_result)
 
     def read_lac_async(self, ledger_id: int, previous: int | None = None,
                        timeout: float = 10.0, *, master_key: bytes = b"") -> "Future[LacResult]":
         """``read_lac`` (or its long poll) without blocking a thread."""
         request, deadline = self._lac_request(ledger_id, previous, timeout, master_key)
-        return self._unary_async("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", _lac_result)
+        return self._unary_async("ReadLac", request, deadline, f"read_lac of ledger {ledger_id}", lac_result)
 
     def _lac_request(self, ledger_id: int, previous: int | None, timeout: float, master_key: bytes):
         if previous is None:
@@ -302,13 +256,13 @@ class BookieClient:
                   timeout: float | None = None) -> WriteLacResult:
         """Explicit LAC: the bookie keeps max(its LAC, ``last_add_confirmed``) for readers."""
         request = self._write_lac_request(ledger_id, master_key, last_add_confirmed)
-        return self._unary("WriteLac", request, timeout, f"write_lac of ledger {ledger_id}", _write_lac_result)
+        return self._unary("WriteLac", request, timeout, f"write_lac of ledger {ledger_id}", write_lac_result)
 
     def write_lac_async(self, ledger_id: int, master_key: bytes, last_add_confirmed: int,
                         timeout: float | None = None) -> "Future[WriteLacResult]":
         request = self._write_lac_request(ledger_id, master_key, last_add_confirmed)
         return self._unary_async("WriteLac", request, timeout, f"write_lac of ledger {ledger_id}",
-                                 _write_lac_result)
+                                 write_lac_result)
 
     @staticmethod
     def _write_lac_request(ledger_id: int, master_key: bytes, last_add_confirmed: int) -> pb.WriteLacRequest:
@@ -316,7 +270,7 @@ class BookieClient:
                         last_add_confirmed=last_add_confirmed)
 
     def info(self, timeout: float | None = None) -> BookieInfo:
-        return self._unary("Info", pb.BookieInfoRequest(), timeout, "info", _info)
+        return self._unary("Info", pb.BookieInfoRequest(), timeout, "info", bookie_info)
 
     # --- calls ----------------------------------------------------------------------
     def _unary(self, method: str, request, timeout: float | None, what: str, convert: Callable):
@@ -385,27 +339,6 @@ def _message(cls, **fields):
         return cls(**fields)
     except (ValueError, TypeError) as exc:
         raise InvalidArgumentError(f"invalid {cls.__name__} field: {exc}") from exc
-
-
-def _read_result(response: pb.ReadResponse) -> ReadResult:
-    return ReadResult(as_status(response.status), response.message,
-                      tuple((entry.entry_id, entry.body) for entry in response.entries),
-                      response.last_add_confirmed, response.last_entry_id, response.fenced)
-
-
-def _lac_result(response: pb.ReadLacResponse) -> LacResult:
-    return LacResult(as_status(response.status), response.message, response.last_add_confirmed,
-                     response.last_entry_id, response.fenced)
-
-
-def _write_lac_result(response: pb.WriteLacResponse) -> WriteLacResult:
-    return WriteLacResult(as_status(response.status), response.message, response.last_add_confirmed,
-                          response.fenced)
-
-
-def _info(response: pb.BookieInfoResponse) -> BookieInfo:
-    return BookieInfo(as_status(response.status), response.bookie_id, response.free_bytes, response.total_bytes,
-                      response.read_only, response.version, response.max_entry_bytes)
 
 
 def _failed(error: BaseException) -> Future:

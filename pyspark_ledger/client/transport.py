@@ -41,7 +41,7 @@ from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.bookie_pool import BookiePool
-from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
+from pyspark_ledger.client.bookie_answers import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, LedgerError
 from pyspark_ledger.metadata.store import MetadataStore
 from pyspark_ledger.status import BookieStatus

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 from pyspark_ledger.client.add_stream import AddListener
 from pyspark_ledger.client.add_wire import AddResult
-from pyspark_ledger.client.bookie_rpc import LacResult, ReadResult, WriteLacResult
+from pyspark_ledger.client.bookie_answers import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.client.rpc_errors import as_status
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, InvalidArgumentError
 from pyspark_ledger.status import BookieStatus

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bookie_server.read_wire import (LARGE_BODY_BYTES, EncodedReadResponse, read_response, returned_bytes,
                                      serialize_read_response)
 from pyspark_ledger.client.add_wire import varint
-from pyspark_ledger.client.bookie_rpc import _read_result
+from pyspark_ledger.client.bookie_answers import read_result
 from pyspark_ledger.client.read_wire import LARGE_ENTRY_BYTES, WireReadResponse, decode_read_response
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
@@ -22,13 +22,13 @@ large_bodies = st.integers(LARGE_BODY_BYTES, 3 * LARGE_BODY_BYTES).map(lambda n:
 
 def answer(raw: bytes) -> tuple:
     """Every field of a decoded answer, bodies as bytes, through the client's own conversion."""
-    result = _read_result(decode_read_response(raw))
+    result = read_result(decode_read_response(raw))
     return (result.status, result.message, [(entry_id, bytes(body)) for entry_id, body in result.entries],
             result.last_add_confirmed, result.last_entry_id, result.fenced)
 
 
 def protobuf_answer(raw: bytes) -> tuple:
-    result = _read_result(pb.ReadResponse.FromString(raw))
+    result = read_result(pb.ReadResponse.FromString(raw))
     return (result.status, result.message, [(entry_id, bytes(body)) for entry_id, body in result.entries],
             result.last_add_confirmed, result.last_entry_id, result.fenced)
 
