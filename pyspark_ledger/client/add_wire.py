@@ -36,7 +36,7 @@ SPLIT_PAYLOAD_BYTES = 64 * 1024  # a writer's payload this large is not copied i
 class LargeAdd:
     """An encoded add whose payload is ``SPLIT_PAYLOAD_BYTES`` or more, kept as two parts, the bytes before the
     payload and the payload itself, so that the payload is never copied into one ``bytes`` (for 1 MiB entries the
-    copy, into memory the allocator had just given back to the system, cost the client about a tenth of its CPU).
+    copy, into memory the allocator had just given back to the system, cost the client about a seventh of its CPU).
     A framed stream writes the two parts one after the other; ``bytes()`` joins them where one buffer is needed
     (a gRPC stream, tools). ``len()`` is the joined length. Such an add is always written alone
     (``add_queue.WRITE_ALONE_BYTES``)."""
