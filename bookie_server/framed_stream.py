@@ -153,7 +153,7 @@ class FramedRequests:
                     del payload
                     yield batch
                     del batch
-                data = self._conn.recv(next_receive(header_first, reader.pending))
+                data = self._conn.recv(next_receive(header_first, reader.pending) if header_first else RECEIVE_BYTES)
                 if not data:  # gone without its END: the call is over, as a cancelled gRPC call
                     self._call.end()
                     return

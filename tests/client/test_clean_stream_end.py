@@ -49,3 +49,25 @@ def test_an_add_left_unanswered_by_two_clean_ends_is_the_bookies_failure(make_cl
     assert rule.matched == 2, "the add was not sent again once, exactly"
     assert "ended the add stream" in client._ctx.quarantine.reasons()[ended]
     writer.close()
+
+
+@pytest.mark.bookies(4)
+def test_an_add_confirmed_before_its_clean_end_is_noticed_is_not_sent_again(make_client, cluster, store, caplog):
+    """The last bookie of the write set ends its stream on entry 0 after the other two answered it (Qa = 2): the
+    entry is confirmed and its encoding dropped before the end is handled, so nothing goes to that bookie again
+    (``action_for_unanswered``: settled), nothing fails, and the bookie keeps its place."""
+    client = make_client(add_timeout_s=5.0)
+    writer = client.create_ledger(3, 3, 2, password=PASSWORD)
+    ended = writer.metadata.current_fragment.bookies[2]
+    version = store.read_ledger(writer.ledger_id).version
+    rule = cluster.end_stream(ended, op="add", entry_id=0)
+    with caplog.at_level("INFO"):
+        assert writer.append(b"entry-0") == 0
+        cluster.settle()
+        assert [writer.append(b"entry-%d" % index) for index in range(1, 4)] == [1, 2, 3]
+        cluster.settle()
+    assert rule.matched == 1, "the confirmed add was sent to the bookie again"
+    assert not [record for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")], caplog.text
+    assert store.read_ledger(writer.ledger_id).version == version, "a clean end caused an ensemble change"
+    assert all(ended in cluster.holders(writer.ledger_id, entry_id) for entry_id in range(1, 4))
+    writer.close()
