@@ -102,7 +102,7 @@ class DurableBookie(pb_grpc.BookieServicer):
             try:
                 for batch in request_iterator:
                     adds = batch.adds
-                    data = b"".join(map(_BODY, adds))
+                    data = adds[0].body if len(adds) == 1 else b"".join(map(_BODY, adds))  # a large add: no copy
                     with self._write_lock:
                         offset = self._offset
                         self._offset += len(data)

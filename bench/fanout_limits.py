@@ -105,11 +105,12 @@ def grpc_fanout_limit(ports: list[int], directory: Path, size: int, seconds: flo
 
 
 # How the paced bare fan-out may send small adds: each as its own message as soon as the stream is free (the
-# transport's speed when every add is answered before the next is due), or as ours does, one AddBatch in flight
-# per stream (docs/protocol.md W10; what keeps a server that fell behind from working off one-add messages
-# slower than they come). Either can have the lower tail in a given hour; the limit is the better of the two.
+# transport's speed when every add is answered before the next is due), or with ours' window (docs/protocol.md W10:
+# by default 2 AddBatches in flight on a framed stream, 1 on gRPC; what keeps a server that fell behind from
+# working off one-add messages slower than they come). Either can have the lower tail in a given hour; the limit is
+# the better of the two.
 PACED_FANOUT_MODES = (("each add at once", UNHELD),
-                      ("one AddBatch in flight per stream, as ours", DEFAULT_BATCHES_IN_FLIGHT))
+                      ("ours' window of AddBatches in flight", DEFAULT_BATCHES_IN_FLIGHT))
 
 
 def paced_fanout_limit(ports: list[int], directory: Path, seconds: float, servers: dict[str, int] | None = None,
@@ -177,7 +178,8 @@ def fanout_run(uri: str, ledger_id: int, size: int, seconds: float, inflight: in
         try:
             for count in paced(started, seconds, rate):
                 window.acquire()
-                frame = encoder.encode(count, codec.encode(ledger_id, count, count - 1, count * size, data))
+                frame = encoder.encode_pieces(  # as the writer encodes: a large payload is not copied (LargeAdd)
+                    count, codec.encode_head(ledger_id, count, count - 1, count * size, data), data)
                 with lock:
                     acks[count] = len(bookies)
                     sent_at[count] = time.perf_counter()

@@ -24,7 +24,7 @@ run, on the same machine, it measures limits for the same bytes (``fanout_limits
   each entry done once all 3 acknowledged; for 1 KiB also paced at 1,000
   entries/s, with its latency to the second ack and CPU per entry: gRPC's
   share of the paced goal, with no replication logic and no storage. Paced, it runs twice, sending each add
-  at once and with ours' window of one AddBatch in flight (docs/protocol.md W10), and the run with the lower
+  at once and with ours' window of AddBatches in flight (docs/protocol.md W10), and the run with the lower
   p99 is the limit (both in ``runs``; ``fanout_limits.paced_fanout_limit``);
 * ``paced_1KiB_1000_per_s.grpc_fanout_durable``: the same paced fan-out to 3 servers that make each add
   durable before answering it and do nothing else (``durable_bookies.py``: the bodies written to a preallocated

@@ -91,16 +91,16 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
         submitted.append(_now())
     storage.BookieStorage.add_entries_then = probed_add_entries_then
 
-    responses = add_stream.AddStreamSession.responses
+    answers = add_stream.AddStreamSession._answers
 
-    def probed_responses(self, request_iterator, context):
-        for response in responses(self, request_iterator, context):
-            handed = _now()
-            yield response
-            keys = [(run.ledger_id, entry_id) for run in response.acked  # docs/protocol.md W9
-                    for entry_id in range(run.first_entry_id, run.last_entry_id + 1)]
-            records.append(("answer", handed, _now(), keys + [(r.ledger_id, r.entry_id) for r in response.results]))
-    add_stream.AddStreamSession.responses = probed_responses
+    def probed_answers(self, items):  # the answers' messages, built by whichever thread sends them (answer_outbox)
+        handed = _now()
+        messages = answers(self, items)
+        keys = [(op[0], op[1]) for item in items if item is not add_stream._WAKE and item[0] == add_stream._STORED
+                for op in item[1]]
+        records.append(("answer", handed, _now(), keys))
+        return messages
+    add_stream.AddStreamSession._answers = probed_answers
 
     class TimedOs:
         """``os`` for the journal module, with ``fdatasync`` stamped."""
@@ -144,44 +144,43 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
 
 
 def install_client() -> None:
-    from pyspark_ledger.client import add_stream
+    from pyspark_ledger.client import add_queue, add_stream
 
-    queued: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+    queued: dict[int, collections.deque] = collections.defaultdict(collections.deque)  # by the stream's AddQueue
+    bookie_of: dict[int, str] = {}
     send = add_stream.AddStream.send
 
     def probed_send(self, ledger_id, adds, listener):
-        queued[id(self)].extend((ledger_id, entry_id) for entry_id, _ in adds)
+        queued[id(self._queue)].extend((ledger_id, entry_id) for entry_id, _ in adds)
+        bookie_of[id(self._queue)] = self.bookie_id
         return send(self, ledger_id, adds, listener)
     add_stream.AddStream.send = probed_send
 
-    take_batch = add_stream.AddStream._take_batch
+    take = add_queue.AddQueue.take
 
-    def probed_take_batch(self):
-        before = len(self._queue)
-        batch = take_batch(self)
-        taken = before - len(self._queue)
+    def probed_take(self, window):  # the stream's next write (its lock held)
+        before = len(self._frames)
+        batch = take(self, window)
+        taken = before - len(self._frames)
         if taken:
             waiting = queued[id(self)]
-            records.append(("take", _now(), self.bookie_id, [waiting.popleft() for _ in range(taken)]))
+            records.append(("take", _now(), bookie_of.get(id(self)), [waiting.popleft() for _ in range(taken)]))
         return batch
-    add_stream.AddStream._take_batch = probed_take_batch
+    add_queue.AddQueue.take = probed_take
 
-    deliver = add_stream.AddStream._deliver
+    notify_results = add_stream.AddStream._notify_results
 
-    def probed_deliver(self, results):
-        results = list(results)
+    def probed_notify_results(self, results, listeners):
         records.append(("deliver", _now(), self.bookie_id, [(r.ledger_id, r.entry_id) for r in results]))
-        return deliver(self, results)
-    add_stream.AddStream._deliver = probed_deliver
-    deliver_runs = add_stream.AddStream._deliver_runs
+        return notify_results(self, results, listeners)
+    add_stream.AddStream._notify_results = probed_notify_results
+    notify_runs = add_stream.AddStream._notify_runs
 
-    def probed_deliver_runs(self, runs):  # runs of OK answers (docs/protocol.md W9)
-        runs = list(runs)
-        records.append(("deliver", _now(), self.bookie_id, [(run.ledger_id, entry) for run in runs
-                                                            for entry in range(run.first_entry_id,
-                                                                               run.last_entry_id + 1)]))
-        return deliver_runs(self, runs)
-    add_stream.AddStream._deliver_runs = probed_deliver_runs
+    def probed_notify_runs(self, groups):  # runs of OK answers (docs/protocol.md W9), by listener
+        records.append(("deliver", _now(), self.bookie_id, [(ledger_id, entry) for _, spans in groups
+                                                            for ledger_id, entries in spans for entry in entries]))
+        return notify_runs(self, groups)
+    add_stream.AddStream._notify_runs = probed_notify_runs
     _watch_gc()
 
 

@@ -9,7 +9,7 @@ against the least a Python transport can spend, on the same machine in interleav
 processes that store nothing:
 
 * ``grpc``: the paced 1 KiB fan-out of ``fanout_limits.grpc_fanout_limit`` (the client's own transport, one
-  AddBatch in flight per stream as ours keeps, docs/protocol.md W10) to 3 no-op gRPC servers
+  AddBatch in flight per stream as ours keeps on gRPC, docs/protocol.md W10) to 3 no-op gRPC servers
   (``noop_bookies.py``);
 * ``framed``: the same encoded adds, each sent as one length-prefixed frame over a plain TCP connection per
   server from an asyncio client (``framed_fanout``), to 3 servers that answer each frame with its 8-byte id at

@@ -49,7 +49,8 @@ class FramedListener:
     """The framed add port (see the module docstring)."""
 
     def __init__(self, servicer, metrics, bookie_id: str, host: str, port: int, max_connections: int,
-                 max_frame_bytes: int, tls: ssl.SSLContext | None = None, arriving_bytes: int = 0) -> None:
+                 max_frame_bytes: int, tls: ssl.SSLContext | None = None, arriving_bytes: int = 0,
+                 max_merged_adds: int = 1) -> None:
         self._servicer = servicer
         self._tls = tls
         self._metrics = metrics
@@ -58,6 +59,7 @@ class FramedListener:
         self._max_connections = max_connections
         self._max_frame_bytes = max_frame_bytes
         self._arriving = Budget(arriving_bytes)  # large frames' bytes allocated before half of them arrived
+        self._max_merged_adds = max_merged_adds  # frames received together handed on as one batch, up to this
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a connection ended
@@ -202,7 +204,7 @@ class FramedListener:
 
     def _stream(self, conn, address, opened: Opened) -> None:
         call = FramedServerCall(conn, f"framed:{address[0]}:{address[1]}", opened.answer_runs)
-        requests = FramedRequests(conn, opened, call, self._arriving)
+        requests = FramedRequests(conn, opened, call, self._arriving, self._max_merged_adds)
         answers = self._servicer.AddStream(iter(requests), call)
         status, message, broken = pb.OK, "", False
         try:
@@ -230,14 +232,15 @@ def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedLis
     """The listener of ``config.add_port`` (None when it is off, -1), bound but not started; a port that cannot be
     bound is an InvalidConfigurationError naming ``--add-port``. Frames may be as long as the gRPC port's receive
     limit (``limits.grpc_max_message_bytes``); connections are capped at ``--max-add-streams``; large frames
-    arriving are allocated up front within ``limits.arriving_frames_bytes``."""
+    arriving are allocated up front within ``limits.arriving_frames_bytes``; frames of small adds received together
+    are handed on as one batch of at most ``--max-batch-adds`` adds (``framed_stream.FramedRequests``)."""
     if config.add_port < 0:
         return None
     max_frame_bytes = grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes)
     try:
         return FramedListener(servicer, metrics, bookie_id, config.host, config.add_port, config.max_add_streams,
                               max_frame_bytes, config.tls.ssl_context() if config.tls is not None else None,
-                              arriving_frames_bytes(config.max_inflight_bytes, max_frame_bytes))
+                              arriving_frames_bytes(config.max_inflight_bytes, max_frame_bytes), config.max_batch_adds)
     except OSError as exc:
         raise InvalidConfigurationError(
             f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "

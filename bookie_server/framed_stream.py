@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from bookie_server.add_wire import decode_add_batch
+from bookie_server.add_wire import ReceivedBatch, decode_add_batch
 from bookie_server.framed_tls import TlsConnection
 from bookie_server.limits import Budget
 from pyspark_ledger.wire import frames
@@ -125,22 +125,32 @@ class FramedServerCall:
 class FramedRequests:
     """The ADDS frames of one connection as ``ReceivedBatch``es, read on the session's reader thread. They end at
     the client's END (its half-close), at a broken connection (which ends the call: ``FramedServerCall.end``), or at a
-    frame that breaks the rules, whose problem the stream's END then gives."""
+    frame that breaks the rules, whose problem the stream's END then gives.
 
-    def __init__(self, conn, opened: Opened, call: FramedServerCall, arriving: Budget) -> None:
+    ADDS frames of small adds that one ``recv`` brought together are handed on as one batch (``merge``), up to
+    ``max_merged_adds`` adds: a client that sends each add as soon as it can (docs/protocol.md W10) and a bookie
+    that fell behind then meet as the client's window would have them meet, the adds that waited in the
+    connection stored, committed and answered together instead of one message at a time."""
+
+    def __init__(self, conn, opened: Opened, call: FramedServerCall, arriving: Budget,
+                 max_merged_adds: int = 1) -> None:
         self._conn, self._opened, self._call, self._arriving = conn, opened, call, arriving
+        self._max_merged_adds = max_merged_adds
         self.problem: str | None = None
 
     def __iter__(self):
         opened = self._opened
         pending, rules, reader = opened.received, opened.rules, opened.reader
         header_first = False  # after a large frame: read the next header alone (``next_receive``)
+        merged = None  # small adds decoded from the frames at hand, not yet handed on
         try:
             while True:
                 while pending:
                     kind, payload = pending.pop(0)
                     problem = rules.check(kind)
                     if problem is None and kind is Kind.END:
+                        if merged is not None:
+                            yield merged
                         return
                     if problem is None:
                         try:
@@ -148,11 +158,22 @@ class FramedRequests:
                         except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError: the client's bytes
                             problem = f"an ADDS frame that is not an AddBatch: {exc}"
                     if problem is not None:
+                        if merged is not None:  # the adds before the bad frame are the client's: served first
+                            yield merged
                         self.problem = problem
                         return
                     del payload
-                    yield batch
+                    if merged is not None:
+                        joined = merge(merged, batch, self._max_merged_adds)
+                        if joined is None:
+                            yield merged
+                        merged = batch if joined is None else joined
+                    else:
+                        merged = batch
                     del batch
+                if merged is not None:
+                    yield merged
+                    merged = None
                 data = self._conn.recv(next_receive(header_first, reader.pending) if header_first else RECEIVE_BYTES)
                 if not data:  # gone without its END: the call is over, as a cancelled gRPC call
                     self._call.end()
@@ -179,6 +200,17 @@ class FramedRequests:
             self.problem = str(exc)
         except OSError:
             self._call.end()
+
+
+def merge(first: ReceivedBatch, second: ReceivedBatch, max_adds: int) -> ReceivedBatch | None:
+    """``first``'s adds then ``second``'s as one batch, if both are of small adds (neither decoded in place: large
+    bodies are views of their own frames, and travel alone) and together hold at most ``max_adds`` adds; else
+    None. The size is the sum of both sizes on the wire."""
+    if first.in_place or second.in_place or len(first.adds) + len(second.adds) > max_adds:
+        return None
+    adds = first.adds if isinstance(first.adds, list) else list(first.adds)
+    adds.extend(second.adds)
+    return ReceivedBatch(adds, first.nbytes + second.nbytes, False)
 
 
 def next_receive(header_first: bool, held: int) -> int:

@@ -5,7 +5,8 @@
 the owner's ``IoLoop``; the loop writes whatever is queued as one AddBatch
 (up to ``max_batch_bytes``; a large add on its own) whenever the previous
 write is done and fewer than ``max_batches_in_flight`` batches of small adds
-are unanswered (``batch_window``, docs/protocol.md W10): adds queued while the
+are unanswered (``batch_window``, docs/protocol.md W10; None, the default: 2 on
+a framed call, 1 on gRPC, set once the call is open): adds queued while the
 window is full leave together once an answer frees a place, before that
 answer reaches its listeners. A call that can send without a coroutine
 (``write_now``, a framed call, docs/protocol.md W11) is written to straight from
@@ -42,7 +43,7 @@ import grpc.aio
 
 from pyspark_ledger.client.add_queue import AddQueue
 from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
-from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchWindow
+from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchWindow, batches_in_flight_for
 from pyspark_ledger.client.inflight_adds import InflightAdds
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
@@ -84,12 +85,14 @@ class AddStream:
 
     def __init__(self, open_call: Callable[[], grpc.aio.StreamStreamCall], bookie_id: str, io_loop: IoLoop, *,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_inflight: int = DEFAULT_MAX_INFLIGHT,
-                 max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
+                 max_batches_in_flight: int | None = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
                  fallback: Callable[[], grpc.aio.StreamStreamCall] | None = None,
                  on_fallback: Callable[[BookieError], None] | None = None) -> None:
         if max_batch_bytes < 1 or max_inflight < 1:
             raise InvalidConfigurationError("max_batch_bytes and max_inflight must be positive")
-        self._window = BatchWindow(max_batches_in_flight)  # touched on the loop thread only
+        # touched on the loop thread only; its limit is set again once the call is open, as its transport asks
+        self._window = BatchWindow(batches_in_flight_for(max_batches_in_flight, False))
+        self._window_chosen = max_batches_in_flight
         self.bookie_id = bookie_id
         self._tls = tls  # the client's ClientTls, to explain a failed handshake
         self._io = io_loop
@@ -193,6 +196,7 @@ class AddStream:
             self._wakeup.set()  # send whatever was queued before the loop got here
             self._call = call = open_call()
             call = await self._opened(call)  # a framed call that cannot connect may give way to gRPC
+            self._window.limit = batches_in_flight_for(self._window_chosen, getattr(call, "framed", False))
             reader = asyncio.ensure_future(self._read_answers(call))
             write_failed = await self._write_batches(call)
             failure = await reader

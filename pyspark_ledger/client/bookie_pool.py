@@ -36,7 +36,7 @@ class BookiePool:
     """Channels and add streams to the bookies of one client."""
 
     def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
-                 max_inflight: int = 10_000, max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
+                 max_inflight: int = 10_000, max_batches_in_flight: int | None = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
                  answer_runs: bool = True, framed_adds: bool = False) -> None:
         self._answer_runs = answer_runs
         self._framed_adds = framed_adds  # docs/protocol.md W11: over TLS too when the client has TLS settings

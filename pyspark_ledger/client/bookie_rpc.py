@@ -113,7 +113,7 @@ class BookieClient:
 
     # --- adds ----------------------------------------------------------------------
     def add_stream(self, *, max_inflight: int = DEFAULT_MAX_INFLIGHT, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-                   max_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT, add_port: int = 0) -> AddStream:
+                   max_batches_in_flight: int | None = DEFAULT_BATCHES_IN_FLIGHT, add_port: int = 0) -> AddStream:
         """Open an add stream (``send`` answers per batch; ``add`` returns a Future per entry): on the bookie's
         framed add port ``add_port`` when it is given (docs/protocol.md W11; over TLS with TLS settings), else
         gRPC. A framed port that cannot be reached at all (``FramedCall.fallback_ok``) gives way to gRPC, logged

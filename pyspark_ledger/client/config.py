@@ -51,8 +51,8 @@ class ClientConfig:
     #: Messages (AddBatches) of small adds an add stream keeps unanswered by its bookie, 1 to 1,024; adds
     #: queued meanwhile leave together in the next message once an answer frees a place, so a bookie that
     #: falls behind gets fewer, larger messages instead of a pile of small ones. Adds of 64 KiB or more
-    #: are never held back (docs/protocol.md W10).
-    add_batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
+    #: are never held back. None (the default): 2 on a framed add stream, 1 on gRPC (docs/protocol.md W10).
+    add_batches_in_flight: int | None = DEFAULT_BATCHES_IN_FLIGHT
     #: Ask bookies to answer OK adds as runs of entry ids (docs/protocol.md W9);
     #: bookies that do not know the form answer each add, which works too.
     add_answer_runs: bool = True

@@ -49,6 +49,8 @@ RECEIVE_BUFFER_BYTES = 64 * 1024  # what one read of the connection takes at mos
 class FramedCall:
     """One framed add stream to ``host:port`` of bookie ``bookie_id`` (see the module docstring); loop thread only."""
 
+    framed = True  # (an AddStream's window follows its transport: batch_window.batches_in_flight_for)
+
     def __init__(self, host: str, port: int, bookie_id: str, answer_runs: bool = True,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self._host, self._port, self.bookie_id = host, port, bookie_id

@@ -119,6 +119,24 @@ def test_w11_adds_over_the_framed_port_are_stored_and_answered_as_runs(bookie):
             assert [entry.data for entry in reader.read(0, 13)] == [b"x" * 1024] * 14
 
 
+def test_w10_frames_that_arrive_together_are_stored_as_fewer_batches_within_max_batch_adds(bookie):
+    """A bookie hands the ADDS frames one receive brought to storage together (docs/protocol.md W10), never as a
+    batch over --max-batch-adds (50 here: merging the 30 adds below with every one-add frame before them would
+    end the stream with BAD_REQUEST)."""
+    process, port, ledger_id = bookie
+    batches = "bookie_add_latency_seconds_count"  # one observation per storage batch
+    before = metric(process.metrics_url, batches)
+    key = master_key(PASSWORD)
+    with Framed(port) as client:
+        client.hello()
+        client.send(b"".join(adds_frame(ledger_id, entry_id, 1, key, size=16) for entry_id in range(45))
+                    + adds_frame(ledger_id, 45, 30, key, size=16) + frames.end(pb.OK))
+        assert client.answered(75) == {entry_id: pb.OK for entry_id in range(75)}
+        assert client.end_frame() == (pb.OK, "")
+    stored_as = metric(process.metrics_url, batches) - before
+    assert 2 <= stored_as < 46  # 46 frames; fewer batches, and the 30 never joined by more than 20
+
+
 def test_w11_the_same_key_checks_as_grpc_and_answers_one_per_add_without_runs(bookie):
     _, port, ledger_id = bookie
     with Framed(port) as client:

@@ -4,6 +4,7 @@ add port (docs/protocol.md W11, the bookie's own framed listener in front of the
 stream writes straight from the kick or answer that lets a batch go."""
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from concurrent import futures
@@ -98,7 +99,7 @@ def bookie(request):
 def stream_to(bookie):
     clients: list[BookieClient] = []
 
-    def make(window: int):
+    def make(window: int | None):
         client = BookieClient(bookie[1], answer_runs=False)
         clients.append(client)
         return client.add_stream(max_batches_in_flight=window, add_port=bookie[2])
@@ -150,6 +151,51 @@ def test_a_window_of_two_keeps_two_batches_unanswered(bookie, stream_to):
     assert scripted.received(3) == [[0], [1], [2, 3]]
     scripted.release(2)
     assert all_ok(futures_)
+
+
+def test_by_default_a_framed_stream_keeps_two_batches_unanswered_and_a_grpc_stream_one(bookie, stream_to):
+    """The default window follows the transport (docs/protocol.md W10): a framed stream sends the next add while
+    one is unanswered, a gRPC stream holds it."""
+    scripted, framed = bookie[0], bool(bookie[2])
+    stream = stream_to(None)
+    futures_ = [add(stream, 0)]
+    scripted.received(1)
+    futures_.append(add(stream, 1))
+    if framed:
+        assert scripted.received(2) == [[0], [1]]
+    else:
+        assert still(scripted, 1)
+    futures_ += [add(stream, 2), add(stream, 3)]
+    assert still(scripted, 2 if framed else 1)
+    scripted.release()
+    assert scripted.received(3 if framed else 2) == ([[0], [1], [2, 3]] if framed else [[0], [1, 2, 3]])
+    scripted.release(2)
+    assert all_ok(futures_)
+
+
+def test_a_framed_stream_that_gave_way_to_grpc_takes_the_grpc_window(bookie, stream_to):
+    """A framed port that cannot be reached gives way to the gRPC port (docs/protocol.md W11): the stream's
+    default window is then gRPC's, one batch."""
+    scripted, address, add_port = bookie
+    if add_port:
+        pytest.skip("one run is enough: the framed port below is never listened on")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    unreachable = closed.getsockname()[1]
+    closed.close()  # nothing listens there: connecting is refused
+    client = BookieClient(address, answer_runs=False)
+    try:
+        stream = client.add_stream(max_batches_in_flight=None, add_port=unreachable)
+        futures_ = [add(stream, 0)]
+        scripted.received(1)
+        futures_ += [add(stream, 1), add(stream, 2)]
+        assert still(scripted, 1)  # held: one batch in flight, as on gRPC
+        scripted.release()
+        assert scripted.received(2) == [[0], [1, 2]]
+        scripted.release()
+        assert all_ok(futures_)
+    finally:
+        client.close()
 
 
 def test_a_large_add_is_not_held_back_but_keeps_its_place_behind_held_small_ones(bookie, stream_to):

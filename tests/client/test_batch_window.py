@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyspark_ledger.client.batch_window import MAX_BATCHES_IN_FLIGHT, BatchWindow, check_batches_in_flight
+from pyspark_ledger.client.batch_window import (FRAMED_BATCHES_IN_FLIGHT, GRPC_BATCHES_IN_FLIGHT, MAX_BATCHES_IN_FLIGHT,
+                                                BatchWindow, batches_in_flight_for, check_batches_in_flight)
 from pyspark_ledger.client.config import ClientConfig
 from pyspark_ledger.errors import InvalidConfigurationError
 
@@ -61,7 +62,7 @@ def test_empty_batches_and_negative_answers_are_errors():
         window.answered(-1)
 
 
-@pytest.mark.parametrize("value", [0, -1, MAX_BATCHES_IN_FLIGHT + 1, True, 1.5, "2", None])
+@pytest.mark.parametrize("value", [0, -1, MAX_BATCHES_IN_FLIGHT + 1, True, 1.5, "2"])
 def test_a_window_out_of_range_is_refused_naming_the_limit(value):
     with pytest.raises(InvalidConfigurationError, match=f"add_batches_in_flight must be an integer from 1 to "
                                                         f"{MAX_BATCHES_IN_FLIGHT}"):
@@ -72,8 +73,16 @@ def test_a_window_out_of_range_is_refused_naming_the_limit(value):
         BatchWindow(value)
 
 
-def test_the_default_is_one_batch_in_flight():
-    assert ClientConfig().add_batches_in_flight == 1 and BatchWindow().limit == 1
+def test_by_default_the_window_follows_the_transport():
+    """None (the default) is 2 on a framed stream, whose bookie takes the frames one receive brought as one batch,
+    and 1 on gRPC, where each message costs the bookie its own pass (docs/protocol.md W10)."""
+    assert ClientConfig().add_batches_in_flight is None and check_batches_in_flight(None) is None
+    assert (FRAMED_BATCHES_IN_FLIGHT, GRPC_BATCHES_IN_FLIGHT) == (2, 1)
+    assert batches_in_flight_for(None, True) == 2 and batches_in_flight_for(None, False) == 1
+    assert batches_in_flight_for(1, True) == 1 and batches_in_flight_for(7, False) == 7  # a chosen one is kept
+    assert BatchWindow().limit == 1
+    with pytest.raises(InvalidConfigurationError, match="needs a limit"):
+        BatchWindow(None)
     assert ClientConfig(add_batches_in_flight=MAX_BATCHES_IN_FLIGHT).add_batches_in_flight == MAX_BATCHES_IN_FLIGHT
 
 
