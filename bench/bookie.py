@@ -28,7 +28,7 @@ from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 from pyspark_ledger.client import BookieClient  # noqa: E402
-from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
+from pyspark_ledger.client.add_listeners import AddCallbacks  # noqa: E402
 from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
 from pyspark_ledger.client.io_loop import IoLoop  # noqa: E402
 from pyspark_ledger.entry import EntryCodec, master_key  # noqa: E402

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_usage import CpuMeter  # noqa: E402
 from durable_bookies import DURABLE_METHOD, durable_servers, lowest_p99, sync_figures  # noqa: E402
 from noop_bookies import noop_registrations  # noqa: E402
-from pyspark_ledger.client.add_stream import AddCallbacks  # noqa: E402
+from pyspark_ledger.client.add_listeners import AddCallbacks  # noqa: E402
 from pyspark_ledger.client.add_wire import AddEncoder  # noqa: E402
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, MAX_BATCHES_IN_FLIGHT  # noqa: E402
 from pyspark_ledger.client.transport import GrpcTransport  # noqa: E402

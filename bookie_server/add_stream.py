@@ -38,12 +38,12 @@ from typing import Callable, Iterator
 
 import grpc
 
+from bookie_server.add_checks import sort_adds
 from bookie_server.add_wire import ReceivedBatch
 from bookie_server.answer_outbox import AnswerOutbox, AnswerSender
-from bookie_server.add_refusals import describe_refusal
-from bookie_server.authorization import missing_key
-from bookie_server.limits import (ADD_OVERHEAD_BYTES, MAX_ENTRY_ID, MAX_LEDGER_ID, MAX_MASTER_KEY_BYTES, MIN_BODY_BYTES, Budget,
-                                   InflightLimiter, StreamLimits, add_cost, check_add, check_batch, refusal_over_budget)
+from bookie_server.add_refusals import describe_refusal, log_storage_refusals
+from bookie_server.limits import (ADD_OVERHEAD_BYTES, Budget, InflightLimiter, StreamLimits, add_cost, check_batch,
+                                   refusal_over_budget)
 from bookie_server.metrics import STATUS_NAMES, BookieMetrics
 from bookie_server.storage import BookieStorage
 from pyspark_ledger.wire.ack_runs import PerAddBuilder, RunBuilder
@@ -290,8 +290,7 @@ class AddStreamSession:
 
         The whole decoded batch is charged to the bookie-wide byte budget while it is checked (all its adds
         are answered TOO_MANY_REQUESTS when it does not fit); the admitted adds keep their part until answered.
-        Adds become plain (ledger id, entry id, master key, body, recovery) tuples: this loop runs once
-        per entry, and the cheap checks of ``check_add`` are inlined (it only runs to explain a refusal).
+        Adds become plain (ledger id, entry id, master key, body, recovery) tuples (``add_checks.sort_adds``).
         Bodies decoded in place keep the whole received batch alive: when only some of its adds are admitted,
         theirs are copied out, so that what the admitted adds hold is what they are charged."""
         started = time.monotonic()
@@ -304,29 +303,7 @@ class AddStreamSession:
             return
         cost = 0
         try:
-            ops: list[tuple] = []
-            refused: list[tuple[int, int, int, str]] = []
-            max_size = self._max_entry_size
-            take = ops.append
-            size = 0
-            for add in adds:  # the comparisons of limits.add_is_plain, inlined: this loop runs per entry
-                ledger_id, entry_id, master_key, body = add.ledger_id, add.entry_id, add.master_key, add.body
-                length = len(body)
-                if (MIN_BODY_BYTES <= length <= max_size and 0 <= entry_id <= MAX_ENTRY_ID
-                        and ledger_id <= MAX_LEDGER_ID and 0 < len(master_key) <= MAX_MASTER_KEY_BYTES):
-                    take((ledger_id, entry_id, master_key, body, add.recovery))
-                    size += length
-                else:
-                    problem = check_add(ledger_id, entry_id, master_key, body, max_size)
-                    if problem is not None:
-                        refused.append((ledger_id, entry_id, pb.BAD_REQUEST, problem))
-                    else:  # well formed but without a key
-                        key = self._admin_key(ledger_id) if add.recovery else None
-                        if key is None:
-                            refused.append((ledger_id, entry_id, pb.UNAUTHORIZED, missing_key("add", ledger_id)))
-                        else:
-                            take((ledger_id, entry_id, key, body, True))
-                            size += length
+            ops, refused, size = sort_adds(adds, self._max_entry_size, self._admin_key)
             if ops and self._guard is not None:  # adds of ledgers with no state here: checked against metadata
                 kept = self._guard.filter_adds(ops, refused)
                 if len(kept) < len(ops):
@@ -403,13 +380,6 @@ class AddStreamSession:
                 answered.append(True)
                 self._stored(ops, started, [pb.IO_ERROR] * len(ops), f"bookie storage failed: {exc}", cost)
 
-    def _log_refusals(self, ops: list[tuple], statuses: list[int]) -> None:
-        refused = [(op, status) for op, status in zip(ops, statuses) if status != pb.OK]
-        if refused:
-            op, status = refused[0]
-            _log.info("storage refused %d add(s) from %s, first: ledger %d entry %d %s", len(refused), self._peer,
-                      op[0], op[1], STATUS_NAMES.get(status, status))
-
     def _stored(self, ops: list[tuple], started: float, statuses: list[int], error: str, cost: int) -> None:
         if statuses.count(pb.OK) == len(statuses):
             stored_bytes = sum(map(len, map(_BODY, ops)))
@@ -418,7 +388,7 @@ class AddStreamSession:
             unauthorized = statuses.count(pb.UNAUTHORIZED)
             if unauthorized:
                 self._metrics.unauthorized("add", unauthorized)
-            self._log_refusals(ops, statuses)
+            log_storage_refusals(self._peer, ops, statuses)
         self._metrics.adds_completed(statuses, time.monotonic() - started, stored_bytes)
         item = (_STORED, ops, statuses, error, cost)
         if self._outbox is not None and self._outbox.offer(item):  # answered from this (the committing) thread

@@ -24,7 +24,7 @@ import logging
 import threading
 from typing import Callable, Sequence
 
-from pyspark_ledger.client.add_stream import AddListener
+from pyspark_ledger.client.add_listeners import AddListener
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.errors import BookieError, BookieUnavailableError
 from pyspark_ledger.status import BookieStatus

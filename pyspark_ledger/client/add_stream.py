@@ -36,11 +36,12 @@ import logging
 import threading
 from concurrent.futures import Future
 from operator import attrgetter, itemgetter
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Sequence
 
 import grpc
 import grpc.aio
 
+from pyspark_ledger.client.add_listeners import AddListener, acks_callback, notify
 from pyspark_ledger.client.add_queue import AddQueue
 from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchWindow, batches_in_flight_for
@@ -51,33 +52,14 @@ from pyspark_ledger.errors import (AddStreamEndedError, BookieError, BookieUnava
                                    InvalidStateError)
 from pyspark_ledger.status import BookieStatus
 
-__all__ = ["ADD_OK", "AckedAdd", "AddCallbacks", "AddListener", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES",
-           "DEFAULT_MAX_INFLIGHT", "as_results"]
+__all__ = ["ADD_OK", "AckedAdd", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BYTES", "DEFAULT_MAX_INFLIGHT",
+           "as_results"]
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
 _LEDGER_ID, _ENTRY_ID = attrgetter("ledger_id"), attrgetter("entry_id")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
-
-
-class AddListener(Protocol):
-    def on_add_results(self, bookie_id: str, results: list) -> None: ...
-
-    def on_add_failure(self, bookie_id: str, keys: list[tuple[int, int]], error: BookieError) -> None: ...
-
-
-class AddCallbacks:
-    """An AddListener made of two callables, and a third for runs of OK answers (else they reach the first)."""
-
-    __slots__ = ("on_add_results", "on_add_failure", "on_add_acks")
-
-    def __init__(self, on_add_results: Callable[[str, list], None],
-                 on_add_failure: Callable[[str, list[tuple[int, int]], BookieError], None],
-                 on_add_acks: Callable[[str, list[tuple[int, range]]], None] | None = None) -> None:
-        self.on_add_results = on_add_results
-        self.on_add_failure = on_add_failure
-        self.on_add_acks = on_add_acks or (lambda bookie_id, spans: on_add_results(bookie_id, as_results(spans)))
 
 
 class AddStream:
@@ -346,14 +328,14 @@ class AddStream:
         one listener has them all (one writer: nearly always), else a list each."""
         first = listeners[0] if listeners else None
         if first is not None and listeners.count(first) == len(listeners):
-            _notify(first.on_add_results, self.bookie_id, results)
+            notify(first.on_add_results, self.bookie_id, results)
             return
         groups: dict[int, tuple[AddListener, list]] = {}
         for listener, result in zip(listeners, results):
             if listener is not None:
                 groups.setdefault(id(listener), (listener, []))[1].append(result)
         for listener, answered in groups.values():
-            _notify(listener.on_add_results, self.bookie_id, answered)
+            notify(listener.on_add_results, self.bookie_id, answered)
 
     def _take_runs(self, runs: Iterable) -> tuple[int, list]:
         """How many adds runs of OK answers (docs/protocol.md W9) answer, and the runs split by the listeners of
@@ -379,7 +361,7 @@ class AddStream:
     def _notify_runs(self, groups: list) -> None:
         """Hand each listener its runs, one call each."""
         for listener, spans in groups:
-            _notify(_acks_callback(listener), self.bookie_id, spans)
+            notify(acks_callback(listener), self.bookie_id, spans)
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:
@@ -393,7 +375,7 @@ class AddStream:
         for key, listener in pending.take_all():
             unanswered.setdefault(id(listener), (listener, []))[1].append(key)
         for listener, keys in unanswered.values():
-            _notify(listener.on_add_failure, self.bookie_id, keys, failure)
+            notify(listener.on_add_failure, self.bookie_id, keys, failure)
 
     def _ended_error(self) -> BookieUnavailableError:
         """Why a new add cannot go on this stream (lock held)."""
@@ -406,18 +388,3 @@ class AddStream:
     def _closed_error(self) -> BookieUnavailableError:
         return BookieUnavailableError(f"add stream to bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
                                       status=BookieStatus.CLOSED)
-
-
-def _acks_callback(listener: AddListener):
-    """The listener's ``on_add_acks``, or one that hands the runs to its ``on_add_results``."""
-    callback = getattr(listener, "on_add_acks", None)
-    if callback is not None:
-        return callback
-    return lambda bookie_id, spans: listener.on_add_results(bookie_id, as_results(spans))
-
-
-def _notify(callback, *args) -> None:
-    try:
-        callback(*args)
-    except Exception:  # noqa: BLE001 - a listener's bug must not stop the stream
-        log.exception("add stream listener %r failed", callback)

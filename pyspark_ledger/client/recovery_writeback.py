@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Sequence
 
-from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_listeners import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder
 from pyspark_ledger.client.context import ClientContext
 from pyspark_ledger.errors import BookieError, LedgerError

@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from typing import Protocol, Sequence
 
 from pyspark_ledger.client.add_outbox import AddOutbox
-from pyspark_ledger.client.add_stream import AddListener
+from pyspark_ledger.client.add_listeners import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.bookie_pool import BookiePool

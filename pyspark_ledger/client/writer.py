@@ -56,7 +56,7 @@ from operator import itemgetter
 from pyspark_ledger import entry as entry_format
 from pyspark_ledger.client.add_bookkeeping import OrderedCompletions, WriterOwner
 from pyspark_ledger.client.add_futures import new_future
-from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_listeners import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder, check_payload
 from pyspark_ledger.client.closing import close_leaving_block
 from pyspark_ledger.client.context import ClientContext

@@ -25,7 +25,7 @@ import threading
 from concurrent.futures import Future
 from typing import Iterable, Sequence
 
-from pyspark_ledger.client.add_stream import AddListener
+from pyspark_ledger.client.add_listeners import AddListener
 from pyspark_ledger.client.add_wire import AddResult
 from pyspark_ledger.client.bookie_answers import LacResult, ReadResult, WriteLacResult
 from pyspark_ledger.client.rpc_errors import as_status

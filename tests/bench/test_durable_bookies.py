@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from bench.durable_bookies import DurableBookie, durable_servers, sync_figures
-from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_listeners import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder
 from pyspark_ledger.client.bookie_rpc import BookieClient
 from pyspark_ledger.testing.bookies import free_port

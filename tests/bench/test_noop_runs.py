@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from bench.noop_bookies import start_noop_servers
-from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_listeners import AddCallbacks
 from pyspark_ledger.client.add_wire import AddEncoder
 from pyspark_ledger.client.bookie_rpc import BookieClient
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb

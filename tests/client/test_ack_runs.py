@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyspark_ledger.client.add_stream import AddCallbacks, AddStream
+from pyspark_ledger.client.add_listeners import AddCallbacks
+from pyspark_ledger.client.add_stream import AddStream
 from pyspark_ledger.client.io_loop import acquire_io_loop, release_io_loop
 from pyspark_ledger.errors import AddStreamEndedError, BookieError, InvalidStateError
 from pyspark_ledger.wire.ack_runs import ANSWERS_AS_RUNS, ANSWERS_KEY, RunBuilder, asks_for_runs

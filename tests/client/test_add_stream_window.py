@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from bookie_server.framed_listener import FramedListener
-from pyspark_ledger.client.add_stream import AddCallbacks
+from pyspark_ledger.client.add_listeners import AddCallbacks
 from pyspark_ledger.client.add_wire import encode_add
 from pyspark_ledger.client.bookie_rpc import BookieClient
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
