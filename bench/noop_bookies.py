@@ -26,7 +26,7 @@ import grpc  # noqa: E402
 
 from bookie_server.config import DEFAULT_MAX_INFLIGHT_BYTES  # noqa: E402
 from bookie_server.framed_listener import FramedListener  # noqa: E402
-from bookie_server.config import DEFAULT_MAX_BATCH_ADDS  # noqa: E402
+from bookie_server.config import DEFAULT_MAX_BATCH_ADDS, DEFAULT_MAX_BATCH_BYTES  # noqa: E402
 from bookie_server.limits import arriving_frames_bytes  # noqa: E402
 from bookie_server.listening import grpc_server_options  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
@@ -93,7 +93,7 @@ def serve(servicer: pb_grpc.BookieServicer, port: int, framed: bool = False) -> 
         listener = FramedListener(servicer, _NoMetrics(), f"127.0.0.1:{port}", "127.0.0.1", 0, FRAMED_CONNECTIONS,
                                   FRAMED_MAX_FRAME_BYTES, None,  # large frames received as a bookie's defaults do:
                                   arriving_frames_bytes(DEFAULT_MAX_INFLIGHT_BYTES, FRAMED_MAX_FRAME_BYTES),
-                                  DEFAULT_MAX_BATCH_ADDS)  # and frames received together merged, as a bookie does
+                                  DEFAULT_MAX_BATCH_ADDS, DEFAULT_MAX_BATCH_BYTES)  # frames merged, as a bookie does
         listener.start()
         ready += f" add_port={listener.port}"
     print(ready, flush=True)

@@ -50,7 +50,7 @@ class FramedListener:
 
     def __init__(self, servicer, metrics, bookie_id: str, host: str, port: int, max_connections: int,
                  max_frame_bytes: int, tls: ssl.SSLContext | None = None, arriving_bytes: int = 0,
-                 max_merged_adds: int = 1) -> None:
+                 max_merged_adds: int = 1, max_merged_bytes: int = 0) -> None:
         self._servicer = servicer
         self._tls = tls
         self._metrics = metrics
@@ -59,7 +59,8 @@ class FramedListener:
         self._max_connections = max_connections
         self._max_frame_bytes = max_frame_bytes
         self._arriving = Budget(arriving_bytes)  # large frames' bytes allocated before half of them arrived
-        self._max_merged_adds = max_merged_adds  # frames received together handed on as one batch, up to this
+        # frames received together are handed on as one batch of at most this many adds and bytes
+        self._max_merged_adds, self._max_merged_bytes = max_merged_adds, max_merged_bytes
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a connection ended
@@ -204,7 +205,7 @@ class FramedListener:
 
     def _stream(self, conn, address, opened: Opened) -> None:
         call = FramedServerCall(conn, f"framed:{address[0]}:{address[1]}", opened.answer_runs)
-        requests = FramedRequests(conn, opened, call, self._arriving, self._max_merged_adds)
+        requests = FramedRequests(conn, opened, call, self._arriving, self._max_merged_adds, self._max_merged_bytes)
         answers = self._servicer.AddStream(iter(requests), call)
         status, message, broken = pb.OK, "", False
         try:
@@ -233,14 +234,16 @@ def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedLis
     bound is an InvalidConfigurationError naming ``--add-port``. Frames may be as long as the gRPC port's receive
     limit (``limits.grpc_max_message_bytes``); connections are capped at ``--max-add-streams``; large frames
     arriving are allocated up front within ``limits.arriving_frames_bytes``; frames of small adds received together
-    are handed on as one batch of at most ``--max-batch-adds`` adds (``framed_stream.FramedRequests``)."""
+    are handed on as one batch of at most ``--max-batch-adds`` adds and ``--max-batch-bytes`` bytes
+    (``framed_stream.FramedRequests``)."""
     if config.add_port < 0:
         return None
     max_frame_bytes = grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes)
     try:
         return FramedListener(servicer, metrics, bookie_id, config.host, config.add_port, config.max_add_streams,
                               max_frame_bytes, config.tls.ssl_context() if config.tls is not None else None,
-                              arriving_frames_bytes(config.max_inflight_bytes, max_frame_bytes), config.max_batch_adds)
+                              arriving_frames_bytes(config.max_inflight_bytes, max_frame_bytes), config.max_batch_adds,
+                              config.max_batch_bytes)
     except OSError as exc:
         raise InvalidConfigurationError(
             f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "

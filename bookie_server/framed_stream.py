@@ -128,14 +128,16 @@ class FramedRequests:
     frame that breaks the rules, whose problem the stream's END then gives.
 
     ADDS frames of small adds that one ``recv`` brought together are handed on as one batch (``merge``), up to
-    ``max_merged_adds`` adds: a client that sends each add as soon as it can (docs/protocol.md W10) and a bookie
-    that fell behind then meet as the client's window would have them meet, the adds that waited in the
-    connection stored, committed and answered together instead of one message at a time."""
+    ``max_merged_adds`` adds and ``max_merged_bytes`` bytes (what one AddBatch may hold: a merged batch is never
+    larger than a message the client could have sent, so it fits every budget such a message fits). A client that
+    sends each add as soon as it can (docs/protocol.md W10) and a bookie that fell behind then meet as the client's
+    window would have them meet: the adds that waited in the connection are stored, committed and answered
+    together instead of one message at a time."""
 
     def __init__(self, conn, opened: Opened, call: FramedServerCall, arriving: Budget,
-                 max_merged_adds: int = 1) -> None:
+                 max_merged_adds: int = 1, max_merged_bytes: int = 0) -> None:
         self._conn, self._opened, self._call, self._arriving = conn, opened, call, arriving
-        self._max_merged_adds = max_merged_adds
+        self._max_merged_adds, self._max_merged_bytes = max_merged_adds, max_merged_bytes
         self.problem: str | None = None
 
     def __iter__(self):
@@ -164,7 +166,7 @@ class FramedRequests:
                         return
                     del payload
                     if merged is not None:
-                        joined = merge(merged, batch, self._max_merged_adds)
+                        joined = merge(merged, batch, self._max_merged_adds, self._max_merged_bytes)
                         if joined is None:
                             yield merged
                         merged = batch if joined is None else joined
@@ -202,11 +204,12 @@ class FramedRequests:
             self._call.end()
 
 
-def merge(first: ReceivedBatch, second: ReceivedBatch, max_adds: int) -> ReceivedBatch | None:
+def merge(first: ReceivedBatch, second: ReceivedBatch, max_adds: int, max_bytes: int) -> ReceivedBatch | None:
     """``first``'s adds then ``second``'s as one batch, if both are of small adds (neither decoded in place: large
-    bodies are views of their own frames, and travel alone) and together hold at most ``max_adds`` adds; else
-    None. The size is the sum of both sizes on the wire."""
-    if first.in_place or second.in_place or len(first.adds) + len(second.adds) > max_adds:
+    bodies are views of their own frames, and travel alone) and together hold at most ``max_adds`` adds and
+    ``max_bytes`` bytes on the wire; else None. The size is the sum of both sizes on the wire."""
+    if (first.in_place or second.in_place or len(first.adds) + len(second.adds) > max_adds
+            or first.nbytes + second.nbytes > max_bytes):
         return None
     adds = first.adds if isinstance(first.adds, list) else list(first.adds)
     adds.extend(second.adds)

@@ -1,6 +1,6 @@
 """Frames of small adds that one receive brought are handed on as one batch (``framed_stream.FramedRequests``,
-``merge``; docs/protocol.md W10, W11): in their order, never past ``max_merged_adds`` adds, never with a large add
-decoded in place, and the adds before a frame that breaks the rules or before the END are still served.
+``merge``; docs/protocol.md W10, W11): in their order, never past ``max_merged_adds`` adds or ``max_merged_bytes``
+bytes, never with a large add decoded in place, and the adds before a frame that breaks the rules or before the END are still served.
 
 The reader runs in this process over a socket pair: everything is written before it reads, so that one receive
 brings every frame."""
@@ -27,7 +27,8 @@ def adds(first: int, count: int, size: int = 100) -> bytes:
                                             for entry_id in range(first, first + count)))
 
 
-def read_all(data: bytes, max_merged_adds: int) -> tuple[list[ReceivedBatch], str | None]:
+def read_all(data: bytes, max_merged_adds: int, max_merged_bytes: int = 1 << 20
+             ) -> tuple[list[ReceivedBatch], str | None]:
     """Every batch ``FramedRequests`` hands on for ``data`` (written whole first, then the writer half-closes)."""
     server, client = socket.socketpair()
     try:
@@ -35,7 +36,7 @@ def read_all(data: bytes, max_merged_adds: int) -> tuple[list[ReceivedBatch], st
         assert rules.check(Kind.HELLO) is None  # past the handshake, as the listener hands it over
         opened = Opened(frames.FrameReader(64 << 20), rules, [], False)
         requests = FramedRequests(server, opened, FramedServerCall(server, "peer", False), Budget(1 << 30),
-                                  max_merged_adds)
+                                  max_merged_adds, max_merged_bytes)
         sender = threading.Thread(target=lambda: (client.sendall(data), client.shutdown(socket.SHUT_WR)))
         sender.start()
         sender.join(10)
@@ -67,6 +68,16 @@ def test_a_merged_batch_never_holds_more_than_the_limit_and_a_frame_over_it_stay
     assert list(map(len, ids(batches))) == [3, 10, 3]  # the 10 are the add stream's to refuse (--max-batch-adds)
 
 
+def test_a_merged_batch_never_holds_more_bytes_than_one_add_batch_may():
+    """Never larger than a message the client could have sent (``--max-batch-bytes``), so it fits every budget
+    such a message fits."""
+    frame_bytes = len(adds(1, 1)) - frames.HEADER.size  # (entry 0 is shorter: proto3 leaves a 0 id out)
+    batches, _ = read_all(b"".join(adds(entry_id, 1) for entry_id in range(1, 8)) + frames.end(pb.OK), 1_000,
+                          3 * frame_bytes)
+    assert list(map(len, ids(batches))) == [3, 3, 1]
+    assert max(batch.nbytes for batch in batches) == 3 * frame_bytes
+
+
 def test_without_merging_each_frame_is_its_own_batch():
     batches, _ = read_all(b"".join(adds(entry_id, 1) for entry_id in range(4)) + frames.end(pb.OK), 1)
     assert ids(batches) == [[0], [1], [2], [3]]
@@ -96,7 +107,8 @@ def test_a_connection_gone_without_its_end_still_hands_on_what_arrived():
 def test_merge_keeps_both_sizes_and_refuses_in_place_or_over_the_limit():
     small = ReceivedBatch(pb.AddBatch.FromString(adds(0, 2)[frames.HEADER.size:]).adds, 10, False)
     other = ReceivedBatch([pb.AddRequest(entry_id=9)], 4, False)
-    joined = merge(small, other, 3)
+    assert merge(small, other, 3, 13) is None  # 14 bytes
+    joined = merge(small, other, 3, 14)
     assert [add.entry_id for add in joined.adds] == [0, 1, 9] and joined.nbytes == 14 and not joined.in_place
-    assert merge(joined, other, 3) is None
-    assert merge(other, ReceivedBatch([pb.AddRequest(entry_id=5)], 4, True), 10) is None
+    assert merge(joined, other, 3, 100) is None  # 4 adds
+    assert merge(other, ReceivedBatch([pb.AddRequest(entry_id=5)], 4, True), 10, 100) is None
