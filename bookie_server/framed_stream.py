@@ -165,14 +165,12 @@ class FramedRequests:
                         self.problem = problem
                         return
                     del payload
-                    if merged is not None:
-                        joined = merge(merged, batch, self._max_merged_adds, self._max_merged_bytes)
-                        if joined is None:
-                            yield merged
-                        merged = batch if joined is None else joined
-                    else:
-                        merged = batch
-                    del batch
+                    joined = None if merged is None else merge(merged, batch, self._max_merged_adds,
+                                                               self._max_merged_bytes)
+                    if merged is not None and joined is None:  # it cannot take this frame's adds: it goes first
+                        yield merged
+                    merged = joined or batch
+                    del batch, joined
                 if merged is not None:
                     yield merged
                     merged = None
