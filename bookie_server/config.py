@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="without --journal-write-data, still copy bodies up to this size into the journal: a group "
              "commit of small entries then needs one fsync, not two (0: references only)")
     add("--journal-preallocate-bytes", type=_non_negative_int, default=4 * MiB,
-        help="extend the journal file with zeros this many bytes ahead of its records, so a group commit's "
-             "fdatasync changes no file metadata (0: plain appends)")
+        help="extend the journal file with zeros this many bytes ahead of its records (written and fsync'd by "
+             "a thread of their own), so a group commit's fdatasync changes no file metadata (0: plain appends)")
     add("--disk-usage-threshold", type=_fraction, default=0.95,
         help="turn read-only (refuse adds, register as read-only) when a disk of the bookie is fuller than this")
     add("--disk-usage-lwm", type=_fraction, default=0.90,

@@ -6,7 +6,8 @@ at most ``journal_max_wait_ms`` after the first was queued), writes them with
 one ``writev`` that ends with a COMMIT record (the group's record count and
 length; see ``journal_format``), fsyncs once, then calls each callback with
 ``True``. Each file starts with a FILE_HEADER record (format version 2),
-fsync'd at creation.
+fsync'd at creation, and runs ahead of its records with zeros that a thread
+of their own writes and fsyncs (``journal_space``, docs/protocol.md B7).
 
 Leading (docs/protocol.md B1): a caller may ask to commit its own submission
 (``submit(..., lead=True)``). When no group commit is running or being formed
@@ -24,7 +25,7 @@ every queued one completes with ``False``, the journal stops for good
 (``failure`` is set, later ``submit`` calls return ``False``) and the bytes
 already in the file stay as they are: a torn last batch (no COMMIT record
 after its damage) is truncated away by replay at the next start. An fsync is never retried, since after a failed
-fsync the kernel may have dropped the dirty pages.
+fsync the kernel may have dropped the dirty pages; a failed fsync of the zeros ahead fails the next group commit.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all
 from bookie_server.journal_format import encode_commit, encode_file_header
+from bookie_server.journal_space import JournalSpace
 from bookie_server.storage_config import StorageConfig
 from pyspark_ledger.errors import StorageError
 
@@ -46,7 +48,6 @@ log = logging.getLogger(__name__)
 
 JOURNAL_SUFFIX = ".txn"
 _DROP_STEP = 1024 * 1024
-_ZERO_CHUNK = 1 << 20  # zeros written per pwrite when the file is preallocated
 _PAGE = 4096
 # Test hook: with this set to N, the fsync of the (N+1)-th group commit of the process fails with EIO, as a
 # failing disk's would (there is no failing block device to test with; see tests/bookie/test_storage_failure.py).
@@ -106,7 +107,6 @@ class Journal:
         self._max_bytes = config.journal_max_batch_bytes
         self._file_size = config.journal_file_size
         self._prealloc = config.journal_preallocate_bytes
-        self._allocated = 0  # the current file's size: zeros from ``_offset`` on, if preallocated
         self._on_sync = on_sync
         self._before_write = before_write
         self._lock = threading.Lock()  # taken alone where nobody waits or is woken (a C-level ``with``)
@@ -117,7 +117,7 @@ class Journal:
         self._failure: StorageError | None = None
         self._file_id = first_file_id
         self._fd, self._offset = self._create_file(first_file_id)
-        self._allocated = self._offset
+        self._space = self._new_space(first_file_id, self._offset)  # the zeros ahead of the records
         self._dropped = 0  # page cache of the current file dropped below this offset
         self._synced = JournalMark(first_file_id, self._offset)
         self._submitted = 0  # submissions accepted so far; they are written in this order
@@ -291,7 +291,7 @@ class Journal:
                 self._before_write()
             if nbytes:  # an empty group (flushes only) writes nothing
                 chunks.append(encode_commit(records, nbytes))
-                self._preallocate(self._offset + nbytes + len(chunks[-1]))  # the records, then COMMIT
+                self._space.claim(self._offset, self._offset + nbytes + len(chunks[-1]), self._fd)  # records, COMMIT
             written = write_all(self._fd, chunks)
             started = time.monotonic()
             if _FAULT_FSYNC_AFTER is not None and self._commits_before_fault() <= 0:
@@ -326,35 +326,22 @@ class Journal:
             log.debug("cannot drop cached pages of journal file %d: %s", self._file_id, exc)
         self._dropped = upto
 
-    def _preallocate(self, end: int) -> None:
-        """Zeros written (not synced: the group commit's fdatasync covers them) from the file's end up to at least
-        ``end`` plus ``journal_preallocate_bytes``, when ``end`` is past what the file has."""
-        if not self._prealloc or end <= self._allocated:
-            return
-        target = end + self._prealloc
-        zeros = bytes(min(_ZERO_CHUNK, target - self._allocated))
-        position = self._allocated
-        try:
-            while position < target:
-                position += os.pwrite(self._fd, zeros[:target - position], position)
-        except OSError as exc:  # e.g. a disk nearly full: the records are written without (all of) it
-            log.warning("journal file %d: cannot preallocate %d bytes at offset %d (%s); writing without",
-                        self._file_id, target - position, position, exc)
-        self._allocated = position
+    def _new_space(self, file_id: int, size: int) -> JournalSpace:
+        return JournalSpace(journal_path(self._dir, file_id), size, self._prealloc)
 
     def _cut_preallocation(self) -> None:
-        """Cut the current file to its records (a closed file ends with its last group commit) and sync it."""
-        if self._allocated > self._offset:
+        """Stop the zeros of the current file and cut it to its records (a closed file ends with its last group
+        commit), synced."""
+        if self._space.stop() > self._offset:
             os.ftruncate(self._fd, self._offset)
             os.fdatasync(self._fd)
-        self._allocated = self._offset
 
     def _rotate(self) -> None:
         self._cut_preallocation()
         fd, offset = self._create_file(self._file_id + 1)
         os.close(self._fd)
         self._fd, self._file_id, self._offset, self._dropped = fd, self._file_id + 1, offset, 0
-        self._allocated = offset
+        self._space = self._new_space(self._file_id, offset)
 
     def _create_file(self, file_id: int) -> tuple[int, int]:
         """A new file holding its FILE_HEADER record, durable with its directory entry: (fd, its size). Records are

@@ -52,7 +52,9 @@ class StorageConfig:
     ``fdatasync`` overwrites blocks the file already has and changes no
     metadata: on ext4 such a sync needs no file-system journal commit, which
     would also wait for the entry logs' dirty pages (an add paced alone waited
-    about twice as long without it). A file is cut to its records when it is
+    about twice as long without it). The zeros are written and fsync'd by a
+    thread of their own, a step of at most 1 MiB at a time, so that no group
+    commit writes them out with its records (docs/protocol.md B7). A file is cut to its records when it is
     rotated or closed; after a crash replay truncates the zeros as it does a
     torn tail. 0 appends without preallocating.
     """
