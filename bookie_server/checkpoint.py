@@ -192,7 +192,7 @@ class Checkpointer:
             return  # nothing happened since the last checkpoint
         failed: dict[int, Exception] = {}
         try:
-            self._entry_logger.sync()
+            self._entry_logger.sync(paced=True)  # (written out a step at a time: the journals share the disk)
             written = self._write_chunks(keys, failed)
             with self._lock:
                 snapshot = self._states.snapshot(self._index.durable_pages, force=not self._snapshot_exists)

@@ -7,11 +7,10 @@ Each record is::
     8  ledger id u64, 16 entry id i64, 24 body length u32
     28 body
 
-A batch of records goes to the kernel with one ``writev`` (page cache only),
-and each ``WRITE_BEHIND_STEP`` of a log's bytes is handed to the kernel's
-writeback at once (``sync_file_range``, no fsync), so that a checkpoint's
-fsync does not flood the disk the journal's group commits share;
-``sync`` fsyncs every log written since the previous sync: at checkpoint time,
+A batch of records goes to the kernel with one ``writev`` (page cache only);
+``sync`` fsyncs every log written since the previous sync: at checkpoint time
+(``paced``: first written out a ``WRITE_OUT_STEP`` at a time, each step waited
+for, so that the disk the journal's group commits share is never flooded),
 and before each journal group commit when the journal holds references
 instead of entry bodies (``StorageConfig.journal_write_data`` off). Once
 durable, all but the newest ``cache_window`` bytes leave the page cache, so
@@ -39,7 +38,7 @@ from typing import Iterable, NamedTuple
 import crc32c
 
 from bookie_server.entry_log_usage import USAGE_SUFFIX, LogUsage, load_usage, usage_path, write_usage
-from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, start_writeback, write_all
+from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all, write_out
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
 log = logging.getLogger(__name__)
@@ -54,9 +53,10 @@ _SMALL_READ = 64 * 1024  # below this, header and body are read with one pread
 CACHE_WINDOW = 64 * 1024 * 1024  # durable bytes of the newest logs left in the page cache (tailing reads)
 _DROP_STEP = 1024 * 1024
 _PAGE = 4096
-# Written bytes of a log after which the appending thread asks the kernel to start writing them out (no fsync):
-# the checkpoint's fsync then finds little left, instead of every entry since the last checkpoint at once.
-WRITE_BEHIND_STEP = 1024 * 1024
+# A checkpoint writes a log's unsynced bytes out this many at a time, each step waited for, before its fsync: the
+# disk's queue never holds more than a step of them, so the journals' group commits are not stuck behind all the
+# entries since the last checkpoint at once.
+WRITE_OUT_STEP = 1024 * 1024
 
 
 class EntryLocation(NamedTuple):
@@ -81,6 +81,7 @@ class EntryLogger:
         self._unsynced: set[int] = set()
         self._written: dict[int, int] = {}  # log id -> end of its last append
         self._dropped: dict[int, int] = {}  # log id -> offset below which its page cache was dropped
+        self._synced_end: dict[int, int] = {}  # log id -> its end at its last sync
         self._dir_dirty = False
         self._closed = False
         self._readers: dict[int, int] = {}  # log id -> reads in progress (a removed log's fd waits for them)
@@ -88,7 +89,6 @@ class EntryLogger:
         existing = numbered_files(directory, LOG_SUFFIX)
         self._log_id = (existing[-1][0] if existing else 0) + 1  # created at the first append
         self._offset = 0
-        self._behind = 0
         self._started = False
         self._usage = {log_id: _load_usage(path) for log_id, path in existing}
         _remove_orphan_usage_files(directory, set(self._usage))
@@ -123,13 +123,8 @@ class EntryLogger:
         usage = self._usage[log_id]
         for ledger_id, nbytes in ledger_bytes.items():
             usage.add(ledger_id, nbytes)
-        fd = self._fds[log_id]
-        write_all(fd, chunks)
+        write_all(self._fds[log_id], chunks)
         self._offset = offset
-        if offset - self._behind >= WRITE_BEHIND_STEP:  # (the log's older bytes were asked for already)
-            upto = offset & ~(_PAGE - 1)
-            start_writeback(fd, self._behind, upto - self._behind)
-            self._behind = upto
         with self._lock:  # only after the write: a sync that cleared the set before it must not cover it
             self._unsynced.add(log_id)
             self._written[log_id] = offset
@@ -187,6 +182,7 @@ class EntryLogger:
             self._unsynced.discard(log_id)
             self._written.pop(log_id, None)
             self._dropped.pop(log_id, None)
+            self._synced_end.pop(log_id, None)
             if fd is not None and self._readers.get(log_id):
                 self._retired[log_id], fd = fd, None
         if fd is not None:
@@ -207,9 +203,11 @@ class EntryLogger:
             with self._lock:
                 self._unsynced.add(log_id)
 
-    def sync(self) -> None:
+    def sync(self, paced: bool = False) -> None:
         """fsync every log written since the last sync (and the directory if a log was created), then let
-        the kernel drop the cached pages of what is durable, but for the last ``cache_window`` bytes."""
+        the kernel drop the cached pages of what is durable, but for the last ``cache_window`` bytes. ``paced``
+        (a checkpoint's): each log's bytes since its last sync are first written out a ``WRITE_OUT_STEP`` at a
+        time (``files.write_out``)."""
         with self._lock:
             pending = sorted(self._unsynced)
             self._unsynced.clear()
@@ -217,7 +215,9 @@ class EntryLogger:
             synced = [(log_id, self._fds[log_id], self._written.get(log_id, 0))
                       for log_id in pending if log_id in self._fds]
         try:
-            for _, fd, _ in synced:
+            for log_id, fd, end in synced:
+                if paced:
+                    write_out(fd, self._synced_end.get(log_id, 0) & ~(_PAGE - 1), end, WRITE_OUT_STEP)
                 os.fsync(fd)
             if dir_dirty:
                 fsync_dir(self._dir)
@@ -227,6 +227,7 @@ class EntryLogger:
                 self._dir_dirty = self._dir_dirty or dir_dirty
             raise
         for log_id, fd, end in synced:
+            self._synced_end[log_id] = end
             self._drop_cached(log_id, fd, end)
 
     def _drop_cached(self, log_id: int, fd: int, durable_end: int) -> None:
@@ -264,7 +265,6 @@ class EntryLogger:
             self._dir_dirty = True
         self._usage[log_id] = LogUsage()
         self._log_id, self._offset, self._started = log_id, 0, True
-        self._behind = 0  # the current log's bytes below this were handed to the kernel's writeback
 
     def _seal(self, log_id: int) -> None:
         """Persist a log's usage once nothing more goes into it; a failure only costs a scan at the next start."""

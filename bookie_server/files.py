@@ -21,14 +21,16 @@ except (ValueError, OSError):  # pragma: no cover - every Linux has it
 
 Buffer = bytes | bytearray | memoryview
 log = logging.getLogger(__name__)
-_SYNC_FILE_RANGE_WRITE = 2  # Linux: start writing the range's dirty pages out, do not wait
+# Linux's sync_file_range flags: wait for pages already being written, start writing the range's dirty pages,
+# wait for them
+_WRITE_AND_WAIT = 1 | 2 | 4
 
 
 def _sync_file_range():
     """libc's ``sync_file_range`` (Linux), or None where there is none."""
     try:
         function = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):  # not Linux: no write-behind, the checkpoint's fsync writes it all
+    except (AttributeError, OSError):  # not Linux: the checkpoint's fsync writes it all at once
         return None
     function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     function.restype = ctypes.c_int
@@ -75,15 +77,18 @@ def _finish_short_write(fd: int, group: Sequence[Buffer], written: int) -> None:
             view = view[count:]
 
 
-def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
-    """Ask the kernel to start writing the dirty pages of ``nbytes`` from ``offset`` to the disk, without waiting
-    and without making anything durable (no fsync: no cache flush, no metadata); False where it cannot be asked
-    (no ``sync_file_range``) or refused (logged at debug: it only spreads out writes a later fsync makes)."""
-    if _SYNC_RANGE is None or nbytes <= 0:
+def write_out(fd: int, start: int, end: int, step: int) -> bool:
+    """Write the file's dirty pages from ``start`` to ``end`` to the disk ``step`` bytes at a time, each step
+    waited for before the next is started (``sync_file_range``; no cache flush, no metadata: an fsync must follow
+    for durability), so that the disk's queue never holds more than a step of them; False where it cannot be
+    asked (no ``sync_file_range``) or refused (logged at debug: the fsync that follows writes what is left)."""
+    if _SYNC_RANGE is None:
         return False
-    if _SYNC_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE) != 0:
-        log.debug("sync_file_range(%d, %d, %d) failed: %s", fd, offset, nbytes, os.strerror(ctypes.get_errno()))
-        return False
+    for offset in range(start, end, step):
+        if _SYNC_RANGE(fd, offset, min(step, end - offset), _WRITE_AND_WAIT) != 0:
+            log.debug("sync_file_range(%d, %d, %d) failed: %s", fd, offset, min(step, end - offset),
+                      os.strerror(ctypes.get_errno()))
+            return False
     return True
 
 

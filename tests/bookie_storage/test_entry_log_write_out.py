@@ -1,0 +1,79 @@
+"""A checkpoint's paced write-out of the entry logs (``EntryLogger.sync(paced=True)``, ``WRITE_OUT_STEP``): each
+log's bytes since its last sync are written out a step at a time before the fsync, once, from a page boundary, never
+past what was written; the journal's own syncs (``paced=False``) go straight to the fsync; ``files.write_out`` asks a
+real kernel (Linux)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from bookie_server import entry_log as entry_log_module
+from bookie_server.entry_log import HEADER_SIZE, WRITE_OUT_STEP, EntryLogger
+from bookie_server.files import write_out
+
+PAGE = 4096
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    calls: list[tuple[int, int, int, int]] = []
+
+    def record(fd: int, start: int, end: int, step: int) -> bool:
+        calls.append((fd, start, end, step))
+        return write_out(fd, start, end, step)
+    monkeypatch.setattr(entry_log_module, "write_out", record)
+    return calls
+
+
+def append(logger: EntryLogger, first: int, count: int, size: int) -> int:
+    body = os.urandom(size)
+    logger.append_batch([(1, entry_id, body) for entry_id in range(first, first + count)])
+    return count * (HEADER_SIZE + size)
+
+
+def test_a_paced_sync_writes_out_what_the_last_sync_left_and_a_plain_one_does_not(tmp_path, asked):
+    logger = EntryLogger(tmp_path, max_log_size=1 << 40)
+    end = append(logger, 0, 300, 10_000)  # about 3 MB
+    logger.sync()  # a journal group commit's sync: no write-out
+    assert asked == []
+    logger.sync(paced=True)  # nothing new since
+    assert [(start, stop) for _, start, stop, _ in asked] in ([], [(end & ~(PAGE - 1), end)])
+    asked.clear()
+    end2 = end + append(logger, 300, 500, 10_000)
+    logger.sync(paced=True)
+    (fd, start, stop, step), = asked
+    assert start == end & ~(PAGE - 1) and stop == end2 and step == WRITE_OUT_STEP  # from the last sync's page on
+    logger.close()
+
+
+def test_each_log_is_written_out_from_its_own_last_sync(tmp_path, asked):
+    logger = EntryLogger(tmp_path, max_log_size=2 * WRITE_OUT_STEP)
+    for first in range(0, 12, 2):  # 3 MiB in 512 KiB adds: a second log after 2 MiB
+        append(logger, first, 2, WRITE_OUT_STEP // 4 - HEADER_SIZE)
+    logger.sync(paced=True)
+    assert len({fd for fd, _, _, _ in asked}) == 2
+    assert {start for _, start, _, _ in asked} == {0}
+    logger.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_kernel_is_asked_for_real(tmp_path):
+    path = tmp_path / "data"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, os.urandom(3 * WRITE_OUT_STEP + 100))
+        assert write_out(fd, 0, 3 * WRITE_OUT_STEP + 100, WRITE_OUT_STEP) is True
+    finally:
+        os.close(fd)
+    assert write_out(fd, 0, PAGE, WRITE_OUT_STEP) is False  # a closed descriptor: refused, not raised
+
+
+def test_a_checkpoint_writes_the_entry_logs_out_paced(open_storage, asked):
+    from tests.bookie_storage.entries import add_op
+    storage = open_storage(journal_write_data=False, journal_inline_max_bytes=64 * 1024)  # bodies in the journal too
+    assert storage.add_entries([add_op(1, entry_id) for entry_id in range(50)]).result(30)
+    assert asked == []  # the group commits of small entries do not write the entry logs out
+    storage.checkpoint()
+    assert asked and all(step == WRITE_OUT_STEP for _, _, _, step in asked)
