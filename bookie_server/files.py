@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import fcntl
 import logging
 import os
@@ -80,15 +81,19 @@ def _finish_short_write(fd: int, group: Sequence[Buffer], written: int) -> None:
 def write_out(fd: int, start: int, end: int, step: int) -> bool:
     """Write the file's dirty pages from ``start`` to ``end`` to the disk ``step`` bytes at a time, each step
     waited for before the next is started (``sync_file_range``; no cache flush, no metadata: an fsync must follow
-    for durability), so that the disk's queue never holds more than a step of them; False where it cannot be
-    asked (no ``sync_file_range``) or refused (logged at debug: the fsync that follows writes what is left)."""
+    for durability), so that the disk's queue never holds more than a step of them; False where there is no
+    ``sync_file_range`` (the fsync that follows writes it all). Raises OSError as an fsync would: a writeback error
+    that ``sync_file_range`` reports is reported to this descriptor once only, so the fsync after it would not
+    see it again."""
     if _SYNC_RANGE is None:
         return False
     for offset in range(start, end, step):
         if _SYNC_RANGE(fd, offset, min(step, end - offset), _WRITE_AND_WAIT) != 0:
-            log.debug("sync_file_range(%d, %d, %d) failed: %s", fd, offset, min(step, end - offset),
-                      os.strerror(ctypes.get_errno()))
-            return False
+            code = ctypes.get_errno()
+            if code == errno.ENOSYS:
+                return False
+            raise OSError(code, f"sync_file_range of {min(step, end - offset)} bytes at offset {offset} failed: "
+                                f"{os.strerror(code)}")
     return True
 
 
@@ -133,7 +138,7 @@ def make_private_dir(directory: Path) -> None:
         return
     mode = stat.S_IMODE(os.stat(directory).st_mode)
     if mode & 0o077:
-        logging.getLogger(__name__).warning(
+        log.warning(
             "directory %s is open to group or others (mode %o): it holds ledger entries and keys; run: chmod 700 %s",
             directory, mode, directory)
 

@@ -4,6 +4,8 @@ past what was written; the journal's own syncs (``paced=False``) go straight to 
 real kernel (Linux)."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import sys
 
@@ -67,7 +69,30 @@ def test_the_kernel_is_asked_for_real(tmp_path):
         assert write_out(fd, 0, 3 * WRITE_OUT_STEP + 100, WRITE_OUT_STEP) is True
     finally:
         os.close(fd)
-    assert write_out(fd, 0, PAGE, WRITE_OUT_STEP) is False  # a closed descriptor: refused, not raised
+    with pytest.raises(OSError):  # a closed descriptor: refused as an fsync would be
+        write_out(fd, 0, PAGE, WRITE_OUT_STEP)
+
+
+def test_a_writeback_error_is_raised_not_swallowed_and_the_checkpoint_fails(open_storage, monkeypatch):
+    """sync_file_range reports a writeback error to its descriptor once: swallowed, the fsync after it would pass
+    and the checkpoint would move the mark past entries that are not on the disk (docs/protocol.md B2)."""
+    from bookie_server import files
+    from pyspark_ledger.errors import StorageError
+    from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+    from tests.bookie_storage.entries import add_op
+
+    def failing(fd, offset, nbytes, flags):
+        ctypes.set_errno(errno.EIO)
+        return -1
+    monkeypatch.setattr(files, "_SYNC_RANGE", failing)
+    with pytest.raises(OSError) as caught:
+        write_out(0, 0, PAGE, WRITE_OUT_STEP)
+    assert caught.value.errno == errno.EIO
+    storage = open_storage(journal_write_data=False, journal_inline_max_bytes=64 * 1024)
+    assert storage.add_entries([add_op(1, entry_id) for entry_id in range(50)]).result(30)
+    with pytest.raises(StorageError, match="checkpoint failed"):
+        storage.checkpoint()
+    assert storage.add_entries([add_op(1, 50)]).result(30) == [pb.IO_ERROR]  # no more adds until a restart
 
 
 def test_a_checkpoint_writes_the_entry_logs_out_paced(open_storage, asked):
