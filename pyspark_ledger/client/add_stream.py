@@ -10,8 +10,10 @@ a framed call, 1 on gRPC, set once the call is open): adds queued while the
 window is full leave together once an answer frees a place, before that
 answer reaches its listeners. A call that can send without a coroutine
 (``write_now``, a framed call, docs/protocol.md W11) is written to straight from
-the kick or the answer that let a batch go, while the writing coroutine is idle.
-For each
+the kick or the answer that let a batch go, while the writing coroutine is idle; a send made on the loop thread
+(a writer's) to such a call with nothing unanswered writes its adds itself, before it returns, instead of
+kicking: a paced add's first write then waits for no turn of the loop (docs/measurements.md, "Adds written by
+the send that queued them, session 28"). For each
 AddResultBatch it calls ``listener.on_add_results(bookie_id, results)`` once,
 with the ``AddResult`` messages of that listener's adds in the bookie's
 durability order. A bookie that answers in runs (docs/protocol.md W9, asked
@@ -127,6 +129,8 @@ class AddStream:
             was_empty = not self._queue
             self._queue.extend(list(map(_SECOND, adds)))
         if was_empty:
+            if self._writer_idle and self._io.in_loop_thread() and not self._window.unanswered and self._write_now():
+                return  # an idle stream sent to from the loop: written now, not a turn of the loop later
             self._io.kick(id(self), self._flush)
 
     def _refuse_repeat(self, ledger_id: int, entry_id: int) -> None:

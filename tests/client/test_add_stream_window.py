@@ -259,3 +259,36 @@ def test_a_held_batch_leaves_before_the_listeners_of_the_answer_that_freed_its_p
     assert done.wait(10) and answered == [0, 1, 2, 3, 4]
     assert arrived_while_first_listened == [True]
     assert scripted.messages == [[0], [1, 2, 3, 4]]
+
+
+def test_a_send_on_the_loop_thread_to_an_idle_framed_stream_writes_before_it_returns(bookie, stream_to, monkeypatch):
+    """A writer sends from the network thread: when its stream's writer is idle and the window has room, the add
+    is written by that ``send`` itself, not one turn of the loop later (the paced add's first write); sent from
+    any other thread it goes through the loop, as before."""
+    from pyspark_ledger.client import framed_call
+    scripted, framed = bookie[0], bool(bookie[2])
+    if not framed:
+        pytest.skip("gRPC writes only from the stream's coroutine")
+    written: list[int] = []
+    real_write_now = framed_call.FramedCall.write_now
+    monkeypatch.setattr(framed_call.FramedCall, "write_now",
+                        lambda call, batch: (written.append(len(batch)), real_write_now(call, batch))[1])
+    stream = stream_to(None)
+    listener = AddCallbacks(lambda bookie_id, results: None, lambda bookie_id, keys, error: None)
+    stream.send(LEDGER, [(0, encode_add(LEDGER, 0, KEY, b"x" * 100))], listener)  # opens the connection
+    scripted.received(1)
+    scripted.release(1)
+    wait_until(lambda: stream.pending == 0, 10, "the first add answered")
+
+    async def send_and_count(entry_id: int) -> int:
+        before = len(written)
+        stream.send(LEDGER, [(entry_id, encode_add(LEDGER, entry_id, KEY, b"x" * 100))], listener)
+        return len(written) - before
+    assert stream._io.run(send_and_count(1)) == 1
+    assert scripted.received(2) == [[0], [1]]
+    scripted.release(1)
+    wait_until(lambda: stream.pending == 0, 10, "the second add answered")
+    before = len(written)
+    stream.send(LEDGER, [(2, encode_add(LEDGER, 2, KEY, b"x" * 100))], listener)  # this thread: the loop writes
+    assert scripted.received(3) == [[0], [1], [2]] and len(written) == before + 1
+    scripted.release(1)
