@@ -288,14 +288,13 @@ class AddStream:
     async def _read_answers(self, call: grpc.aio.StreamStreamCall) -> BookieError | None:
         """Deliver answers until the bookie ends the stream; the error that ended it, if any."""
         try:
+            if getattr(call, "answers_to", None) is not None:  # a framed call: answers taken as they arrive
+                return await self._take_answers_as_they_arrive(call)
             while True:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return None
-                # docs/protocol.md W9: a message's runs come before its results
-                answered, runs = self._take_runs(response.acked) if response.acked else (0, None)
-                results = self._take_results(response.results) if response.results else None
-                answered += len(results[0]) if results else 0
+                answered, runs, results = self._take_answers(response)
                 try:
                     if self._window.answered(answered):  # batches held back by the window (W10) may go
                         if not (self._writer_idle and self._write_now()):
@@ -303,10 +302,7 @@ class AddStream:
                             if self._queue:  # one waits: it leaves before the listeners run, so the bookie
                                 await asyncio.sleep(0)  # is not kept waiting on them
                 finally:
-                    if runs:
-                        self._notify_runs(runs)
-                    if results:
-                        self._notify_results(*results)
+                    self._listen(runs, results)
         except grpc.RpcError as exc:
             return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
         except BookieError as exc:  # a framed call's failure (docs/protocol.md W11), or a malformed answer
@@ -315,6 +311,51 @@ class AddStream:
         finally:
             self._answers_ended = True
             self._wakeup.set()  # the writer stops too
+
+    async def _take_answers_as_they_arrive(self, call) -> None:
+        """``_read_answers`` for a framed call, which hands answers over as their bytes arrive (``answers_to``):
+        each is delivered in the loop's turn that received it, with no task to wake per answer. The call's
+        failure is raised here, as ``call.read`` raises it. A batch the answer lets go is written before the
+        listeners run (the writing coroutine of a framed call is idle unless it waits for the socket to drain)."""
+        await call.open()
+        ended = asyncio.get_running_loop().create_future()
+
+        def arrived() -> None:
+            try:
+                while not ended.done():
+                    response = call.read_nowait()
+                    if response is None:
+                        return
+                    if response is grpc.aio.EOF:
+                        ended.set_result(None)
+                        return
+                    answered, runs, results = self._take_answers(response)
+                    try:
+                        if self._window.answered(answered) and not (self._writer_idle and self._write_now()):
+                            self._wakeup.set()
+                    finally:
+                        self._listen(runs, results)
+            except Exception as exc:  # noqa: BLE001 - raised by the reading coroutine, as read() raises it
+                if not ended.done():
+                    ended.set_exception(exc)
+        call.answers_to(arrived)
+        try:
+            await ended
+        finally:
+            call.answers_to(None)
+
+    def _take_answers(self, response) -> tuple[int, list | None, tuple | None]:
+        """How many adds one AddResultBatch answers, its runs and its results, taken off the adds in flight (runs
+        first: docs/protocol.md W9)."""
+        answered, runs = self._take_runs(response.acked) if response.acked else (0, None)
+        results = self._take_results(response.results) if response.results else None
+        return answered + (len(results[0]) if results else 0), runs, results
+
+    def _listen(self, runs: list | None, results: tuple | None) -> None:
+        if runs:
+            self._notify_runs(runs)
+        if results:
+            self._notify_results(*results)
 
     def _take_results(self, results: Iterable) -> tuple[list, list]:
         """The answers and the listeners of their adds (None where nobody awaits one on this stream), which

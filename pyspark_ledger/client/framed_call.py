@@ -9,7 +9,9 @@ which must name the bookie the client meant to reach. With an ``ssl_context`` (a
 connection is TLS, and the bookie's certificate must be valid for the host the client connects to, as on gRPC.
 ``write_now`` is ``write`` without a coroutine, for a caller already on the loop; ``may_write_now`` says whether
 it may be used (the connection is open, and its send buffer below the transport's high-water mark: past it,
-``write`` waits until it drained).
+``write`` waits until it drained). ``answers_to(handler)`` is ``read`` without a coroutine: the handler is called
+as answers arrive and takes them with ``read_nowait``, so an answer reaches the stream in the loop's turn that
+received its bytes, with no task to wake.
 
 ``open()`` connects (and handshakes) ahead of any write. When that fails because the port cannot be reached
 at all -- no TCP connection within ``CONNECT_TIMEOUT_S`` (a TLS handshake the bookie refused does not count), no
@@ -30,6 +32,7 @@ import asyncio
 import collections
 import socket
 import ssl
+from typing import Callable
 
 import grpc.aio
 
@@ -67,6 +70,8 @@ class FramedCall:
         self._paused = False
         self._drained: asyncio.Future | None = None  # a write waiting for the send buffer to drain
         self._cancelled = False
+        self._handler: Callable[[], None] | None = None  # takes answers as they arrive (``answers_to``)
+        self._handling = False
         self.granted_flags = 0
         self.fallback_ok = False  # the port could not be reached at all: nothing was sent (see the docstring)
 
@@ -104,7 +109,27 @@ class FramedCall:
 
     async def read(self):
         await self._ready()
-        kind, payload = await self._next_frame()
+        return self._answer(*await self._next_frame())
+
+    def answers_to(self, handler: Callable[[], None] | None) -> None:
+        """Call ``handler()`` on the loop thread, as the bytes arrive, whenever answers arrived or the call failed
+        (once now as well: frames may be waiting); it takes them with ``read_nowait``. Only once the call is open
+        (after ``open()``); None stops it. A handler is not called again while it runs: it reads until
+        ``read_nowait`` returns None."""
+        self._handler = handler
+        if handler is not None:
+            self._call_handler()
+
+    def read_nowait(self):
+        """What ``read`` would return without waiting: the next ``AddResultBatch`` or ``grpc.aio.EOF``, None if
+        nothing has arrived, or the failure (raised) once the frames before it were read."""
+        if self._frames:
+            return self._answer(*self._frames.popleft())
+        if self._failure is not None:
+            raise self._failure
+        return None
+
+    def _answer(self, kind: Kind, payload: bytes):
         if kind is Kind.ANSWERS:
             try:
                 return pb.AddResultBatch.FromString(payload)
@@ -232,6 +257,17 @@ class FramedCall:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._handler is not None:
+            self._call_handler()
+
+    def _call_handler(self) -> None:
+        if self._handling:  # it reads on until nothing is left: what just arrived included
+            return
+        self._handling = True
+        try:
+            self._handler()
+        finally:
+            self._handling = False
 
     def _release_drain(self) -> None:
         drained, self._drained = self._drained, None

@@ -292,3 +292,34 @@ def test_a_send_on_the_loop_thread_to_an_idle_framed_stream_writes_before_it_ret
     stream.send(LEDGER, [(2, encode_add(LEDGER, 2, KEY, b"x" * 100))], listener)  # this thread: the loop writes
     assert scripted.received(3) == [[0], [1], [2]] and len(written) == before + 1
     scripted.release(1)
+
+
+def test_a_framed_stream_hands_each_answer_to_its_listener_in_the_receive_of_its_bytes(bookie, stream_to):
+    """No task is woken per answer on a framed stream (``FramedCall.answers_to``): the listener runs inside the
+    protocol's receive of the answer's bytes, one turn of the loop earlier than a reading coroutine would."""
+    import sys
+    from pyspark_ledger.client import framed_call
+    scripted, framed = bookie[0], bool(bookie[2])
+    if not framed:
+        pytest.skip("a gRPC stream reads its answers in a coroutine")
+
+    def receiving() -> bool:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not framed_call.FramedCall._received.__code__:
+            frame = frame.f_back
+        return frame is not None
+    where: list[bool] = []
+    done = threading.Event()
+
+    def on_results(bookie_id, results):
+        where.append(receiving())
+        if len(where) == 3:
+            done.set()
+    stream = stream_to(None)
+    listener = AddCallbacks(on_results, lambda bookie_id, keys, error: done.set())
+    for entry_id in range(3):
+        stream.send(LEDGER, [(entry_id, encode_add(LEDGER, entry_id, KEY, b"x" * 100))], listener)
+        scripted.received(entry_id + 1)
+        scripted.release(1)
+        wait_until(lambda: stream.pending == 0, 10, "the add answered")
+    assert done.wait(10) and where == [True, True, True]
