@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from pyspark_ledger.wire.varint import encode_varint as _varint
 
 LARGE_BODY_BYTES = 32 * 1024  # entries at least this long are encoded here (below, protobuf is as fast)
 _STATUS, _MESSAGE, _ENTRIES, _LAC, _LAST_ENTRY, _FENCED = b"\x08", b"\x12", b"\x1a", b"\x20", b"\x28", b"\x30"
@@ -70,12 +71,3 @@ def returned_bytes(response: "EncodedReadResponse | pb.ReadResponse") -> int:
     if isinstance(response, EncodedReadResponse):
         return response.returned_bytes
     return sum(len(entry.body) for entry in response.entries)  # small entries only: copies are cheap here
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

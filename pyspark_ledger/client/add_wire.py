@@ -21,6 +21,7 @@ from typing import NamedTuple
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
 from pyspark_ledger.errors import BookieError, EntryTooLargeError, InvalidArgumentError, InvalidStateError
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from pyspark_ledger.wire.varint import encode_varint as varint
 
 _ADDS_FIELD = b"\x0a"         # AddBatch.adds: field 1, length-delimited
 _LEDGER_ID = b"\x08"          # AddRequest.ledger_id: field 1, varint
@@ -81,27 +82,6 @@ class AckedAdd(NamedTuple):
 def as_results(spans: list[tuple[int, range]]) -> list[AckedAdd]:
     """Runs of OK answers as one result each (for listeners that take only results)."""
     return [AckedAdd(ledger_id, entry_id) for ledger_id, entry_ids in spans for entry_id in entry_ids]
-
-
-_ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a value in 0..2**64-1."""
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    if value < 0x4000:
-        return bytes((value & 0x7F | 0x80, value >> 7))
-    if value < 0x200000:  # entry ids of a long ledger: the writer's hot path
-        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
-    if value < 0x10000000:
-        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, (value >> 14) & 0x7F | 0x80, value >> 21))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_add(ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool = False) -> bytes:

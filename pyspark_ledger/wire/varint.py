@@ -1,9 +1,29 @@
-"""Protobuf's base-128 varints, decoded by hand where the bookie and the client parse a message without
-protobuf's copies (``bookie_server.add_wire``, ``pyspark_ledger.client.read_wire``)."""
+"""Protobuf's base-128 varints, decoded and encoded by hand where the bookie and the client parse or build a message
+without protobuf's objects and copies (``bookie_server.add_wire`` and ``read_wire``, ``pyspark_ledger.client.add_wire``
+and ``read_wire``, ``ack_runs``)."""
 from __future__ import annotations
 
 UINT64 = 2**64
 _INT64_SIGN = 2**63
+_ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
+
+
+def encode_varint(value: int) -> bytes:
+    """The base-128 varint of a value in 0..2**64-1 (an int64 field's negative value: ``value % UINT64``)."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:  # entry ids of a long ledger: the writer's hot path
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
+    if value < 0x10000000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, (value >> 14) & 0x7F | 0x80, value >> 21))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def decode_varint(raw: bytes, position: int) -> tuple[int, int]:
