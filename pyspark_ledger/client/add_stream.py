@@ -331,7 +331,8 @@ class AddStream:
                         return
                     answered, runs, results = self._take_answers(response)
                     try:
-                        if self._window.answered(answered) and not (self._writer_idle and self._write_now()):
+                        if (self._window.answered(answered) and self._queue  # held adds may go now
+                                and not (self._writer_idle and self._write_now())):
                             self._wakeup.set()
                     finally:
                         self._listen(runs, results)

@@ -46,13 +46,14 @@ class IoLoop:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        self._ident = self._thread.ident  # set by start(), before anything runs on the loop
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def in_loop_thread(self) -> bool:
-        return threading.current_thread() is self._thread
+        return threading.get_ident() == self._ident  # (asked several times per add: no Thread object looked up)
 
     def kick(self, key: int, flush: Callable[[], None]) -> None:
         """Run ``flush`` on the loop soon (once per ``key`` however often it is kicked before it runs)."""

@@ -146,7 +146,7 @@ class FrameReader:
     of 0, or an unknown kind, raises ValueError at once -- before its payload is waited for -- and so does
     every later ``feed`` (the stream is broken). Holds at most one incomplete frame."""
 
-    __slots__ = ("max_payload", "_buffer", "_broken")
+    __slots__ = ("max_payload", "_buffer", "_broken", "_limits")
 
     def __init__(self, max_payload: int) -> None:
         if max_payload < MAX_CONTROL_BYTES:
@@ -154,6 +154,8 @@ class FrameReader:
         self.max_payload = max_payload
         self._buffer = bytearray()
         self._broken: str | None = None
+        # the largest header length of each kind (kind byte + payload); unknown kinds are absent
+        self._limits = {int(kind): 1 + (max_payload if kind in _DATA_KINDS else MAX_CONTROL_BYTES) for kind in Kind}
 
     @property
     def pending(self) -> int:
@@ -164,23 +166,35 @@ class FrameReader:
         if self._broken is not None:
             raise ValueError(self._broken)
         buffer = self._buffer
-        buffer += data
+        held = bool(buffer)
+        if held:  # the rest of a frame begun earlier: parsed from the held bytes
+            buffer += data
+            source = memoryview(buffer)
+        else:  # nothing held (nearly always): parsed where the bytes are, what is left of them kept
+            source = memoryview(data)
         frames = []
         position = 0
-        size = len(buffer)
-        while size - position >= HEADER.size:
-            length, kind_byte = HEADER.unpack_from(buffer, position)
-            problem = self._check(length, kind_byte)
-            if problem is not None:
-                self._broken = problem
-                self._buffer = bytearray()
-                raise ValueError(problem)
-            end = position + 4 + length
-            if end > size:
-                break
-            frames.append((Kind(kind_byte), bytes(buffer[position + HEADER.size:end])))
-            position = end
-        if position:
+        size = len(source)
+        limits = self._limits
+        try:
+            while size - position >= 5:  # HEADER.size
+                length, kind_byte = HEADER.unpack_from(source, position)
+                if not 0 < length <= limits.get(kind_byte, 0):  # (the common case checked in one step)
+                    problem = self._check(length, kind_byte)
+                    self._broken = problem
+                    self._buffer = bytearray()
+                    raise ValueError(problem)
+                end = position + 4 + length
+                if end > size:
+                    break
+                frames.append((_KIND_OF[kind_byte], bytes(source[position + 5:end])))
+                position = end
+            rest = bytes(source[position:]) if not held and position < size else None
+        finally:
+            source.release()
+        if rest is not None:
+            buffer += rest
+        elif held and position:
             del buffer[:position]
         return frames
 
@@ -231,6 +245,7 @@ def header_problem(length: int, kind_byte: int, max_payload: int) -> str | None:
 
 _KINDS = frozenset(int(kind) for kind in Kind)
 _DATA_KINDS = frozenset((Kind.ADDS, Kind.ANSWERS))
+_KIND_OF = {int(kind): kind for kind in Kind}
 
 
 class _Rules:
