@@ -18,6 +18,7 @@ from pyspark_ledger.client.add_wire import encode_add
 from pyspark_ledger.client.bookie_rpc import BookieClient
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc
+from tests.client.framed_receive import in_framed_receive
 from tests.waiting import wait_until
 
 KEY = b"k" * 20
@@ -297,22 +298,14 @@ def test_a_send_on_the_loop_thread_to_an_idle_framed_stream_writes_before_it_ret
 def test_a_framed_stream_hands_each_answer_to_its_listener_in_the_receive_of_its_bytes(bookie, stream_to):
     """No task is woken per answer on a framed stream (``FramedCall.answers_to``): the listener runs inside the
     protocol's receive of the answer's bytes, one turn of the loop earlier than a reading coroutine would."""
-    import sys
-    from pyspark_ledger.client import framed_call
     scripted, framed = bookie[0], bool(bookie[2])
     if not framed:
         pytest.skip("a gRPC stream reads its answers in a coroutine")
-
-    def receiving() -> bool:
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code is not framed_call.FramedCall._received.__code__:
-            frame = frame.f_back
-        return frame is not None
     where: list[bool] = []
     done = threading.Event()
 
     def on_results(bookie_id, results):
-        where.append(receiving())
+        where.append(in_framed_receive())
         if len(where) == 3:
             done.set()
     stream = stream_to(None)

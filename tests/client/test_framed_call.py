@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,17 +19,18 @@ from pyspark_ledger.testing.bookies import BookieCluster
 from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
+from tests.client.framed_receive import in_framed_receive
 
 
 class Scripted:
     """A one-connection server on 127.0.0.1 that reads the HELLO, then sends ``replies`` and closes."""
 
-    def __init__(self, replies: list[bytes], piece: int = 0, pause: float = 0.0) -> None:
+    def __init__(self, replies: list[bytes], piece: int = 0, hold: threading.Event | None = None) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.replies = replies
         self.piece = piece  # > 0: send the replies in pieces of this many bytes, one send each
-        self.pause = pause  # seconds between the first reply (the WELCOME) and the others
+        self.hold = hold  # set: the replies after the first (the WELCOME) wait until the test sets it
         self.hello: tuple[int, int] | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -45,10 +44,10 @@ class Scripted:
                 got = reader.feed(conn.recv(4096))
             self.hello = frames.parse_hello(got[0][1])
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.pause and self.replies:
+            if self.hold is not None and self.replies:
                 conn.sendall(self.replies[0])
-                time.sleep(self.pause)
-            data = b"".join(self.replies[1:] if self.pause else self.replies)
+                self.hold.wait(10)
+            data = b"".join(self.replies[1:] if self.hold is not None else self.replies)
             step = self.piece or len(data) or 1
             for start in range(0, len(data), step):
                 conn.sendall(data[start:start + step])
@@ -67,10 +66,11 @@ def answers_frame(*entry_ids: int) -> bytes:
     return frames.frame(Kind.ANSWERS, message.SerializeToString())
 
 
-async def read_all(call: fc.FramedCall, via: str, taken_where: list | None = None) -> list:
+async def read_all(call: fc.FramedCall, via: str, taken_where: list | None = None,
+                   handler_set: threading.Event | None = None) -> list:
     """Every answer until the stream's EOF, through ``read`` or through an ``answers_to`` handler; the call's
     failure raised. ``taken_where`` gets, per answer the handler took, whether it ran inside the protocol's
-    receive of the bytes (no task woken for it)."""
+    receive of the bytes (no task woken for it); ``handler_set`` is set once the handler is."""
     answers: list = []
     if via == "read":
         while (answer := await call.read()) is not grpc.aio.EOF:
@@ -87,24 +87,16 @@ async def read_all(call: fc.FramedCall, via: str, taken_where: list | None = Non
                 else:
                     answers.append(answer)
                     if taken_where is not None:
-                        taken_where.append(receiving())
+                        taken_where.append(in_framed_receive())
         except BookieError as exc:
             if not ended.done():
                 ended.set_exception(exc)
     call.answers_to(handler)
+    if handler_set is not None:
+        handler_set.set()  # the bookie's answers may come now: each is taken inside the receive of its bytes
     await ended
     call.answers_to(None)
     return answers
-
-
-def receiving() -> bool:
-    """Whether the calling code runs inside ``FramedCall._received`` (the protocol handing over received bytes)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is fc.FramedCall._received.__code__:
-            return True
-        frame = frame.f_back
-    return False
 
 
 @pytest.mark.parametrize("via", ["read", "answers_to"])
@@ -112,12 +104,12 @@ def test_w11_answers_then_an_ok_end_read_as_the_stream_s_eof(via):
     """Also through ``answers_to``: answers that arrive once the handler is set are taken in the receive of their
     bytes (docs/measurements.md, "Adds written by the send that queued them, session 28")."""
     server = Scripted([frames.agree(1, frames.ANSWER_RUNS, "b1"), answers_frame(0), answers_frame(1),
-                       frames.end(pb.OK)], pause=0.2 if via == "answers_to" else 0.0)
+                       frames.end(pb.OK)], hold=threading.Event() if via == "answers_to" else None)
     taken_where: list[bool] = []
 
     async def go():
         call = fc.FramedCall("127.0.0.1", server.port, "b1")
-        return call, *await read_all(call, via, taken_where)  # up to the END with OK, the stream's EOF
+        return call, *await read_all(call, via, taken_where, server.hold)  # up to the END with OK: the EOF
 
     try:
         call, first, second = run(go())
