@@ -144,7 +144,7 @@ def install_bookie(path: str, gc_only: bool = False) -> None:
 
 
 def install_client() -> None:
-    from pyspark_ledger.client import add_queue, add_stream
+    from pyspark_ledger.client import add_queue, add_stream, stream_answers
 
     queued: dict[int, collections.deque] = collections.defaultdict(collections.deque)  # by the stream's AddQueue
     bookie_of: dict[int, str] = {}
@@ -168,19 +168,19 @@ def install_client() -> None:
         return batch
     add_queue.AddQueue.take = probed_take
 
-    notify_results = add_stream.AddStream._notify_results
+    notify_results = stream_answers.StreamAnswers._notify_results
 
     def probed_notify_results(self, results, listeners):
         records.append(("deliver", _now(), self.bookie_id, [(r.ledger_id, r.entry_id) for r in results]))
         return notify_results(self, results, listeners)
-    add_stream.AddStream._notify_results = probed_notify_results
-    notify_runs = add_stream.AddStream._notify_runs
+    stream_answers.StreamAnswers._notify_results = probed_notify_results
+    notify_runs = stream_answers.StreamAnswers._notify_runs
 
     def probed_notify_runs(self, groups):  # runs of OK answers (docs/protocol.md W9), by listener
         records.append(("deliver", _now(), self.bookie_id, [(ledger_id, entry) for _, spans in groups
                                                             for ledger_id, entries in spans for entry in entries]))
         return notify_runs(self, groups)
-    add_stream.AddStream._notify_runs = probed_notify_runs
+    stream_answers.StreamAnswers._notify_runs = probed_notify_runs
     _watch_gc()
 
 

@@ -8,7 +8,8 @@ write is done and fewer than ``max_batches_in_flight`` batches of small adds
 are unanswered (``batch_window``, docs/protocol.md W10; None, the default: 2 on
 a framed call, 1 on gRPC, set once the call is open): adds queued while the
 window is full leave together once an answer frees a place, before that
-answer reaches its listeners. A call that can send without a coroutine
+answer reaches its listeners (``stream_answers.StreamAnswers`` keeps the adds in
+flight and takes each answer off them). A call that can send without a coroutine
 (``write_now``, a framed call, docs/protocol.md W11) is written to straight from
 the kick or the answer that let a batch go, while the writing coroutine is idle; a send made on the loop thread
 (a writer's) to such a call with nothing unanswered writes its adds itself, before it returns, instead of
@@ -37,19 +38,19 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Future
-from operator import attrgetter, itemgetter
-from typing import Callable, Iterable, Sequence
+from operator import itemgetter
+from typing import Callable, Sequence
 
 import grpc
 import grpc.aio
 
-from pyspark_ledger.client.add_listeners import AddListener, acks_callback, notify
+from pyspark_ledger.client.add_listeners import AddListener
 from pyspark_ledger.client.add_queue import AddQueue
 from pyspark_ledger.client.add_wire import ADD_OK, AckedAdd, AddResult, FutureAnswers, as_results, encode_add
 from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT, BatchWindow, batches_in_flight_for
-from pyspark_ledger.client.inflight_adds import InflightAdds
 from pyspark_ledger.client.io_loop import IoLoop
 from pyspark_ledger.client.rpc_errors import translate_rpc_error
+from pyspark_ledger.client.stream_answers import StreamAnswers
 from pyspark_ledger.errors import (AddStreamEndedError, BookieError, BookieUnavailableError, InvalidConfigurationError,
                                    InvalidStateError)
 from pyspark_ledger.status import BookieStatus
@@ -60,7 +61,6 @@ __all__ = ["ADD_OK", "AckedAdd", "AddResult", "AddStream", "DEFAULT_MAX_BATCH_BY
 log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 10_000
-_LEDGER_ID, _ENTRY_ID = attrgetter("ledger_id"), attrgetter("entry_id")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
@@ -80,12 +80,9 @@ class AddStream:
         self.bookie_id = bookie_id
         self._tls = tls  # the client's ClientTls, to explain a failed handshake
         self._io = io_loop
-        self._max_inflight = max_inflight
         self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)
-        self._room_waiters = 0  # senders waiting in ``send`` for room (answers notify only then)
         self._queue = AddQueue(max_batch_bytes)
-        self._pending = InflightAdds()  # (ledger id, entry id) -> listener, as spans of ids where they follow
+        self._answers = StreamAnswers(bookie_id, self._lock, max_inflight)  # the adds in flight and whose they are
         self._closing = False
         self._failure: BookieError | None = None
         self._ended = threading.Event()
@@ -100,7 +97,7 @@ class AddStream:
     @property
     def pending(self) -> int:
         """Adds sent or queued and not yet answered."""
-        return len(self._pending)
+        return len(self._answers)
 
     @property
     def closed(self) -> bool:
@@ -114,16 +111,11 @@ class AddStream:
         BookieUnavailableError, with nothing queued, if the stream has ended.
         """
         with self._lock:
-            if len(self._pending) >= self._max_inflight and not self._io.in_loop_thread():
-                self._room_waiters += 1
-                try:
-                    self._room.wait_for(lambda: len(self._pending) < self._max_inflight or self._closing
-                                        or self._failure is not None)
-                finally:
-                    self._room_waiters -= 1
+            if not self._io.in_loop_thread():
+                self._answers.wait_for_room(lambda: self._closing or self._failure is not None)
             if self._failure is not None or self._closing:
                 raise self._ended_error()
-            repeated = self._pending.add(ledger_id, list(map(_FIRST, adds)), listener)
+            repeated = self._answers.register(ledger_id, list(map(_FIRST, adds)), listener)
             if repeated is not None:  # in flight already, or twice in this send: none of them is registered
                 self._refuse_repeat(ledger_id, repeated)
             was_empty = not self._queue
@@ -156,7 +148,7 @@ class AddStream:
         """Half-close, wait up to ``timeout`` for answers in flight, then cancel the call."""
         with self._lock:
             self._closing = True
-            self._room.notify_all()
+            self._answers.wake_all()
         self._io.kick(id(self), self._flush)
         if self._io.in_loop_thread() or self._ended.wait(timeout):
             return
@@ -294,15 +286,12 @@ class AddStream:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return None
-                answered, runs, results = self._take_answers(response)
+                answered = self._answers.take(response)
                 try:
-                    if self._window.answered(answered):  # batches held back by the window (W10) may go
-                        if not (self._writer_idle and self._write_now()):
-                            self._wakeup.set()
-                            if self._queue:  # one waits: it leaves before the listeners run, so the bookie
-                                await asyncio.sleep(0)  # is not kept waiting on them
+                    if self._let_held_adds_go(answered.count):  # the writer's turn comes before the listeners
+                        await asyncio.sleep(0)  # run, so the bookie is not kept waiting on them
                 finally:
-                    self._listen(runs, results)
+                    self._answers.deliver(answered)
         except grpc.RpcError as exc:
             return translate_rpc_error(exc, self.bookie_id, "add stream", self._tls)
         except BookieError as exc:  # a framed call's failure (docs/protocol.md W11), or a malformed answer
@@ -329,13 +318,11 @@ class AddStream:
                     if response is grpc.aio.EOF:
                         ended.set_result(None)
                         return
-                    answered, runs, results = self._take_answers(response)
+                    answered = self._answers.take(response)
                     try:
-                        if (self._window.answered(answered) and self._queue  # held adds may go now
-                                and not (self._writer_idle and self._write_now())):
-                            self._wakeup.set()
+                        self._let_held_adds_go(answered.count)
                     finally:
-                        self._listen(runs, results)
+                        self._answers.deliver(answered)
             except Exception as exc:  # noqa: BLE001 - raised by the reading coroutine, as read() raises it
                 if not ended.done():
                     ended.set_exception(exc)
@@ -345,83 +332,24 @@ class AddStream:
         finally:
             call.answers_to(None)
 
-    def _take_answers(self, response) -> tuple[int, list | None, tuple | None]:
-        """How many adds one AddResultBatch answers, its runs and its results, taken off the adds in flight (runs
-        first: docs/protocol.md W9)."""
-        answered, runs = self._take_runs(response.acked) if response.acked else (0, None)
-        results = self._take_results(response.results) if response.results else None
-        return answered + (len(results[0]) if results else 0), runs, results
-
-    def _listen(self, runs: list | None, results: tuple | None) -> None:
-        if runs:
-            self._notify_runs(runs)
-        if results:
-            self._notify_results(*results)
-
-    def _take_results(self, results: Iterable) -> tuple[list, list]:
-        """The answers and the listeners of their adds (None where nobody awaits one on this stream), which
-        leave the adds in flight."""
-        results = list(results)
-        keys = list(zip(map(_LEDGER_ID, results), map(_ENTRY_ID, results)))
-        with self._lock:
-            listeners = self._pending.pop_keys(keys)
-            if self._room_waiters and len(self._pending) < self._max_inflight:
-                self._room.notify_all()
-        return results, listeners
-
-    def _notify_results(self, results: list, listeners: list) -> None:
-        """Hand each answer to its listener (an answer nobody awaits is dropped): the whole batch at once when
-        one listener has them all (one writer: nearly always), else a list each."""
-        first = listeners[0] if listeners else None
-        if first is not None and listeners.count(first) == len(listeners):
-            notify(first.on_add_results, self.bookie_id, results)
-            return
-        groups: dict[int, tuple[AddListener, list]] = {}
-        for listener, result in zip(listeners, results):
-            if listener is not None:
-                groups.setdefault(id(listener), (listener, []))[1].append(result)
-        for listener, answered in groups.values():
-            notify(listener.on_add_results, self.bookie_id, answered)
-
-    def _take_runs(self, runs: Iterable) -> tuple[int, list]:
-        """How many adds runs of OK answers (docs/protocol.md W9) answer, and the runs split by the listeners of
-        their adds, in order; those adds leave the adds in flight.
-
-        BookieError (ending the stream) if the runs hold more entries than there are adds in flight."""
-        bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs]
-        groups: dict[int, tuple[AddListener, list]] = {}
-        with self._lock:
-            pending = self._pending
-            answered = sum(last - first + 1 for _, first, last in bounds)
-            if answered > len(pending) or any(last < first for _, first, last in bounds):
-                raise BookieError(f"bookie {self.bookie_id} answered with runs of entries that are not in flight "
-                                  f"on this stream ({len(pending)} adds are): a malformed answer",
-                                  bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
-            for ledger_id, first, last in bounds:  # each run split where its adds' listener changes
-                for listener, entry_ids in pending.pop_run(ledger_id, first, last):
-                    groups.setdefault(id(listener), (listener, []))[1].append((ledger_id, entry_ids))
-            if self._room_waiters and len(pending) < self._max_inflight:
-                self._room.notify_all()
-        return answered, list(groups.values())
-
-    def _notify_runs(self, groups: list) -> None:
-        """Hand each listener its runs, one call each."""
-        for listener, spans in groups:
-            notify(acks_callback(listener), self.bookie_id, spans)
+    def _let_held_adds_go(self, answered: int) -> bool:
+        """After an answer to ``answered`` adds: batches the window held back (docs/protocol.md W10) leave, written
+        at once where the call can take them, else by the writing coroutine, woken: True then."""
+        if not (self._window.answered(answered) and self._queue):
+            return False
+        if self._writer_idle and self._write_now():
+            return False
+        self._wakeup.set()
+        return True
 
     def _fail_pending(self, failure: BookieError) -> None:
         with self._lock:
             if self._failure is None:
                 self._failure = failure
             failure = self._failure
-            pending, self._pending = self._pending, InflightAdds()
+            pending = self._answers.take_all()
             self._queue.clear()
-            self._room.notify_all()
-        unanswered: dict[int, tuple[AddListener, list]] = {}
-        for key, listener in pending.take_all():
-            unanswered.setdefault(id(listener), (listener, []))[1].append(key)
-        for listener, keys in unanswered.values():
-            notify(listener.on_add_failure, self.bookie_id, keys, failure)
+        self._answers.fail(pending, failure)
 
     def _ended_error(self) -> BookieUnavailableError:
         """Why a new add cannot go on this stream (lock held)."""

@@ -90,7 +90,8 @@ class IoLoop:
                 return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         coroutine.close()
         future: Future = Future()
-        future.set_exception(BookieUnavailableError("the client's network thread is closed", status=BookieStatus.CLOSED))
+        future.set_exception(BookieUnavailableError("the client's network thread is closed",
+                                                    status=BookieStatus.CLOSED))
         return future
 
     def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
