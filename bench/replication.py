@@ -66,7 +66,6 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -97,29 +96,35 @@ ADD_PATH = "framed TCP: bookies started with --add-port 0, ClientConfig.framed_a
 
 # --- measurements ---------------------------------------------------------------------------------
 def drive_writer(writer, size: int, seconds: float, inflight: int, rate: float | None = None) -> dict:
-    """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed).
+    """Append ``size``-byte entries for ``seconds`` (paced at ``rate``/s, else as fast as allowed), at most
+    ``inflight`` unconfirmed: the writer's own limit (``ClientConfig.max_inflight_adds``, which must be
+    ``inflight``), under which ``append_async`` blocks, as a user's loop relies on it; no window of the driver's
+    own (from the run after 7be262b on; a ``threading.BoundedSemaphore`` before, taken and given back across
+    threads once per add). Each add's latency runs from just before its ``append_async`` call, so a wait for
+    room counts in it.
 
     Every add must succeed. That is checked once, at the end, as the fan-out limit checks its acks (no
     per-entry cost beyond counting): the writer confirms entries in order and fails every add after one that
     failed, so all ``count`` adds succeeded exactly when its last add confirmed is the last id sent."""
+    if writer.max_inflight_adds != inflight:
+        raise ValueError(f"the writer allows {writer.max_inflight_adds} adds in flight, the run asks for {inflight}: "
+                         f"open its client with ClientConfig(max_inflight_adds={inflight})")
     data = os.urandom(size)
     latencies: list[float] = []
-    window = threading.BoundedSemaphore(inflight)
     first = writer.last_add_confirmed + 1
-
-    def done(started: float, _future) -> None:
-        latencies.append(time.perf_counter() - started)
-        window.release()
     started = time.perf_counter()
-    count = 0
+    count, last = 0, None
     for count in paced(started, seconds, rate):
-        window.acquire()
         now = time.perf_counter()
-        writer.append_async(data).add_done_callback(lambda f, now=now: done(now, f))
+        last = writer.append_async(data)
+        last.add_done_callback(lambda _future, now=now: latencies.append(time.perf_counter() - now))
         count += 1  # after the loop: how many were sent
-    for _ in range(inflight):
-        window.acquire()
+    if last is not None:
+        last.exception()  # waits until the last add is done (confirmed in order: then every add is), raises nothing
     elapsed = time.perf_counter() - started
+    deadline = time.monotonic() + 10.0
+    while len(latencies) < count and time.monotonic() < deadline:  # the last callbacks run on the network thread
+        time.sleep(0.001)
     confirmed = writer.last_add_confirmed + 1 - first
     if confirmed != count:
         raise RuntimeError(f"{count - confirmed} of {count} adds were not confirmed (last add confirmed: "

@@ -133,6 +133,12 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         return self._ledger_id
 
     @property
+    def max_inflight_adds(self) -> int:
+        """How many adds may be unconfirmed at once (``ClientConfig.max_inflight_adds``): ``append_async`` blocks
+        past it."""
+        return self._max_inflight
+
+    @property
     def last_add_confirmed(self) -> int:
         return self._tracker.last_add_confirmed
 

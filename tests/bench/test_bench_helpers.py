@@ -217,17 +217,46 @@ def test_drive_writer_counts_every_add_and_refuses_a_run_with_an_add_that_failed
     cluster = FakeCluster(3)
     store = open_metadata_store(f"sqlite:///{tmp_path}/metadata.db?lease_seconds=2", create=True)
     try:
-        with LedgerClient(store, ClientConfig(add_timeout_s=5.0), transport=cluster.transport()) as client:
+        with LedgerClient(store, ClientConfig(add_timeout_s=5.0, max_inflight_adds=16),
+                          transport=cluster.transport()) as client:
             writer = client.create_ledger(3, 3, 2, password=b"pw")
+            with pytest.raises(ValueError, match="max_inflight_adds=20"):  # the writer's own limit is the window
+                rep.drive_writer(writer, 64, 0.2, 20)
             run = rep.drive_writer(writer, 64, 0.2, 16)
+            assert run["p50_ms"] > 0  # every add timed, none left out
             assert run["entries"] > 0 and writer.last_add_confirmed == run["entries"] - 1
             stopped = client.create_ledger(3, 3, 2, password=b"pw")
             cluster.hold(op="add")  # no answer: every add stays in flight until the writer is aborted
             timer = threading.Timer(1.0, stopped.abort)  # long after the last add was sent
             timer.start()
             with pytest.raises(RuntimeError, match="were not confirmed"):  # each future failed, none raised
-                rep.drive_writer(stopped, 64, 0.1, 20, rate=100.0)  # about 10 adds: the window never fills
+                rep.drive_writer(stopped, 64, 0.1, 16, rate=100.0)  # about 10 adds: the window never fills
             timer.join()
     finally:
         store.close()
         cluster.close()
+
+
+def test_the_fan_outs_credits_never_let_more_than_their_total_out_and_wait_for_all_to_come_back():
+    from bench.fanout_limits import Credits
+    credits = Credits(5)
+    assert credits.take() == 5  # all the room there is
+    taken = threading.Event()
+
+    def sender():
+        assert credits.take() == 2
+        taken.set()
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    assert not taken.wait(0.2)  # no room: it waits
+    credits.give(2)
+    assert taken.wait(10)
+    thread.join(10)
+    finished = threading.Event()
+    waiter = threading.Thread(target=lambda: (credits.wait_all(1), finished.set()), daemon=True)
+    waiter.start()  # all 5 out, 1 of them held unused by the sender: 4 must come back
+    credits.give(3)
+    assert not finished.wait(0.2)
+    credits.give(1)
+    assert finished.wait(10)
+    waiter.join(10)
