@@ -51,6 +51,14 @@ class LazyGrpcTransport:
             real.close()
 
     def __getattr__(self, name: str):
+        """What the real transport has by that name. Its methods are kept on this object once looked up, so the
+        next lookup finds them at once: a lookup that reaches here first fails the ordinary way (an AttributeError
+        made and dropped), which the writer's three sends per add paid (docs/measurements.md, "Instructions per
+        paced add in the client, session 29")."""
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self._transport(), name)
+        real = self._transport()
+        value = getattr(real, name)
+        if getattr(value, "__self__", None) is real:  # a method bound to the real transport, which never changes
+            self.__dict__[name] = value
+        return value

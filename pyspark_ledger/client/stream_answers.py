@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from operator import attrgetter
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from pyspark_ledger.client.add_listeners import AddListener, acks_callback, notify
 from pyspark_ledger.client.inflight_adds import InflightAdds
@@ -100,10 +100,10 @@ class StreamAnswers:
         if self._room_waiters and len(self._pending) < self._max_inflight:
             self._room.notify_all()
 
-    def _take_results(self, results: Iterable) -> tuple[list, list]:
+    def _take_results(self, results: Sequence) -> tuple[list, list]:
         """The answers and the listeners of their adds (None where nobody awaits one on this stream), which
         leave the adds in flight."""
-        results = list(results)
+        results = results[:]  # a list, made without the IndexError that iterating the message's sequence ends on
         keys = list(zip(map(_LEDGER_ID, results), map(_ENTRY_ID, results)))
         with self._lock:
             listeners = self._pending.pop_keys(keys)
@@ -124,12 +124,13 @@ class StreamAnswers:
         for listener, answered in groups.values():
             notify(listener.on_add_results, self.bookie_id, answered)
 
-    def _take_runs(self, runs: Iterable) -> tuple[int, list]:
+    def _take_runs(self, runs: Sequence) -> tuple[int, list]:
         """How many adds runs of OK answers (docs/protocol.md W9) answer, and the runs split by the listeners of
         their adds, in order; those adds leave the adds in flight.
 
         BookieError (ending the stream) if the runs hold more entries than there are adds in flight."""
-        bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs]
+        bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs[:]]  # a list: iterating the
+        # message's own sequence ends on an IndexError made and dropped, about 2,000 instructions
         groups: dict[int, tuple[AddListener, list]] = {}
         with self._lock:
             pending = self._pending
