@@ -26,12 +26,14 @@ __all__ = ["InflightAdds"]
 class InflightAdds:
     """Adds in flight: ``(ledger id, entry id) -> listener``, kept as spans where ids follow (module docstring)."""
 
-    __slots__ = ("_spans", "_loose", "_in_spans")
+    __slots__ = ("_spans", "_loose", "_in_spans", "_spare")
 
     def __init__(self) -> None:
         self._spans: dict[int, deque[list]] = {}  # ledger id -> [first, last, listener], ascending, disjoint
         self._loose: dict[tuple[int, int], object] = {}
         self._in_spans = 0
+        self._spare: deque[list] | None = None  # a ledger's spans emptied, kept for the next: a paced add's
+        # answer empties them and the next add fills them again (no deque made and dropped per add)
 
     def __len__(self) -> int:
         return self._in_spans + len(self._loose)
@@ -47,7 +49,9 @@ class InflightAdds:
         if not self._loose and (not spans or spans[-1][1] < first) and entry_ids == list(range(first, first + count)):
             last = first + count - 1
             if not spans:
-                self._spans[ledger_id] = deque(([first, last, listener],))
+                spans, self._spare = deque() if self._spare is None else self._spare, None
+                spans.append([first, last, listener])
+                self._spans[ledger_id] = spans
             elif spans[-1][1] + 1 == first and spans[-1][2] is listener:
                 spans[-1][1] = last
             else:
@@ -87,8 +91,8 @@ class InflightAdds:
             else:
                 span[0] = end + 1
             at = end + 1
-        if not spans:
-            self._spans.pop(ledger_id, None)
+        if spans is not None and not spans:
+            self._spare = self._spans.pop(ledger_id)
         if at <= last:
             self._unfold(ledger_id)
             pieces.extend(self._pop_loose(ledger_id, range(at, last + 1)))

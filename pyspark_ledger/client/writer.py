@@ -48,8 +48,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from itertools import repeat
 from concurrent.futures import Future
 from operator import itemgetter
 
@@ -334,8 +332,12 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
 
     def _confirm(self, confirmed) -> None:
         """The entries of ``confirmed`` (ids, in order) are confirmed: their futures complete, in order."""
-        deque(map(self._frames.pop, confirmed, repeat(None)), maxlen=0)
-        done_futures = list(map(self._futures.pop, confirmed, repeat(None)))
+        if not confirmed:  # most answers confirm nothing (a paced add's first and third)
+            return
+        frames, futures = self._frames, self._futures
+        for entry_id in confirmed:
+            frames.pop(entry_id, None)
+        done_futures = [futures.pop(entry_id, None) for entry_id in confirmed]
         done_ids = list(confirmed)
         if None in done_futures:  # a future already failed or handed out elsewhere: only the others complete
             done_ids = [entry_id for entry_id, future in zip(done_ids, done_futures) if future is not None]
@@ -343,9 +345,8 @@ class LedgerWriter(AddAnswers, EnsembleChanges):
         if done_futures:
             self._released += len(done_futures)
             self._done.push_results(done_futures, done_ids)
-        if confirmed:
-            self._lac_hint = lac = self._tracker.last_add_confirmed
-            self._lac_flusher.lac_moved(lac)
+        self._lac_hint = lac = self._tracker.last_add_confirmed
+        self._lac_flusher.lac_moved(lac)
 
     def _stop(self, error: LedgerError) -> None:
         for entry_id in self._tracker.stop(str(error)):

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from itertools import repeat
 from operator import attrgetter
 
 from pyspark_ledger.client.rpc_errors import BookieStatus, as_status
@@ -85,15 +83,14 @@ class AddAnswers:
     # --- the owner: answers --------------------------------------------------------------
     def _on_results(self, bookie: str, results: list) -> None:
         """One answer batch of a bookie: acks, and statuses that end a bookie or the writer."""
-        sent = self._outstanding.of(bookie)
         statuses = list(map(_STATUS, results))
         if statuses.count(pb.OK) == len(statuses):  # nearly always: the batch's acks in one go
             entry_ids = list(map(_ENTRY_ID, results))
-            if sent is not None:
-                deque(map(sent.pop, entry_ids, repeat(None)), maxlen=0)
+            self._outstanding.answered(bookie, entry_ids)
             self._outstanding.acked(bookie)
             self._confirm(self._tracker.ack_range(entry_ids, bookie))
             return
+        sent = self._outstanding.of(bookie)
         forget = sent.pop if sent is not None else _ignore
         ok, acked = pb.OK, []
         for result in results:
@@ -113,11 +110,10 @@ class AddAnswers:
     def _on_acks(self, bookie: str, spans: list) -> None:
         """Runs of OK answers of a bookie (docs/protocol.md W9): ``(ledger id, range of entry ids)`` pairs of this
         writer's ledger, in the bookie's order, each acknowledged as ``_on_results`` acknowledges an all-OK batch."""
-        sent = self._outstanding.of(bookie)
-        if sent is not None:
-            for _, entry_ids in spans:
-                deque(map(sent.pop, entry_ids, repeat(None)), maxlen=0)
-        self._outstanding.acked(bookie)
+        outstanding = self._outstanding
+        for _, entry_ids in spans:
+            outstanding.answered(bookie, entry_ids)
+        outstanding.acked(bookie)
         for _, entry_ids in spans:
             self._confirm(self._tracker.ack_range(entry_ids, bookie))
 

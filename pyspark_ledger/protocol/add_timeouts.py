@@ -73,6 +73,13 @@ class UnansweredAdds:
         """The bookie's unanswered adds (entry id -> first send time), to pop answers from; None if none."""
         return self._sent.get(bookie)
 
+    def answered(self, bookie: str, entry_ids: Iterable[int]) -> None:
+        """``bookie`` answered ``entry_ids`` (an all-OK batch or a run): they are no longer awaited from it."""
+        per_bookie = self._sent.get(bookie)
+        if per_bookie is not None:
+            for entry_id in entry_ids:  # a plain loop: cheaper than C-level maps for one id and no dearer for many
+                per_bookie.pop(entry_id, None)
+
     def is_unanswered(self, bookie: str, entry_id: int) -> bool:
         per_bookie = self._sent.get(bookie)
         return per_bookie is not None and entry_id in per_bookie
