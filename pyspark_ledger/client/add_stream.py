@@ -110,8 +110,9 @@ class AddStream:
         Blocks while ``max_inflight`` adds are unanswered (never on the loop thread).
         BookieUnavailableError, with nothing queued, if the stream has ended.
         """
+        on_loop = self._io.in_loop_thread()
         with self._lock:
-            if not self._io.in_loop_thread():
+            if not on_loop:
                 self._answers.wait_for_room(lambda: self._closing or self._failure is not None)
             if self._failure is not None or self._closing:
                 raise self._ended_error()
@@ -121,7 +122,7 @@ class AddStream:
             was_empty = not self._queue
             self._queue.extend(list(map(_SECOND, adds)))
         if was_empty:
-            if self._writer_idle and self._io.in_loop_thread() and not self._window.unanswered and self._write_now():
+            if self._writer_idle and on_loop and not self._window.unanswered and self._write_now():
                 return  # an idle stream sent to from the loop: written now, not a turn of the loop later
             self._io.kick(id(self), self._flush)
 

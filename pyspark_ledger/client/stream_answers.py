@@ -129,13 +129,17 @@ class StreamAnswers:
         their adds, in order; those adds leave the adds in flight.
 
         BookieError (ending the stream) if the runs hold more entries than there are adds in flight."""
-        bounds = [(run.ledger_id, run.first_entry_id, run.last_entry_id) for run in runs[:]]  # a list: iterating the
-        # message's own sequence ends on an IndexError made and dropped, about 2,000 instructions
+        bounds = []
+        answered, backwards = 0, False
+        for run in runs[:]:  # a list: iterating the message's own sequence ends on an IndexError made and dropped
+            first, last = run.first_entry_id, run.last_entry_id
+            bounds.append((run.ledger_id, first, last))
+            answered += last - first + 1
+            backwards = backwards or last < first
         groups: dict[int, tuple[AddListener, list]] = {}
         with self._lock:
             pending = self._pending
-            answered = sum(last - first + 1 for _, first, last in bounds)
-            if answered > len(pending) or any(last < first for _, first, last in bounds):
+            if answered > len(pending) or backwards:
                 raise BookieError(f"bookie {self.bookie_id} answered with runs of entries that are not in flight "
                                   f"on this stream ({len(pending)} adds are): a malformed answer",
                                   bookie_id=self.bookie_id, status=BookieStatus.RPC_FAILED)
