@@ -76,3 +76,15 @@ def test_shed_adds_answered_since_are_let_go_at_the_sweep():
         adds.of("a").pop(entry_id)
     adds.timed_out(1.0, TIMEOUT)
     assert adds._shed_adds["a"] == set()  # remembered only while unanswered: bounded by what is in flight
+
+
+def test_answered_adds_are_no_longer_awaited_from_that_bookie_only():
+    adds = UnansweredAdds()
+    adds.sent_to_all(("a", "b"), 0, now=1.0)
+    adds.sent_many("a", [1, 2, 3], 2.0)
+    adds.answered("a", range(0, 2))  # a run of acks
+    adds.answered("a", [3, 9])  # an all-OK batch; 9 was never sent to it
+    adds.answered("z", [0])  # a bookie with nothing unanswered: nothing happens
+    assert list(adds.of("a")) == [2] and list(adds.of("b")) == [0]
+    assert adds.timed_out(4.5, TIMEOUT) == [SilentBookie("a", 2, "no answer within 2.0 s"),
+                                            SilentBookie("b", 0, "no answer within 2.0 s")]
