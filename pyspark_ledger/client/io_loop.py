@@ -19,7 +19,7 @@ last one lets go. grpc.aio serves every event loop of a process from one
 poller thread that wakes all of them for each event, so one loop is also the
 cheapest.
 
-The loop is uvloop's where uvloop is installed (a dependency on Linux), else asyncio's own;
+The loop is uvloop's where uvloop is installed (a dependency except on Windows), else asyncio's own;
 ``PYSPARK_LEDGER_EVENT_LOOP=asyncio`` (or ``uvloop``) chooses (``new_event_loop``). uvloop runs the loop's
 turns, its sockets and its callbacks in compiled code: a paced add's client path took 15 % fewer instructions
 on it and 10-20 % less of the client's CPU (docs/measurements.md, "Instructions per paced add in the client,
