@@ -20,7 +20,6 @@ and the warm-up cancel out. Work done per second rather than per add (timers) is
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.cli import BenchParser, log_warnings  # noqa: E402
+from bench.instructions import collected  # noqa: E402
 from bench.output import emit  # noqa: E402
 
 LONG_FACTOR = 3
 WARM_UP_ADDS = 20
-_COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 def counted_run(uri: str, adds: int, rate: float) -> int:
@@ -45,10 +44,9 @@ def counted_run(uri: str, adds: int, rate: float) -> int:
                str(Path(__file__).resolve()), "--child", uri, str(adds), str(rate)]
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same hashing every run: set and dict orders, and their cost
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
-    match = _COLLECTED.search(done.stderr)
-    if done.returncode != 0 or match is None:
+    if done.returncode != 0:
         raise RuntimeError(f"the counted client failed ({done.returncode}): {done.stderr[-800:]}")
-    return int(match.group(1))
+    return collected(done.stderr)
 
 
 def child(uri: str, adds: int, rate: float) -> None:
