@@ -2,17 +2,14 @@
 bookies."""
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from tests.bench.valgrind import needs_valgrind  # noqa: E402
 from bench import client_instructions  # noqa: E402
-
-needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
-                                    reason="valgrind not installed (apt-get install valgrind; .ci/run installs it)")
 
 
 @needs_valgrind

@@ -1,17 +1,14 @@
 """bench/instructions.py: instructions per batch and per add of a bookie's add path, counted by valgrind."""
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from tests.bench.valgrind import needs_valgrind  # noqa: E402
 from bench import instructions  # noqa: E402
-
-needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
-                                    reason="valgrind not installed (apt-get install valgrind; .ci/run installs it)")
 
 
 @needs_valgrind
