@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
-from fanout_limits import KiB, PASSWORD, paced  # noqa: E402
+from fanout_limits import KiB, PASSWORD, paced, percentile  # noqa: E402
 from replication import OURS, SIZES, client_run  # noqa: E402
 from pyspark_ledger.client import ClientConfig, LedgerClient  # noqa: E402
 from pyspark_ledger.testing.bookies import BookieCluster  # noqa: E402
@@ -58,9 +58,8 @@ def quantiles_ms(values: list[float]) -> dict:
     """p50, p90, p99, p99.9 and max of ``values`` (seconds), in ms; {} when there are none."""
     if not values:
         return {}
-    ordered = sorted(values)
-    at = lambda fraction: round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1e3, 3)  # noqa: E731
-    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "p999": at(0.999), "max": round(ordered[-1] * 1e3, 3)}
+    return {name: round(percentile(values, fraction), 3)
+            for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))}
 
 
 def episodes(adds: list[tuple[float, float]], slow_s: float, gap_s: float = EPISODE_GAP_S) -> list[int]:
