@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.cli import BenchParser, log_warnings  # noqa: E402
 from bench.output import emit  # noqa: E402
@@ -92,9 +93,9 @@ def appender(path: str, order: str, work_s: float, seconds: float, results) -> N
 
 
 def quantiles(values: list[float]) -> dict:
-    ordered = sorted(values)
-    at = lambda fraction: round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1e3, 3)  # noqa: E731
-    return {"p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "records": len(ordered)}
+    from fanout_limits import percentile  # here, not at the top: the appenders (spawned) stay free of its imports
+    return {**{name: round(percentile(values, fraction), 3)
+               for name, fraction in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99))}, "records": len(values)}
 
 
 def one_run(directory: Path, order: str, work_s: float, seconds: float) -> dict:

@@ -109,8 +109,8 @@ def journal_threads(syncs: dict[tuple[int, int], list], pids: set[int]) -> dict[
     return best
 
 
-def _overlaps(start: float, end: float, intervals: list[tuple[float, float]], longer_than: float = 0.0) -> bool:
-    return any(begin < end and stop > start and stop - begin > longer_than for begin, stop in intervals)
+def _overlaps(start: float, end: float, intervals: list[tuple[float, float]]) -> bool:
+    return any(begin < end and stop > start for begin, stop in intervals)
 
 
 def stalls(adds: list[tuple[float, float]], syncs: dict[tuple[int, int], list], pids: set[int]) -> dict:
@@ -120,9 +120,11 @@ def stalls(adds: list[tuple[float, float]], syncs: dict[tuple[int, int], list], 
     journals = journal_threads(syncs, pids)
     others = [interval for key, calls in syncs.items() if key[0] in pids and key not in journals.values()
               for interval in calls]
+    slow = [[(begin, end) for begin, end in syncs[key] if end - begin > SLOW_SYNC_S]  # a few % of each journal's
+            for key in journals.values()]
 
     def count(group: list[tuple[float, float]]) -> dict:
-        slow_journals = [sum(_overlaps(start, start + latency, syncs[key], SLOW_SYNC_S) for key in journals.values())
+        slow_journals = [sum(_overlaps(start, start + latency, journal) for journal in slow)
                          for start, latency in group]
         return {"adds": len(group),
                 "slow_journal_sync_in_2_or_more_bookies": sum(n >= 2 for n in slow_journals),
