@@ -74,6 +74,7 @@ class DurableBookie(pb_grpc.BookieServicer):
         self._offset = 0
         self._write_lock = threading.Lock()  # the streams share the file
         self._streams = {"grpc": 0, "framed": 0}  # add streams taken, by transport
+        self.handler_wakes = 0  # times a stream's handler thread was woken (by its reader, or at the stream's end)
 
     def close(self) -> None:
         os.close(self._fd)
@@ -122,20 +123,23 @@ class DurableBookie(pb_grpc.BookieServicer):
                             if not answered:
                                 durable.append(ids)
                             state["syncing"] = False
-                            ready.notify()
+                            if queued or unsent():  # the handler has work: else it sleeps on (a bookie's way)
+                                ready.notify()
             except Exception:  # noqa: BLE001 -- the stream was cancelled or broke: nothing more to answer
                 pass
             finally:
                 with ready:
                     state["open"] = False
                     ready.notify()
-        threading.Thread(target=read, name="durable-reader", daemon=True).start()
+
         def unsent() -> bool:
             return bool(durable) or (outbox is not None and outbox.holding)
+        threading.Thread(target=read, name="durable-reader", daemon=True).start()
         while True:
-            with ready:  # (the reader notifies after each group it queued, synced or left bytes of)
+            with ready:  # (the reader notifies when it queued a group, or left answers or bytes of one unsent)
                 while state["open"] and not (queued and not state["syncing"]) and not unsent():
                     ready.wait()
+                    self.handler_wakes += 1
                 if not state["open"] and not queued and not unsent():
                     return
                 taken = [] if state["syncing"] else queued[:]
@@ -165,9 +169,10 @@ class DurableBookie(pb_grpc.BookieServicer):
 
     def figures(self) -> dict:
         """The group commits so far: how many, adds per ``fdatasync``, and its time (p50, p99, mean, max); the add
-    streams taken over gRPC and over the framed port."""
+    streams taken over gRPC and over the framed port; how often their handler threads were woken."""
         commits = list(self._commits)
         streams = {f"{transport}_streams": count for transport, count in self._streams.items()}
+        streams["handler_wakes"] = self.handler_wakes
         if not commits:
             return {"commits": 0, **streams}
         seconds = sorted(duration for duration, _ in commits)

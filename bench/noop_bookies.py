@@ -9,7 +9,8 @@ them as bookies in a SQLite metadata store so that a ``LedgerClient`` or a
 ``framed`` also serves the servicer on a framed add port (docs/protocol.md W11) through the bookie's own
 ``FramedListener``, so a limit can take the transport our adds take; its ready line names the port, which
 ``start_servers`` keeps as the process's ``add_port`` (0 for none) and ``noop_registrations`` registers, given
-``add_ports``, as the bookie's ``add_port``.
+``add_ports``, as the bookie's ``add_port``. ``serve`` tunes the process's malloc as a bookie's start does
+(``bookie_server.memory.keep_freed_memory``): a limit must not pay costs a bookie was spared.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from bookie_server.config import DEFAULT_MAX_INFLIGHT_BYTES  # noqa: E402
 from bookie_server.framed_listener import FramedListener  # noqa: E402
 from bookie_server.config import DEFAULT_MAX_BATCH_ADDS, DEFAULT_MAX_BATCH_BYTES  # noqa: E402
 from bookie_server.limits import arriving_frames_bytes  # noqa: E402
+from bookie_server.memory import keep_freed_memory  # noqa: E402
 from bookie_server.listening import grpc_server_options  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.testing.bookies import child_env, free_port  # noqa: E402
@@ -82,6 +84,7 @@ FRAMED_MAX_FRAME_BYTES = 64 << 20
 def serve(servicer: pb_grpc.BookieServicer, port: int, framed: bool = False) -> None:
     """Serve ``servicer`` on 127.0.0.1:``port`` until killed, with ``framed`` also on a framed add port (any free
     one); prints "ready" (and "add_port=N") once it listens."""
+    keep_freed_memory()  # as ``bookie_server.__main__`` does for a bookie
     server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
                          options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
                                   *KEEPALIVE_OPTIONS])

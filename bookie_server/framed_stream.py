@@ -7,6 +7,12 @@ What a connection holds of a frame still arriving grows with what was sent, at m
 (``FrameReader.take_large``), unless the bookie-wide budget of frames arriving (``limits.arriving_frames_bytes``)
 grants a large frame's size at once: then the frame is read straight into its own buffer, and after a large frame
 the next header is read alone (``next_receive``), so that the next large frame is copied nowhere on its way in.
+
+Everything else arrives in one buffer per connection, made when its stream starts and read into again and again
+(``recv_into``): no allocation per ``recv``. A ``recv`` of a new bytes object of ``RECEIVE_BYTES`` made glibc map
+and unmap that much for every add wherever its malloc thresholds were not raised (``bookie_server.memory``: an
+operator's own ``MALLOC_*`` settings, the benchmark's servers), about 50 µs of a paced add's CPU
+(docs/measurements.md, "A map and an unmap per received add").
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 _log = logging.getLogger(__name__)
-RECEIVE_BYTES = 256 * 1024  # one recv at most (a larger frame arrives in several)
+RECEIVE_BYTES = 256 * 1024  # one recv at most (a larger frame arrives in several): each connection's buffer
 LARGE_FRAME_BYTES = 64 * 1024  # a frame at least this large is read straight into its own buffer
 _STATUS_OF_CODE = {"RESOURCE_EXHAUSTED": pb.TOO_MANY_REQUESTS, "INVALID_ARGUMENT": pb.BAD_REQUEST}
 
@@ -145,6 +151,7 @@ class FramedRequests:
         pending, rules, reader = opened.received, opened.rules, opened.reader
         header_first = False  # after a large frame: read the next header alone (``next_receive``)
         merged = None  # small adds decoded from the frames at hand, not yet handed on
+        inbox = memoryview(bytearray(RECEIVE_BYTES))  # read into again and again (``feed`` copies what it keeps)
         try:
             while True:
                 while pending:
@@ -174,11 +181,12 @@ class FramedRequests:
                 if merged is not None:
                     yield merged
                     merged = None
-                data = self._conn.recv(next_receive(header_first, reader.pending) if header_first else RECEIVE_BYTES)
-                if not data:  # gone without its END: the call is over, as a cancelled gRPC call
+                count = self._conn.recv_into(inbox[:next_receive(header_first, reader.pending)]
+                                             if header_first else inbox)
+                if not count:  # gone without its END: the call is over, as a cancelled gRPC call
                     self._call.end()
                     return
-                pending.extend(reader.feed(data))
+                pending.extend(reader.feed(inbox[:count]))
                 large = None if pending else reader.take_large(LARGE_FRAME_BYTES, self._arriving.try_take)
                 header_first = large is not None or (header_first and reader.pending < frames.HEADER.size)
                 if large is not None:

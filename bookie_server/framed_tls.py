@@ -19,7 +19,7 @@ import ssl
 import threading
 import time
 
-RAW_BYTES = 256 * 1024  # one read of the socket at most
+RAW_BYTES = 256 * 1024  # one read of the socket at most: the connection's buffer of encrypted bytes
 
 
 class TlsConnection:
@@ -31,6 +31,8 @@ class TlsConnection:
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._lock = threading.Lock()  # every use of the SSLObject
         self._send_lock = threading.Lock()  # taking encrypted bytes out and sending them, as one step (then _lock)
+        self._raw = memoryview(bytearray(RAW_BYTES))  # encrypted bytes read into again and again (one reader at a time:
+        # the handshake, then the stream's reader thread), never a new buffer per read (``framed_stream``)
 
     # --- the handshake (one thread, before the stream starts) -----------------------------
     def handshake(self, timeout_s: float) -> None:
@@ -47,10 +49,10 @@ class TlsConnection:
                 if left <= 0:
                     raise socket.timeout(f"no TLS handshake within {timeout_s:.0f} s") from None
                 self._sock.settimeout(left)
-                data = self._sock.recv(RAW_BYTES)
-                if not data:
+                count = self._sock.recv_into(self._raw)
+                if not count:
                     raise ConnectionResetError("the client closed the connection during the TLS handshake")
-                self._incoming.write(data)
+                self._incoming.write(self._raw[:count])
 
     def auth_context(self) -> dict:
         """The verified client certificate's names, as gRPC's ``auth_context`` gives them; {} without one."""
@@ -86,11 +88,11 @@ class TlsConnection:
                 self._flush()
             if result is not None:
                 return result
-            data = self._sock.recv(RAW_BYTES)
-            if not data:
+            count = self._sock.recv_into(self._raw)
+            if not count:
                 return closed
             with self._lock:
-                self._incoming.write(data)
+                self._incoming.write(self._raw[:count])
 
     def sendall(self, data: bytes) -> None:
         with self._send_lock:

@@ -201,3 +201,30 @@ def test_a_framed_stream_is_synced_and_answered_by_its_reader(tmp_path):
     assert [thread for _, thread in call.sent] == ["durable-reader"] * 3
     assert (tmp_path / "adds").read_bytes() == b"".join(body(e) for e in range(4))
     assert servicer.figures()["commits"] == 3
+
+
+def test_adds_one_at_a_time_never_wake_the_handler_thread(tmp_path):
+    """A reader that synced and answered its add itself wakes the handler only when that has work (adds queued
+    meanwhile, answers or bytes left unsent): a wake-up per add is a bookie's CPU the limit would not spare."""
+    import queue
+    requests: queue.Queue = queue.Queue()
+
+    def request_iterator():
+        while (batch := requests.get(timeout=30)) is not None:
+            yield batch
+    servicer, call = DurableBookie(tmp_path / "adds"), FakeFramedCall()
+    handler = threading.Thread(target=lambda: list(servicer.AddStream(request_iterator(), call)), name="handler")
+    handler.start()
+    try:
+        for entry_id in range(50):
+            requests.put(pb.AddBatch(adds=[pb.AddRequest(ledger_id=3, entry_id=entry_id, master_key=b"k" * 20,
+                                                         body=body(entry_id))]))
+            wait_until(lambda: len(call.acked()) == entry_id + 1, 10, "the add to be answered")
+        wakes = servicer.handler_wakes
+    finally:
+        requests.put(None)
+        handler.join(10)
+        servicer.close()
+    assert call.acked() == list(range(50))
+    assert {thread for _, thread in call.sent} == {"durable-reader"}
+    assert wakes <= 2, f"the handler was woken {wakes} times for 50 adds the reader answered"

@@ -49,3 +49,23 @@ def test_W9_a_noop_server_answers_in_the_form_the_client_asked_for(noop_port, ru
         client.close()
     expected = [(3, e, pb.OK) for e in range(500)]
     assert seen == ({"acks": expected, "results": []} if runs else {"acks": [], "results": expected})
+
+
+def test_bench_servers_tune_malloc_as_a_bookie_does(monkeypatch):
+    """The no-op and durable servers share ``serve``: their processes get a bookie's malloc thresholds first
+    (``bookie_server.memory``), so no limit pays a map and an unmap per received add that a bookie is spared."""
+    import bench.noop_bookies as noop
+
+    calls: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def no_server(*_args, **_kwargs):
+        calls.append("grpc.server")
+        raise Stop
+    monkeypatch.setattr(noop, "keep_freed_memory", lambda: calls.append("keep_freed_memory"))
+    monkeypatch.setattr(noop.grpc, "server", no_server)
+    with pytest.raises(Stop):
+        noop.serve(noop.NoopBookie(), 0)
+    assert calls == ["keep_freed_memory", "grpc.server"]

@@ -45,11 +45,32 @@ class SpyReader(frames.FrameReader):
         return result
 
 
+class RecordingSocket:
+    """A socket that notes the buffer of every ``recv_into`` and counts the ``recv`` calls (each a new buffer)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.buffers: list = []
+        self.recv_calls = 0
+
+    def recv_into(self, view, *args):
+        self.buffers.append(view.obj)
+        return self._sock.recv_into(view, *args)
+
+    def recv(self, *args):
+        self.recv_calls += 1
+        return self._sock.recv(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
 class Reading:
     """``FramedRequests`` over one end of a socket pair, iterated on a thread of its own; the test writes the other."""
 
     def __init__(self, budget: Budget) -> None:
-        self.server, self.client = socket.socketpair()
+        server, self.client = socket.socketpair()
+        self.server = RecordingSocket(server)
         rules = frames.ServerRules()
         assert rules.check(Kind.HELLO) is None  # past the handshake, as the listener hands it over
         self.reader = SpyReader(64 << 20)
@@ -172,6 +193,21 @@ def test_large_and_small_frames_mixed_and_split_anywhere_arrive_whole_and_in_ord
     wait_for(lambda: sum(len(batch.adds) for batch in one.batches) == len(kinds), "the frames read")
     assert [add.entry_id for batch in one.batches for add in batch.adds] == list(range(len(kinds)))
     assert budget.used == 0
+
+
+def test_small_frames_are_read_into_one_buffer_of_the_connection_never_a_new_one_per_receive(reading):
+    # a new bytes object per recv made glibc map and unmap RECEIVE_BYTES per add where its thresholds were not raised
+    one = reading(Budget(1 << 20))
+    data = b"".join(small_frame(entry_id) for entry_id in range(200))
+    for start in range(0, len(data), 1000):
+        one.client.sendall(data[start:start + 1000])
+        time.sleep(0.001)  # many receives
+    wait_for(lambda: sum(len(batch.adds) for batch in one.batches) == 200, "the frames read")
+    assert [add.entry_id for batch in one.batches for add in batch.adds] == list(range(200))
+    assert one.server.recv_calls == 0
+    assert len(one.server.buffers) > 10
+    assert len({id(buffer) for buffer in one.server.buffers}) == 1
+    assert len(one.server.buffers[0]) == RECEIVE_BYTES
 
 
 def test_the_next_receive_is_the_header_alone_only_after_a_large_frame():

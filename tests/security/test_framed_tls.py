@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -146,3 +147,60 @@ def test_w11_the_names_of_a_verified_client_certificate_are_the_caller_s_identit
         assert outcome["names"] >= {"ledger-admin"} and reply == b"HELLO OVER TLS"
     else:
         assert isinstance(outcome.get("error"), ssl.SSLError) and not reply
+
+
+class RecordingSocket:
+    """A socket that notes the buffer of every ``recv_into`` and counts the ``recv`` calls (each a new buffer)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.buffers: list = []
+        self.recv_calls = 0
+
+    def recv_into(self, view, *args):
+        self.buffers.append(view.obj)
+        return self._sock.recv_into(view, *args)
+
+    def recv(self, *args):
+        self.recv_calls += 1
+        return self._sock.recv(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def test_w11_a_tls_connection_reads_its_encrypted_bytes_into_one_buffer_never_a_new_one_per_read(pki):
+    files = pki["files"]
+    server_context = ServerTls(str(files.bookie_cert), str(files.bookie_key), str(files.ca)).ssl_context()
+    listener = socket.create_server(("127.0.0.1", 0))
+    expected = b"".join(b"record %03d;" % index for index in range(100))
+    received: list[bytes] = []
+    recorded: list[RecordingSocket] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        recorded.append(RecordingSocket(conn))
+        connection = TlsConnection(recorded[0], server_context)
+        try:
+            connection.handshake(10)
+            while sum(map(len, received)) < len(expected) and (data := connection.recv(1 << 16)):
+                received.append(data)
+            connection.sendall(b"ok")
+        finally:
+            connection.close()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", listener.getsockname()[1]), timeout=10) as raw:
+            with good_tls(pki).ssl_context().wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+                for index in range(100):  # one TLS record each, most read alone
+                    conn.sendall(b"record %03d;" % index)
+                    time.sleep(0.001)
+                assert conn.recv(2) == b"ok"
+        thread.join(10)
+    finally:
+        listener.close()
+    assert b"".join(received) == expected
+    sock = recorded[0]
+    assert sock.recv_calls == 0 and len(sock.buffers) > 10
+    assert len({id(buffer) for buffer in sock.buffers}) == 1
