@@ -4,7 +4,7 @@ gRPC's servicer context (the peer, the HELLO's flags, the end-of-call callbacks,
 (``framed_listener``) accepts connections, runs their handshake and serves each with these.
 
 What a connection holds of a frame still arriving grows with what was sent, at most twice it
-(``FrameReader.take_large``), unless the bookie-wide budget of frames arriving (``limits.arriving_frames_bytes``)
+(``FrameReader.large_frame``), unless the bookie-wide budget of frames arriving (``limits.arriving_frames_bytes``)
 grants a large frame's size at once: then the frame is read straight into its own buffer, and after a large frame
 the next header is read alone (``next_receive``), so that the next large frame is copied nowhere on its way in.
 
@@ -187,27 +187,46 @@ class FramedRequests:
                     self._call.end()
                     return
                 pending.extend(reader.feed(inbox[:count]))
-                large = None if pending else reader.take_large(LARGE_FRAME_BYTES, self._arriving.try_take)
+                large = None if pending else reader.large_frame(LARGE_FRAME_BYTES, self._arriving.try_take)
                 header_first = large is not None or (header_first and reader.pending < frames.HEADER.size)
                 if large is not None:
-                    kind, payload, have, reserved = large
+                    kind, size, held, reserved = large
                     try:
-                        view = memoryview(payload)
-                        while have < len(payload):
-                            received = self._conn.recv_into(view[have:])
-                            if not received:
-                                self._call.end()
-                                return
-                            have += received
-                        del view
+                        payload = self._receive_large(size, held)
                     finally:
                         if reserved:
-                            self._arriving.give_back(len(payload))
+                            self._arriving.give_back(size)
+                    if payload is None:  # gone mid-frame
+                        self._call.end()
+                        return
                     pending.append((kind, payload))
         except ValueError as exc:  # the framing is broken
             self.problem = str(exc)
         except OSError:
             self._call.end()
+
+    def _receive_large(self, size: int, held: memoryview) -> bytes | bytearray | None:
+        """A large frame's payload of ``size`` bytes, ``held`` of which arrived already, read straight from the
+        connection into a buffer of its own; None if the connection ended first. On a plaintext connection, with
+        nothing held (every large frame after the first: ``next_receive``), one ``recv`` that waits for all of it
+        (``MSG_WAITALL``) into a new bytes object, which Python does not fill with zeros first: a bytearray would be
+        zeroed (a megabyte's worth per 1 MiB add) only to be overwritten."""
+        if not held and not isinstance(self._conn, TlsConnection):
+            data = self._conn.recv(size, socket.MSG_WAITALL)
+            if len(data) == size or not data:
+                return data or None
+            held = memoryview(data)  # cut short (a signal): the rest below
+        payload = bytearray(size)
+        have = len(held)
+        payload[:have] = held
+        del held
+        view = memoryview(payload)
+        while have < size:
+            received = self._conn.recv_into(view[have:])
+            if not received:
+                return None
+            have += received
+        return payload
 
 
 def merge(first: ReceivedBatch, second: ReceivedBatch, max_adds: int, max_bytes: int) -> ReceivedBatch | None:
@@ -225,6 +244,6 @@ def merge(first: ReceivedBatch, second: ReceivedBatch, max_adds: int, max_bytes:
 def next_receive(header_first: bool, held: int) -> int:
     """How many bytes the next ``recv`` of a connection asks for, the reader holding ``held``. After a large frame
     (``header_first``) the next header alone, so that when it announces one more large frame, as is likely, none of
-    that frame's bytes were copied through the reader before its own buffer takes them (``FrameReader.take_large``).
+    that frame's bytes were copied through the reader before its own buffer takes them (``FrameReader.large_frame``).
     Else as much as one ``recv`` takes (``RECEIVE_BYTES``): many small frames per call."""
     return frames.HEADER.size - held if header_first and held < frames.HEADER.size else RECEIVE_BYTES

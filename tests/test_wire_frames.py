@@ -181,14 +181,14 @@ def test_a_large_frame_is_handed_over_with_what_arrived_of_it_once_half_arrived(
     whole = payload_start + b"r" * rest
     reader = fr.FrameReader(MAX)
     assert reader.feed(fr.header(kind, len(whole)) + payload_start) == ([] if rest else [(kind, whole)])
-    taken = reader.take_large(at_least=1)
+    taken = reader.large_frame(at_least=1)
     if rest == 0 or not whole or len(payload_start) * 2 < len(whole):
         assert taken is None
         assert reader.pending == (5 + len(payload_start) if rest else 0)  # the reader still holds what came
         return
-    got_kind, buffer, have, reserved = taken
-    assert (got_kind, len(buffer), have, reserved) == (kind, len(whole), len(payload_start), False)
-    assert bytes(buffer[:have]) == payload_start
+    got_kind, size, held, reserved = taken
+    assert (got_kind, size, len(held), reserved) == (kind, len(whole), len(payload_start), False)
+    assert bytes(held) == payload_start
     assert reader.pending == 0
     assert reader.feed(fr.frame(Kind.END, fr.end(1)[5:])) == [(Kind.END, fr.end(1)[5:])]  # the next frame reads
 
@@ -196,19 +196,19 @@ def test_a_large_frame_is_handed_over_with_what_arrived_of_it_once_half_arrived(
 def test_a_frame_below_the_size_asked_is_left_to_feed():
     reader = fr.FrameReader(MAX)
     reader.feed(fr.header(Kind.ADDS, 100) + b"abc")
-    assert reader.take_large(at_least=101) is None
+    assert reader.large_frame(at_least=101) is None
     assert reader.pending == 8
 
 
-def test_an_announced_frame_allocates_nothing_until_half_of_it_arrived():
+def test_an_announced_frame_is_handed_over_only_once_half_of_it_arrived():
     reader = fr.FrameReader(MAX)
     reader.feed(fr.header(Kind.ADDS, MAX))  # announced, not sent
-    assert reader.take_large(at_least=1024) is None
+    assert reader.large_frame(at_least=1024) is None
     reader.feed(b"a" * (MAX // 2 - 1))
-    assert reader.take_large(at_least=1024) is None
+    assert reader.large_frame(at_least=1024) is None
     reader.feed(b"a")
-    kind, buffer, have, reserved = reader.take_large(at_least=1024)
-    assert (kind, len(buffer), have, reserved) == (Kind.ADDS, MAX, MAX // 2, False)
+    kind, size, held, reserved = reader.large_frame(at_least=1024)
+    assert (kind, size, len(held), reserved) == (Kind.ADDS, MAX, MAX // 2, False)
 
 
 def test_a_large_frame_is_handed_over_before_half_arrived_only_when_its_size_is_granted():
@@ -220,11 +220,11 @@ def test_a_large_frame_is_handed_over_before_half_arrived_only_when_its_size_is_
 
     reader = fr.FrameReader(MAX)
     reader.feed(fr.header(Kind.ADDS, 4096) + b"abc")
-    assert reader.take_large(at_least=1024, reserve=refuse) is None
+    assert reader.large_frame(at_least=1024, reserve=refuse) is None
     assert asked == [4096] and reader.pending == 8  # refused: the reader keeps what came, as without a budget
-    kind, buffer, have, reserved = reader.take_large(at_least=1024, reserve=lambda size: asked.append(size) or True)
-    assert (kind, len(buffer), have, reserved, asked) == (Kind.ADDS, 4096, 3, True, [4096, 4096])
-    assert bytes(buffer[:3]) == b"abc" and reader.pending == 0
+    kind, size, held, reserved = reader.large_frame(at_least=1024, reserve=lambda size: asked.append(size) or True)
+    assert (kind, size, len(held), reserved, asked) == (Kind.ADDS, 4096, 3, True, [4096, 4096])
+    assert bytes(held) == b"abc" and reader.pending == 0
 
 
 def test_a_budget_is_not_asked_for_a_frame_half_arrived_or_below_the_size_asked():
@@ -233,10 +233,10 @@ def test_a_budget_is_not_asked_for_a_frame_half_arrived_or_below_the_size_asked(
 
     reader = fr.FrameReader(MAX)
     reader.feed(fr.header(Kind.ADDS, 100) + b"abc")
-    assert reader.take_large(at_least=101, reserve=never) is None
+    assert reader.large_frame(at_least=101, reserve=never) is None
     reader = fr.FrameReader(MAX)
     reader.feed(fr.header(Kind.ADDS, 2048) + b"a" * 1024)
-    assert reader.take_large(at_least=1024, reserve=never)[3] is False
+    assert reader.large_frame(at_least=1024, reserve=never)[3] is False
 
 
 def test_the_handshake_deadline_is_one_timeout_from_the_connection_s_start_for_tls_and_hello_together():

@@ -198,14 +198,14 @@ class FrameReader:
             del buffer[:position]
         return frames
 
-    def take_large(self, at_least: int, reserve: Callable[[int], bool] | None = None
-                   ) -> tuple[Kind, bytearray, int, bool] | None:
+    def large_frame(self, at_least: int, reserve: Callable[[int], bool] | None = None
+                    ) -> tuple[Kind, int, memoryview, bool] | None:
         """When the bytes held are the start of one frame whose payload is ``at_least`` bytes or more (its header
-        already checked by ``feed``): its kind, a bytearray of the payload's size holding what arrived of it, how
-        much that is, and whether ``reserve`` granted it. The reader then holds nothing, and its owner reads the rest
-        straight into the bytearray (``socket.recv_into``: the rest copied once, not once per piece). Else None.
+        already checked by ``feed``): its kind, its payload's size, what arrived of the payload, and whether
+        ``reserve`` granted the size. The reader then holds nothing: its owner reads the rest of the frame itself,
+        into a buffer of its own. Else None.
 
-        The bytearray is made once half of the payload arrived, or before that when ``reserve(size)`` grants the
+        The frame is handed over once half of its payload arrived, or before that when ``reserve(size)`` grants the
         payload's size (a budget of frames arriving; the owner gives it back once the frame is whole): so what a
         peer that announces a large frame and sends nothing makes this side hold is what it sent, at most twice
         that once it sent half, or what the budget lets out, never the announced size unbounded."""
@@ -221,10 +221,8 @@ class FrameReader:
             if reserve is None or not reserve(length - 1):
                 return None
             reserved = True
-        payload = bytearray(length - 1)
-        payload[:have] = memoryview(buffer)[HEADER.size:]
         self._buffer = bytearray()
-        return Kind(kind_byte), payload, have, reserved
+        return Kind(kind_byte), length - 1, memoryview(buffer)[HEADER.size:], reserved
 
     def _check(self, length: int, kind_byte: int) -> str | None:
         return header_problem(length, kind_byte, self.max_payload)
