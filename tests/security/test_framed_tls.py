@@ -106,6 +106,30 @@ def bookie_add_port(cluster, bookie_id: str) -> int:
         return store.bookies()[bookie_id].info["add_port"]
 
 
+def one_tls_connection(server_context, client_context, serve, talk, wrap=lambda conn: conn):
+    """A ``TlsConnection`` over one accepted connection (its socket first through ``wrap``), handed to ``serve`` on a
+    thread of its own, and the client side of it, handed to ``talk``; what ``talk`` returns."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        connection = TlsConnection(wrap(conn), server_context)
+        try:
+            serve(connection)
+        finally:
+            connection.close()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", listener.getsockname()[1]), timeout=10) as raw:
+            with client_context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+                result = talk(conn)
+        thread.join(10)
+    finally:
+        listener.close()
+    return result
+
+
 @pytest.mark.parametrize("show_certificate", [True, False])
 def test_w11_the_names_of_a_verified_client_certificate_are_the_caller_s_identity(pki, show_certificate):
     """The server side of the framed port's TLS (``TlsConnection``) against Python's own TLS client: with mutual
@@ -114,13 +138,9 @@ def test_w11_the_names_of_a_verified_client_certificate_are_the_caller_s_identit
     files = pki["files"]
     server_context = ServerTls(str(files.bookie_cert), str(files.bookie_key), str(files.ca)).ssl_context()
     client_tls = good_tls(pki) if show_certificate else ClientTls(str(files.ca))
-    client_context = client_tls.ssl_context()
-    listener = socket.create_server(("127.0.0.1", 0))
     outcome: dict = {}
 
-    def serve() -> None:
-        conn, _ = listener.accept()
-        connection = TlsConnection(conn, server_context)
+    def serve(connection: TlsConnection) -> None:
         try:
             connection.handshake(10)
             outcome["names"] = peer_names(connection.auth_context())
@@ -128,21 +148,14 @@ def test_w11_the_names_of_a_verified_client_certificate_are_the_caller_s_identit
             connection.sendall(outcome["echo"].upper())
         except OSError as exc:
             outcome["error"] = exc
-        finally:
-            connection.close()
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        with socket.create_connection(("127.0.0.1", listener.getsockname()[1]), timeout=10) as raw:
-            with client_context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
-                try:
-                    conn.sendall(b"hello over tls")
-                    reply = conn.recv(100)
-                except OSError:
-                    reply = None
-        thread.join(10)
-    finally:
-        listener.close()
+
+    def talk(conn) -> bytes | None:
+        try:
+            conn.sendall(b"hello over tls")
+            return conn.recv(100)
+        except OSError:
+            return None
+    reply = one_tls_connection(server_context, client_tls.ssl_context(), serve, talk)
     if show_certificate:
         assert outcome["names"] >= {"ledger-admin"} and reply == b"HELLO OVER TLS"
     else:
@@ -172,34 +185,26 @@ class RecordingSocket:
 def test_w11_a_tls_connection_reads_its_encrypted_bytes_into_one_buffer_never_a_new_one_per_read(pki):
     files = pki["files"]
     server_context = ServerTls(str(files.bookie_cert), str(files.bookie_key), str(files.ca)).ssl_context()
-    listener = socket.create_server(("127.0.0.1", 0))
     expected = b"".join(b"record %03d;" % index for index in range(100))
     received: list[bytes] = []
     recorded: list[RecordingSocket] = []
 
-    def serve() -> None:
-        conn, _ = listener.accept()
+    def serve(connection: TlsConnection) -> None:
+        connection.handshake(10)
+        while sum(map(len, received)) < len(expected) and (data := connection.recv(1 << 16)):
+            received.append(data)
+        connection.sendall(b"ok")
+
+    def talk(conn) -> bytes:
+        for index in range(100):  # one TLS record each, most read alone
+            conn.sendall(b"record %03d;" % index)
+            time.sleep(0.001)
+        return conn.recv(2)
+
+    def wrap(conn):
         recorded.append(RecordingSocket(conn))
-        connection = TlsConnection(recorded[0], server_context)
-        try:
-            connection.handshake(10)
-            while sum(map(len, received)) < len(expected) and (data := connection.recv(1 << 16)):
-                received.append(data)
-            connection.sendall(b"ok")
-        finally:
-            connection.close()
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        with socket.create_connection(("127.0.0.1", listener.getsockname()[1]), timeout=10) as raw:
-            with good_tls(pki).ssl_context().wrap_socket(raw, server_hostname="127.0.0.1") as conn:
-                for index in range(100):  # one TLS record each, most read alone
-                    conn.sendall(b"record %03d;" % index)
-                    time.sleep(0.001)
-                assert conn.recv(2) == b"ok"
-        thread.join(10)
-    finally:
-        listener.close()
+        return recorded[0]
+    assert one_tls_connection(server_context, good_tls(pki).ssl_context(), serve, talk, wrap) == b"ok"
     assert b"".join(received) == expected
     sock = recorded[0]
     assert sock.recv_calls == 0 and len(sock.buffers) > 10
