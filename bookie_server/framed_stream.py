@@ -215,7 +215,7 @@ class FramedRequests:
             data = self._conn.recv(size, socket.MSG_WAITALL)
             if len(data) == size or not data:
                 return data or None
-            held = memoryview(data)  # cut short (a signal): the rest below
+            held = memoryview(data)  # cut short (a signal, or the peer gone): the rest below
         payload = bytearray(size)
         have = len(held)
         payload[:have] = held
