@@ -20,6 +20,7 @@ from pyspark_ledger.client.add_wire import AddEncoder
 from pyspark_ledger.entry import EntryCodec
 from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.frames import Kind
+from tests.recording_socket import RecordingSocket
 
 BODY = 256 * 1024
 
@@ -43,28 +44,6 @@ class SpyReader(frames.FrameReader):
         if result is not None:
             self.taken.append(len(result[2]))
         return result
-
-
-class RecordingSocket:
-    """A socket that notes the buffer of every ``recv_into`` and counts the ``recv`` calls (each a new buffer)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self.buffers: list = []
-        self.recv_calls = 0
-        self.recv_args: list = []
-
-    def recv_into(self, view, *args):
-        self.buffers.append(view.obj)
-        return self._sock.recv_into(view, *args)
-
-    def recv(self, *args):
-        self.recv_calls += 1
-        self.recv_args.append(args)
-        return self._sock.recv(*args)
-
-    def __getattr__(self, name):
-        return getattr(self._sock, name)
 
 
 class Reading:

@@ -21,6 +21,7 @@ from pyspark_ledger.security.certs import write_tls_files
 from pyspark_ledger.security.tls import ClientTls, ServerTls, peer_names
 from pyspark_ledger.testing.bookies import BookieCluster
 from pyspark_ledger.wire import frames
+from tests.recording_socket import RecordingSocket
 from tests.waiting import wait_until
 
 STREAMED = 'bookie_framed_add_connections_total{outcome="streamed"}'
@@ -160,26 +161,6 @@ def test_w11_the_names_of_a_verified_client_certificate_are_the_caller_s_identit
         assert outcome["names"] >= {"ledger-admin"} and reply == b"HELLO OVER TLS"
     else:
         assert isinstance(outcome.get("error"), ssl.SSLError) and not reply
-
-
-class RecordingSocket:
-    """A socket that notes the buffer of every ``recv_into`` and counts the ``recv`` calls (each a new buffer)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self.buffers: list = []
-        self.recv_calls = 0
-
-    def recv_into(self, view, *args):
-        self.buffers.append(view.obj)
-        return self._sock.recv_into(view, *args)
-
-    def recv(self, *args):
-        self.recv_calls += 1
-        return self._sock.recv(*args)
-
-    def __getattr__(self, name):
-        return getattr(self._sock, name)
 
 
 def test_w11_a_tls_connection_reads_its_encrypted_bytes_into_one_buffer_never_a_new_one_per_read(pki):
