@@ -17,6 +17,7 @@ from pyspark_ledger.arg_types import number
 from pyspark_ledger.metadata.bookie_location import DEFAULT_RACK, DEFAULT_ZONE, name_problem
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_ENTRY_SIZE = 5 * MiB
 DEFAULT_MAX_INFLIGHT_ADDS = 10_000
@@ -58,6 +59,7 @@ class ServerConfig:
     journal_write_data: bool = False
     journal_inline_max_bytes: int = 64 * 1024
     journal_preallocate_bytes: int = 4 * MiB
+    entry_log_preallocate_bytes: int = 16 * MiB
     disk_usage_threshold: float = 0.95
     disk_usage_lwm: float = 0.90
     disk_check_interval_s: float = 10.0
@@ -135,6 +137,7 @@ class ServerConfig:
             journal_write_data=self.journal_write_data,
             journal_inline_max_bytes=self.journal_inline_max_bytes,
             journal_preallocate_bytes=self.journal_preallocate_bytes,
+            entry_log_preallocate_bytes=self.entry_log_preallocate_bytes,
         )
 
 
@@ -147,6 +150,7 @@ _port = number(int, lambda value: 1 <= value <= 65535, "must be a TCP port in 1.
 _metrics_port = number(int, lambda value: -1 <= value <= 65535, "must be -1 (off), 0 (any free port) or a port")
 _add_port = _metrics_port
 _non_negative_float = number(float, lambda value: value >= 0, "must be a number >= 0")
+_preallocate_bytes = number(int, lambda value: 0 <= value <= GiB, "must be a whole number from 0 to 1073741824 (1 GiB)")
 
 
 def _bookie_id(text: str) -> str:
@@ -245,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--journal-preallocate-bytes", type=_non_negative_int, default=4 * MiB,
         help="extend the journal file with zeros this many bytes ahead of its records (written and fsync'd by "
              "a thread of their own), so a group commit's fdatasync changes no file metadata (0: plain appends)")
+    add("--entry-log-preallocate-bytes", type=_preallocate_bytes, default=16 * MiB,
+        help="allocate the current entry log's blocks this many bytes ahead of its records, its size unchanged, "
+             "so appends need no block allocation as they go; given back when a log is sealed (0: plain appends)")
     add("--disk-usage-threshold", type=_fraction, default=0.95,
         help="turn read-only (refuse adds, register as read-only) when a disk of the bookie is fuller than this")
     add("--disk-usage-lwm", type=_fraction, default=0.90,

@@ -39,6 +39,21 @@ def _sync_file_range():
 
 
 _SYNC_RANGE = _sync_file_range()
+_KEEP_SIZE = 1  # Linux's FALLOC_FL_KEEP_SIZE: blocks past the end of the file, its size unchanged
+
+
+def _fallocate():
+    """libc's ``fallocate`` (Linux), or None where there is none."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).fallocate
+    except (AttributeError, OSError):  # not Linux: entry logs grow as they are written
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    function.restype = ctypes.c_int
+    return function
+
+
+_FALLOCATE = _fallocate()
 
 
 def write_all(fd: int, chunks: Sequence[Buffer]) -> int:
@@ -95,6 +110,27 @@ def write_out(fd: int, start: int, end: int, step: int) -> bool:
             raise OSError(code, f"sync_file_range of {min(step, end - offset)} bytes at offset {offset} failed: "
                                 f"{os.strerror(code)}")
     return True
+
+
+def reserve_ahead(fd: int, start: int, length: int) -> None:
+    """Allocate the file's blocks for ``length`` bytes from ``start`` without changing its size or anything it
+    reads (Linux ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``): appends into them then take blocks the file already
+    has instead of allocating as they go. OSError if the file system cannot (EOPNOTSUPP), has no room (ENOSPC),
+    or the platform has no such call (ENOSYS)."""
+    if _FALLOCATE is None:
+        raise OSError(errno.ENOSYS, "fallocate is not available on this platform")
+    if _FALLOCATE(fd, _KEEP_SIZE, start, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"fallocate of {length} bytes at offset {start} failed: {os.strerror(code)}")
+
+
+def release_reserved(fd: int) -> int:
+    """Give back blocks ``reserve_ahead`` allocated past the end of the file: truncate it to its own size, which
+    changes no byte it holds (the size is read here, so no caller's idea of the end can cut a record). The file
+    must not be appended to meanwhile. Returns that size. Raises OSError."""
+    size = os.fstat(fd).st_size
+    os.ftruncate(fd, size)
+    return size
 
 
 def fsync_dir(directory: Path) -> None:

@@ -110,7 +110,8 @@ class BookieStorage:
         snapshot_path = config.data_dir / LEDGER_SNAPSHOT_NAME
         snapshot_missing = not snapshot_path.exists()
         self._states = LedgerStates.load(snapshot_path)
-        self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size)
+        self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size,
+                                      preallocate_bytes=config.entry_log_preallocate_bytes)
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes, self._states.index_pages)
         self._states.index_pages = {}  # the index keeps them from here on
         self._lacs = LacBoard(self._lock, self._states)
