@@ -33,6 +33,7 @@ on disk is never removed, so a log id is never used twice.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -87,7 +88,7 @@ class EntryLogger:
         self._dir = directory
         self._max_size = max_log_size
         self._cache_window = cache_window
-        self._preallocate = preallocate_bytes
+        self._preallocate = self._preallocate_wanted = preallocate_bytes  # (0 for this log after a refusal)
         self._reserved_end = 0  # the current log's blocks are allocated up to here
         self._reserved: set[int] = set()  # logs this logger allocated blocks ahead for, not given back yet
         self._lock = threading.Lock()
@@ -150,16 +151,20 @@ class EntryLogger:
 
     def _reserve(self, log_id: int, end: int) -> None:
         """Allocate the current log's blocks up to ``preallocate_bytes`` past ``end`` (never past the size at which
-        it is sealed); a file system that cannot is left to allocate as appends come, from then on."""
+        it is sealed). A file system that cannot is left to allocate as appends come, from then on; one without room
+        for the step, for the rest of this log (the next one tries again)."""
         target = min(end + self._preallocate, self._max_size)
         if target <= end:  # this batch fills the log: the next one starts another
             return
         try:
             reserve_ahead(self._fds[log_id], self._reserved_end, target - self._reserved_end)
         except OSError as exc:
-            log.warning("entry log %s: cannot allocate blocks ahead of its records (%s); appending without",
-                        self.path(log_id), exc)
+            lasting = exc.errno != errno.ENOSPC  # the file system cannot; a full disk may have room for the next log
+            log.warning("entry log %s: cannot allocate blocks ahead of its records (%s); appending without%s",
+                        self.path(log_id), exc, "" if lasting else " until the next log")
             self._preallocate = 0
+            if lasting:
+                self._preallocate_wanted = 0
             return
         self._reserved.add(log_id)
         self._reserved_end = target
@@ -299,7 +304,7 @@ class EntryLogger:
             self._dir_dirty = True
         self._usage[log_id] = LogUsage()
         self._log_id, self._offset, self._started = log_id, 0, True
-        self._reserved_end = 0
+        self._reserved_end, self._preallocate = 0, self._preallocate_wanted
 
     def _seal(self, log_id: int) -> None:
         """Give back the blocks allocated past a log's records and persist its usage once nothing more goes into

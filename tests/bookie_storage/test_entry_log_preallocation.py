@@ -141,6 +141,9 @@ def test_a_file_system_that_cannot_allocate_ahead_is_appended_to_without(tmp_pat
         assert len(calls) == 1  # tried once, then not again
         assert "cannot allocate blocks ahead" in caplog.text
         assert logger.read(locations[2][9], 1, 29) == bytes([29]) * 10_000
+        logger.rotate()
+        logger.append_batch(batch(1, 30, 10))
+        assert len(calls) == 1  # nor for the next log: this file system cannot
     finally:
         logger.close()
 
@@ -171,3 +174,24 @@ def test_the_flag_names_its_limit(tmp_path, capsys):
                     "--entry-log-preallocate-bytes", str(2 * 1024 * MIB)])
     assert exit_info.value.code == 2
     assert "from 0 to 1073741824 (1 GiB)" in capsys.readouterr().err
+
+
+def test_a_disk_without_room_for_the_step_is_appended_to_without_until_the_next_log(tmp_path, monkeypatch):
+    calls = []
+
+    def full(fd, start, length):
+        calls.append(length)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(entry_log_module, "reserve_ahead", full)
+    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
+    try:
+        logger.append_batch(batch(1, 0, 10))
+        logger.append_batch(batch(1, 10, 10))
+        assert len(calls) == 1  # not again within this log
+        monkeypatch.setattr(entry_log_module, "reserve_ahead", reserve_ahead)  # room again
+        logger.rotate()
+        logger.append_batch(batch(1, 20, 10))
+        current = logs(tmp_path)[-1]
+        assert allocated(current) > current.stat().st_size + MIB  # the next log tried, and got its blocks
+    finally:
+        logger.close()
