@@ -165,23 +165,29 @@ def test_g2_rolling_under_load_no_gap_no_duplicate_and_readers_cross_boundaries(
         while len(tailed) < total and tail_reader.wait_for_entries(timeout=30):
             tailed.extend((entry.position, entry.data) for entry in tail_reader.entries())
 
-    def roll_explicitly():
-        for threshold in (150, 300, 450):
-            wait_until(lambda: len(futures) >= threshold, what=f"{threshold} appends")
-            writer.roll()
+    roll_errors = []
 
-    helpers = [threading.Thread(target=tail), threading.Thread(target=roll_explicitly)]
-    for thread in helpers:
-        thread.start()
+    def roll_explicitly():
+        try:
+            for threshold in (150, 300, 450):
+                wait_until(lambda: len(futures) >= threshold, what=f"{threshold} appends")
+                writer.roll()
+        except Exception as exc:  # noqa: BLE001 - checked below
+            roll_errors.append(exc)
+
+    tailer, roller = threading.Thread(target=tail), threading.Thread(target=roll_explicitly)
+    tailer.start()
+    roller.start()
     for chunk in range(0, total, 20):  # pipelined appends that keep going while ledgers roll
         batch = [writer.append_async(payload(i)) for i in range(chunk, chunk + 20)]
         futures.extend(batch)
         batch[0].result(60)
     positions = [future.result(60) for future in futures]
+    roller.join(120)  # its last roll may come after the last append: the writer stays open until it is done
     writer.close()
-    for thread in helpers:
-        thread.join(120)
+    tailer.join(120)
 
+    assert not roll_errors, roll_errors  # each explicit roll, made under load, succeeded
     assert all(a < b for a, b in zip(positions, positions[1:]))  # no duplicate, in append order
     per_ledger = defaultdict(list)
     for position in positions:
