@@ -17,11 +17,9 @@ durable, all but the newest ``cache_window`` bytes leave the page cache, so
 that appends reuse pages instead of touching fresh memory (see ``_drop_cached``).
 A new log is started by the first append after open, when the current one reaches
 ``entry_log_size``, and when the garbage collector seals it early (``rotate``).
-The current log's blocks are allocated ``preallocate_bytes`` ahead of its records
-(``files.reserve_ahead``: its size, and so every read and scan, unchanged), so that
-appends need no block allocation as they go; a log gives back what is left past its
-records when it is sealed or closed, and a log a crash left so is given back at the
-next open (``files.release_reserved``, docs/protocol.md B8).
+The current log's blocks are allocated ``preallocate_bytes`` ahead of its records and
+given back when it is sealed or closed, or at the next open after a crash
+(``entry_log_ahead``, docs/protocol.md B8).
 Reads check the record's ids and checksum and raise ``CorruptStorageError``
 when they do not match.
 
@@ -33,7 +31,6 @@ on disk is never removed, so a log id is never used twice.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import struct
@@ -44,8 +41,8 @@ from typing import Iterable, NamedTuple
 import crc32c
 
 from bookie_server.entry_log_usage import USAGE_SUFFIX, LogUsage, load_usage, usage_path, write_usage
-from bookie_server.files import (Buffer, fsync_dir, numbered_files, numbered_name, release_reserved, reserve_ahead,
-                                 write_all, write_out)
+from bookie_server.entry_log_ahead import PREALLOCATE_BYTES, BlocksAhead, give_back_left
+from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all, write_out
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
 log = logging.getLogger(__name__)
@@ -64,10 +61,6 @@ _PAGE = 4096
 # disk's queue never holds more than a step of them, so the journals' group commits are not stuck behind all the
 # entries since the last checkpoint at once.
 WRITE_OUT_STEP = 1024 * 1024
-PREALLOCATE_BYTES = 16 * 1024 * 1024  # ``StorageConfig.entry_log_preallocate_bytes``'s default
-# A log whose allocated blocks pass its size by more than this was left with blocks reserved ahead (a crash): given
-# back at open. (A file's blocks also hold a little of its extent tree: never that much.)
-_RESERVED_SLACK = 256 * 1024
 
 
 class EntryLocation(NamedTuple):
@@ -88,9 +81,7 @@ class EntryLogger:
         self._dir = directory
         self._max_size = max_log_size
         self._cache_window = cache_window
-        self._preallocate = self._preallocate_wanted = preallocate_bytes  # (0 for this log after a refusal)
-        self._reserved_end = 0  # the current log's blocks are allocated up to here
-        self._reserved: set[int] = set()  # logs this logger allocated blocks ahead for, not given back yet
+        self._ahead = BlocksAhead(preallocate_bytes, max_log_size)
         self._lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
@@ -103,7 +94,7 @@ class EntryLogger:
         self._retired: dict[int, int] = {}  # log id -> fd of a removed log still being read
         existing = numbered_files(directory, LOG_SUFFIX)
         for _, path in existing:
-            _give_back_reserved(path)
+            give_back_left(path)
         self._log_id = (existing[-1][0] if existing else 0) + 1  # created at the first append
         self._offset = 0
         self._started = False
@@ -140,34 +131,15 @@ class EntryLogger:
         usage = self._usage[log_id]
         for ledger_id, nbytes in ledger_bytes.items():
             usage.add(ledger_id, nbytes)
-        if offset > self._reserved_end and self._preallocate:
-            self._reserve(log_id, offset)
+        ahead = self._ahead
+        if offset > ahead.end and ahead.step:
+            ahead.reserve(log_id, self._fds[log_id], self.path(log_id), offset)
         write_all(self._fds[log_id], chunks)
         self._offset = offset
         with self._lock:  # only after the write: a sync that cleared the set before it must not cover it
             self._unsynced.add(log_id)
             self._written[log_id] = offset
         return locations
-
-    def _reserve(self, log_id: int, end: int) -> None:
-        """Allocate the current log's blocks up to ``preallocate_bytes`` past ``end`` (never past the size at which
-        it is sealed). A file system that cannot is left to allocate as appends come, from then on; one without room
-        for the step, for the rest of this log (the next one tries again)."""
-        target = min(end + self._preallocate, self._max_size)
-        if target <= end:  # this batch fills the log: the next one starts another
-            return
-        try:
-            reserve_ahead(self._fds[log_id], self._reserved_end, target - self._reserved_end)
-        except OSError as exc:
-            lasting = exc.errno != errno.ENOSPC  # the file system cannot; a full disk may have room for the next log
-            log.warning("entry log %s: cannot allocate blocks ahead of its records (%s); appending without%s",
-                        self.path(log_id), exc, "" if lasting else " until the next log")
-            self._preallocate = 0
-            if lasting:
-                self._preallocate_wanted = 0
-            return
-        self._reserved.add(log_id)
-        self._reserved_end = target
 
     def read(self, location: EntryLocation, ledger_id: int, entry_id: int) -> bytes:
         """The body stored at ``location``; CorruptStorageError if it is not that entry, intact."""
@@ -304,18 +276,12 @@ class EntryLogger:
             self._dir_dirty = True
         self._usage[log_id] = LogUsage()
         self._log_id, self._offset, self._started = log_id, 0, True
-        self._reserved_end, self._preallocate = 0, self._preallocate_wanted
+        self._ahead.new_log()
 
     def _seal(self, log_id: int) -> None:
         """Give back the blocks allocated past a log's records and persist its usage once nothing more goes into
         it; a failure only costs space, or a scan at the next start."""
-        if log_id in self._reserved:
-            self._reserved.discard(log_id)
-            try:
-                release_reserved(self._fds[log_id])
-            except OSError as exc:
-                log.warning("entry log %s: cannot give back the blocks allocated past its records (%s); they are "
-                            "freed when the log is deleted", self.path(log_id), exc)
+        self._ahead.give_back(log_id, self._fds[log_id], self.path(log_id))
         try:
             write_usage(self.path(log_id), self._usage[log_id])
         except OSError as exc:
@@ -356,22 +322,6 @@ def _pread_record(fd: int, offset: int, length: int, ledger_id: int, entry_id: i
     header = os.pread(fd, HEADER_SIZE, offset)
     _check_header(header, ledger_id, entry_id, length, what)
     return header, os.pread(fd, length, offset + HEADER_SIZE)
-
-
-def _give_back_reserved(path: Path) -> None:
-    """Give back blocks a log holds past its size, allocated ahead by a process that stopped before it sealed the log
-    (a crash): its bytes stay as they are. A failure only costs that space until the log is deleted."""
-    try:
-        info = path.stat()
-        if info.st_blocks * 512 <= info.st_size + _RESERVED_SLACK:
-            return
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            release_reserved(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        log.warning("entry log %s: cannot give back the blocks allocated past its records (%s)", path, exc)
 
 
 def _load_usage(path: Path) -> LogUsage:

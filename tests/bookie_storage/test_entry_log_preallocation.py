@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bookie_server import entry_log as entry_log_module
+from bookie_server import entry_log_ahead
 from bookie_server.config import parse_args
 from bookie_server.entry_log import EntryLogger
 from bookie_server.entry_log_usage import EntryLogScan
@@ -127,16 +128,22 @@ def test_a_log_left_with_blocks_ahead_by_a_kill_is_given_them_back_at_the_next_o
     assert [storage.read_entry(1, entry_id) for entry_id in range(40)] == [body(1, entry_id) for entry_id in range(40)]
 
 
-def test_a_file_system_that_cannot_allocate_ahead_is_appended_to_without(tmp_path, monkeypatch, caplog):
-    calls = []
+def refusing(monkeypatch, code: int) -> list[int]:
+    """Make every allocation ahead fail with ``code``; the lengths asked for."""
+    calls: list[int] = []
 
     def refuse(fd, start, length):
         calls.append(length)
-        raise OSError(errno.EOPNOTSUPP, "not supported here")
-    monkeypatch.setattr(entry_log_module, "reserve_ahead", refuse)
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(entry_log_ahead, "reserve_ahead", refuse)
+    return calls
+
+
+def test_a_file_system_that_cannot_allocate_ahead_is_appended_to_without(tmp_path, monkeypatch, caplog):
+    calls = refusing(monkeypatch, errno.EOPNOTSUPP)
     logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
     try:
-        with caplog.at_level(logging.WARNING, logger="bookie_server.entry_log"):
+        with caplog.at_level(logging.WARNING, logger="bookie_server.entry_log_ahead"):
             locations = [logger.append_batch(batch(1, first, 10)) for first in (0, 10, 20)]
         assert len(calls) == 1  # tried once, then not again
         assert "cannot allocate blocks ahead" in caplog.text
@@ -177,18 +184,13 @@ def test_the_flag_names_its_limit(tmp_path, capsys):
 
 
 def test_a_disk_without_room_for_the_step_is_appended_to_without_until_the_next_log(tmp_path, monkeypatch):
-    calls = []
-
-    def full(fd, start, length):
-        calls.append(length)
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(entry_log_module, "reserve_ahead", full)
+    calls = refusing(monkeypatch, errno.ENOSPC)
     logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
     try:
         logger.append_batch(batch(1, 0, 10))
         logger.append_batch(batch(1, 10, 10))
         assert len(calls) == 1  # not again within this log
-        monkeypatch.setattr(entry_log_module, "reserve_ahead", reserve_ahead)  # room again
+        monkeypatch.setattr(entry_log_ahead, "reserve_ahead", reserve_ahead)  # room again
         logger.rotate()
         logger.append_batch(batch(1, 20, 10))
         current = logs(tmp_path)[-1]
