@@ -22,8 +22,13 @@ below reads the same cached rows and pays only for its own sink:
 Reads are timed into Spark's ``noop`` sink, each ``--read-repeats`` times,
 and writes ``--write-repeats`` times (a new stream each time; parquet
 overwrites its directory): the median is reported, every run beside it in
-order. Each path runs once more just before its timed runs, and that first
-run is reported apart (``first_run``), outside the median: Spark kills a
+order. The paths take turns (``interleaved``): all writes, then all reads, each
+path's first run, then rounds of one run of every path, each round starting
+one path later, so that every path meets the same load and the same warmth of
+Spark's JVM (which speeds up over a path's repeated runs: parquet's reads of 5
+million rows went from about 2 s to under 1 s within one run when they ran in
+a block before the others). Each path's first run is reported apart
+(``first_run``), outside the median: Spark kills a
 Python worker, and the planner processes a Python data source job uses on
 the driver, after a minute without work of their kind, so a path's first run
 after other work starts them again, paying Python's start and imports
@@ -127,10 +132,19 @@ class Timing(NamedTuple):
     runs: list[Run]
 
 
-def timed_runs(action, repeats: int, groups: ProcessGroups | None = None) -> Timing:
-    """A first run of a read or write, then ``repeats`` more."""
-    first = timed(action, groups)
-    return Timing(first, [timed(action, groups) for _ in range(repeats)])
+def interleaved(actions: dict, repeats: int, groups: ProcessGroups | None = None) -> dict[str, Timing]:
+    """Each action's first run (in the given order), then ``repeats`` rounds that run every action once, each
+    round starting one action later (A B C, B C A, C A B, ...): every path meets the same hour, the same load
+    and the same warmth of Spark's JVM (its compiler speeds up whatever ran before, parquet's reads too), and
+    none always follows the same neighbour (a write's dirty pages, a worker's exit)."""
+    names = list(actions)
+    firsts = {name: timed(actions[name], groups) for name in names}
+    runs: dict[str, list[Run]] = {name: [] for name in names}
+    for round_index in range(repeats):
+        for offset in range(len(names)):
+            name = names[(round_index + offset) % len(names)]
+            runs[name].append(timed(actions[name], groups))
+    return {name: Timing(firsts[name], runs[name]) for name in names}
 
 
 def process_groups(spark, sandbox: Sandbox) -> ProcessGroups | None:
@@ -193,42 +207,52 @@ class Paths:
         return str(self.workdir / f"{name}.parquet")
 
 
-def run_parquet(paths: Paths, frame, rows: int, name: str) -> dict:
-    path = paths.parquet_path(name)
-    write = timed_runs(lambda: frame.write.mode("overwrite").parquet(path), paths.write_repeats, paths.groups)
-    read = timed_runs(lambda: paths.spark.read.parquet(path).write.format("noop").mode("overwrite").save(),
-                       paths.read_repeats, paths.groups)
-    size = sum(file.stat().st_size for file in Path(path).glob("*.parquet"))
-    return {"write": figures(rows, write), "read": figures(rows, read), "bytes_on_disk": size}
-
-
-def run_ledger(paths: Paths, frame, rows: int) -> dict:
+def write_actions(paths: Paths, frame, rows: int) -> tuple[dict, list[str], Path]:
+    """The three writes of the cached rows; the ledger's streams are named in the list, in order."""
     options = paths.ledger_options(write=True)
     streams_written: list[str] = []
+    parquet = paths.parquet_path("data")
+    memory_result = paths.workdir / "arrow-memory-write.json"
 
     def write_stream() -> None:
         streams_written.append(paths.new_stream())
         frame.write.format("ledger").mode("append").options(**options).save(streams_written[-1])
 
-    write = timed_runs(write_stream, paths.write_repeats, paths.groups)
-    stream = streams_written[-1]
-    reading = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
-    sent_before = bookie_bytes_read(paths.sandbox)
-    read = timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats, paths.groups)
-    sent = (bookie_bytes_read(paths.sandbox) - sent_before) / (1 + paths.read_repeats)  # the first run too
+    return ({"parquet": lambda: frame.write.mode("overwrite").parquet(parquet), "ledger": write_stream,
+             "arrow_memory": lambda: frame.write.format(arrow_memory_source.NAME).mode("append")
+             .option("resultPath", str(memory_result)).save()}, streams_written, memory_result)
+
+
+def read_actions(paths: Paths, rows: int, partitions: int, stream: str) -> tuple[dict, object]:
+    """The four reads into ``noop``: parquet's files, the ledger stream, the in-memory source (binary and
+    string payload); and the ledger read's DataFrame."""
+    def into_noop(frame):
+        return lambda: frame.write.format("noop").mode("overwrite").save()
+
+    def memory(payload_type: str):
+        return (paths.spark.read.format(arrow_memory_source.NAME)
+                .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES,
+                         payloadType=payload_type).load())
+
+    ledger = paths.spark.read.format("ledger").options(**paths.ledger_options()).load(stream)
+    return ({"parquet": into_noop(paths.spark.read.parquet(paths.parquet_path("data"))),
+             "ledger": into_noop(ledger), "arrow_memory": into_noop(memory("binary")),
+             "arrow_memory_string": into_noop(memory("string"))}, ledger)
+
+
+def ledger_facts(paths: Paths, stream: str, reading, rows: int) -> dict:
+    """What the ledger stream holds (its spans, entries, bytes), checked to hold every row."""
     if reading.count() != rows:
         raise RuntimeError(f"stream {stream} holds {reading.count()} rows, not {rows}")
     streams = executor.stream_client(paths.sandbox.metadata_uri)
     info = streams.open_stream(stream)
     logs = streams.partition_logs(stream)
     spans = [f"{span.ledger_id}:{span.last_entry_id}" for log in logs.values() for span in log.spans]
-    return {"write": figures(rows, write), "read": figures(rows, read), "spans": spans,
-            "client_read": client_read(paths.sandbox, spans, paths.read_repeats), "stream_partitions": info.partitions,
-            "ledgers": sum(len(log.spans) for log in logs.values()),
+    return {"spans": spans, "client_read": client_read(paths.sandbox, spans, paths.read_repeats),
+            "stream_partitions": info.partitions, "ledgers": sum(len(log.spans) for log in logs.values()),
             "entries": sum(span.entry_count for log in logs.values() for span in log.spans),
             "entry_bytes": sum(span.length for log in logs.values() for span in log.spans),
-            "bookie_bytes_read": round(sent), "read_schema": reading.schema.simpleString(),
-            "read_input_partitions": reading.rdd.getNumPartitions()}
+            "read_schema": reading.schema.simpleString(), "read_input_partitions": reading.rdd.getNumPartitions()}
 
 
 def client_read(sandbox: Sandbox, spans: list[str], repeats: int) -> dict:
@@ -283,23 +307,6 @@ def bookie_bytes_read(sandbox: Sandbox) -> float:
     return total
 
 
-def run_arrow_memory(paths: Paths, frame, rows: int, partitions: int) -> dict:
-    def read_as(payload_type: str) -> list[Run]:
-        reading = (paths.spark.read.format(arrow_memory_source.NAME)
-                   .options(rows=rows, partitions=partitions, payloadBytes=PAYLOAD_BYTES,
-                            payloadType=payload_type).load())
-        return timed_runs(lambda: reading.write.format("noop").mode("overwrite").save(), paths.read_repeats,
-                          paths.groups)
-
-    read, read_string = read_as("binary"), read_as("string")
-    result = paths.workdir / "arrow-memory-write.json"
-    write = timed_runs(lambda: frame.write.format(arrow_memory_source.NAME).mode("append")
-                       .option("resultPath", str(result)).save(), paths.write_repeats, paths.groups)
-    if json.loads(result.read_text())["rows"] != rows:
-        raise RuntimeError("the in-memory Arrow sink did not receive every row")
-    return {"read": figures(rows, read), "read_string": figures(rows, read_string), "write": figures(rows, write)}
-
-
 def limits(sandbox: Sandbox, workdir: Path, results: dict, rows: int, repeats: int, fanout_seconds: float) -> dict:
     """The same-run limits of the read and the write (``bench/spark_limits.py``), with their measured parts."""
     ledger, memory = results["ledger"], results["arrow_memory"]
@@ -314,13 +321,29 @@ def limits(sandbox: Sandbox, workdir: Path, results: dict, rows: int, repeats: i
 def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, read_repeats: int = 1,
             write_repeats: int = 1, compression: str = "none", limit_repeats: int = 2,
             fanout_seconds: float = 3.0) -> dict:
+    """Every write, then every read, interleaved (``interleaved``); then the limits."""
     paths = Paths(spark, sandbox, workdir, read_repeats, write_repeats, compression)
     paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
     frame = make_input(spark, rows, partitions)
-    results = {"parquet": run_parquet(paths, frame, rows, "data"), "ledger": run_ledger(paths, frame, rows),
-               "arrow_memory": run_arrow_memory(paths, frame, rows, partitions)}
+    writes, streams_written, memory_result = write_actions(paths, frame, rows)
+    written = interleaved(writes, write_repeats, paths.groups)
+    if json.loads(memory_result.read_text())["rows"] != rows:
+        raise RuntimeError("the in-memory Arrow sink did not receive every row")
     frame.unpersist()
+    stream = streams_written[-1]
+    reads, reading = read_actions(paths, rows, partitions, stream)
+    sent_before = bookie_bytes_read(sandbox)
+    read = interleaved(reads, read_repeats, paths.groups)
+    sent = (bookie_bytes_read(sandbox) - sent_before) / (1 + read_repeats)  # the first run too
+    size = sum(file.stat().st_size for file in Path(paths.parquet_path("data")).glob("*.parquet"))
+    results = {"parquet": {"write": figures(rows, written["parquet"]), "read": figures(rows, read["parquet"]),
+                           "bytes_on_disk": size},
+               "ledger": {"write": figures(rows, written["ledger"]), "read": figures(rows, read["ledger"]),
+                          **ledger_facts(paths, stream, reading, rows), "bookie_bytes_read": round(sent)},
+               "arrow_memory": {"read": figures(rows, read["arrow_memory"]),
+                                "read_string": figures(rows, read["arrow_memory_string"]),
+                                "write": figures(rows, written["arrow_memory"])}}
     results["limits"] = limits(sandbox, workdir, results, rows, limit_repeats, fanout_seconds)
     return results
 

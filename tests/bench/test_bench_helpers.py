@@ -105,13 +105,17 @@ class TestSparkIo:
                  spark_io.Run(1.0, 2.0, {"jvm": 1.0, "python_workers": -4.0, "rest_of_machine": 6.0})]
         assert spark_io.figures(1_000, split)["own_cpu_seconds_runs"] == [1.5, None]  # a worker's exit broke it
 
-    def test_a_first_run_goes_before_the_timed_runs_and_stays_out_of_their_median(self, spark_io, monkeypatch):
-        seconds = iter([9.0, 3.0, 1.0, 2.0])
+    def test_paths_take_turns_after_their_first_runs_and_the_first_run_stays_out_of_the_median(
+            self, spark_io, monkeypatch):
+        seconds = iter([9.0, 8.0, 3.0, 5.0, 6.0, 1.0, 2.0, 7.0])
         monkeypatch.setattr(spark_io, "timed",
                             lambda action, groups=None: (action(), spark_io.Run(next(seconds), 4.0))[1])
         calls = []
-        timing = spark_io.timed_runs(lambda: calls.append(1), 3)
-        assert len(calls) == 4 and timing.first.seconds == 9.0 and [run.seconds for run in timing.runs] == [3, 1, 2]
+        timings = spark_io.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+        assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # first runs, then rounds starting one later
+        timing = timings["a"]
+        assert timing.first.seconds == 9.0 and [run.seconds for run in timing.runs] == [3, 1, 2]
+        assert timings["b"].first.seconds == 8.0 and [run.seconds for run in timings["b"].runs] == [5, 6, 7]
         figures = spark_io.figures(1_000, timing)
         assert figures["seconds"] == 2.0 and figures["runs"] == [3.0, 1.0, 2.0]
         assert figures["first_run"] == {"seconds": 9.0, "machine_cpu_seconds": 4.0}
