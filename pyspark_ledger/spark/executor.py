@@ -36,10 +36,15 @@ worker that has imported this package (pyarrow, gRPC, protobuf, asyncio) and
 opened a client holds tens of thousands of objects that the collector walks
 each time, at a cost comparable to the task's own reading
 (docs/measurements.md, "gc.freeze() in reused Spark workers"). So when a
-reused worker (``SPARK_REUSE_WORKER`` set) opens its first client, the objects
-alive then -- modules, the client -- are frozen (``gc.freeze()``): later
-collections only look at what tasks create. What is frozen is never collected,
-so this happens once per process, only in Spark's reused workers.
+reused worker (``SPARK_REUSE_WORKER`` set) asks for a client (every task does,
+at its start) and modules were imported since the last freeze -- the first
+time, and after a task whose work imported more (a first read imports the
+reader's modules and zipimport's directory of Spark's zipped Python, about
+60,000 objects, after the first client exists) -- garbage is collected and
+the objects alive then are frozen (``gc.freeze()``): later collections only
+look at what tasks create. What is frozen is never collected, so this happens
+only in Spark's reused workers and only when the imports grew: a few times
+per process, since a module is imported once.
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ import atexit
 import gc
 import logging
 import os
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -69,7 +75,7 @@ PASSWORD_OPTION = "option password"
 REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
 
 _lock = threading.Lock()
-_frozen_pid: int | None = None
+_frozen_at: tuple[int, int] | None = None  # (process id, len(sys.modules)) at the last freeze
 _owner_pid = os.getpid()
 _ledger_clients: dict[tuple, tuple["MetadataStore", "LedgerClient"]] = {}
 _stream_clients: dict[tuple, "StreamClient"] = {}
@@ -84,7 +90,9 @@ def ledger_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quoru
     _check_password(password)
     with _lock:
         _forget_if_forked()
-        return _ledger_client_locked((_check_uri(uri), tls, min_ack_quorum_zones))[1]
+        client = _ledger_client_locked((_check_uri(uri), tls, min_ack_quorum_zones))[1]
+        _freeze_in_reused_worker()
+        return client
 
 
 def stream_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quorum_zones: int = 1) -> "StreamClient":
@@ -99,6 +107,7 @@ def stream_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quoru
             store, client = _ledger_client_locked(key[:3])
             cached = StreamClient(store, password=key[3], client=client, password_name=PASSWORD_OPTION)
             _stream_clients[key] = cached
+        _freeze_in_reused_worker()
         return cached
 
 
@@ -158,15 +167,18 @@ def _ledger_client_locked(key: tuple) -> tuple["MetadataStore", "LedgerClient"]:
             store.close()
             raise
         _ledger_clients[key] = cached
-        _freeze_in_reused_worker()
     return cached
 
 
 def _freeze_in_reused_worker() -> None:
-    """Once per process in a reused Spark worker: keep Spark's per-task gc.collect() off what exists now."""
-    global _frozen_pid
-    if os.environ.get(REUSED_WORKER_ENV) and _frozen_pid != os.getpid():
-        _frozen_pid = os.getpid()
+    """In a reused Spark worker, when modules were imported since the last freeze: collect, then freeze what is
+    left, so that Spark's gc.collect() after every task walks only what tasks create (module docstring)."""
+    global _frozen_at
+    if not os.environ.get(REUSED_WORKER_ENV):
+        return
+    now = (os.getpid(), len(sys.modules))
+    if _frozen_at != now:
+        _frozen_at = now
         gc.collect()  # what is garbage now must not be frozen with the rest
         gc.freeze()
 

@@ -100,16 +100,29 @@ from pyspark_ledger.spark import executor
 uri = sys.argv[1]
 executor.ledger_client(uri)
 first = gc.get_freeze_count()
-executor.ledger_client(uri + "-other")  # a second client: no second freeze
+executor.ledger_client(uri + "-other")  # a second client, no module imported since: no second freeze
 junk = [[] for _ in range(1000)]
+executor.ledger_client(uri)
 second = gc.get_freeze_count()
+import weakref
+gc.disable()  # only the executor's own collection may find the cycle below
+class Cycle: pass
+cycle = Cycle(); cycle.me = cycle; cycle_ref = weakref.ref(cycle); del cycle  # garbage only a collection finds
+import xml.dom.minidom  # a task's work imported modules (a first read imports the reader's)
+after_import = len(gc.get_objects())
+executor.stream_client(uri)
+third = gc.get_freeze_count()
+collected = int(cycle_ref() is None)
+executor.ledger_client(uri)
+fourth = gc.get_freeze_count()
 executor.close_all()
-print(first, second)
+print(first, second, after_import, third, fourth, collected)
 """
 
 
 @pytest.mark.parametrize("reused, frozen", [("1", True), (None, False)])
-def test_a_reused_spark_worker_freezes_what_exists_when_it_opens_its_first_client(tmp_path, reused, frozen):
+def test_a_reused_spark_worker_freezes_what_exists_when_it_opens_its_first_client_and_after_imports(
+        tmp_path, reused, frozen):
     import subprocess
     import sys
 
@@ -123,9 +136,12 @@ def test_a_reused_spark_worker_freezes_what_exists_when_it_opens_its_first_clien
     new_store(probed + "-other")  # the probe's second client
     done = subprocess.run([sys.executable, "-c", FREEZE_PROBE, probed], env=env,
                           capture_output=True, text=True, timeout=120, check=True)
-    first, second = map(int, done.stdout.split())
+    first, second, after_import, third, fourth, collected = map(int, done.stdout.split())
     if frozen:
-        assert first > 10_000 and second == first, "frozen once, at the first client (modules and all)"
+        assert first > 10_000 and second == first, "frozen at the first client (modules and all), not again"
+        # after the import, the next getter froze the new module's objects (and the junk, alive), once
+        assert third - second >= max(1000, after_import // 2) and fourth == third
+        assert collected, "garbage is collected before a freeze, never frozen"
     else:
         assert first == second == 0, "outside Spark's reused workers nothing is frozen"
 
