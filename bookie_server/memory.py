@@ -18,8 +18,8 @@ arenas that no trim gives back. So the number of arenas is capped at
 ``ARENA_MAX``, which more than halves what such streams leave behind, at some
 CPU for small adds where gRPC's own threads share an arena.
 
-``keep_freed_memory()`` applies it once per process (glibc only; anything else,
-or thresholds already chosen through the environment, is left as it is).
+``keep_freed_memory()`` applies it once per process (``pyspark_ledger.malloc_tuning``: glibc only; anything
+else, or thresholds already chosen through the environment, is left as it is).
 
 After a burst of adds (a hostile batch of many tiny adds, a flood of large
 entries) the kept memory would stay with the bookie; ``BurstTrimmer`` hands
@@ -38,15 +38,13 @@ import threading
 import time
 from typing import Callable
 
+from pyspark_ledger.malloc_tuning import raise_thresholds
+
 log = logging.getLogger(__name__)
 
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-M_ARENA_MAX = -8
 MMAP_THRESHOLD = 32 * 1024 * 1024  # blocks up to this come from the heap (glibc's own dynamic maximum)
 TRIM_THRESHOLD = 64 * 1024 * 1024  # free memory at a heap's top kept for reuse
 ARENA_MAX = 4  # malloc arenas besides the main one: each keeps up to TRIM_THRESHOLD free at its top
-_ENV_CHOICES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX")
 
 _applied: bool | None = None
 _lock = threading.Lock()
@@ -57,24 +55,8 @@ def keep_freed_memory() -> bool:
     global _applied
     with _lock:
         if _applied is None:
-            _applied = _apply()
+            _applied = raise_thresholds(MMAP_THRESHOLD, TRIM_THRESHOLD, ARENA_MAX)
         return _applied
-
-
-def _apply() -> bool:
-    if any(name in os.environ for name in _ENV_CHOICES) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
-        log.info("malloc thresholds left as chosen in the environment")
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    applied = (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-               and mallopt(M_ARENA_MAX, ARENA_MAX) == 1)
-    if not applied:
-        log.warning("could not raise the malloc thresholds; large entries will cost more CPU")
-    return applied
 
 
 def give_back_memory() -> bool:

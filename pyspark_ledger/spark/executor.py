@@ -45,6 +45,17 @@ the objects alive then are frozen (``gc.freeze()``): later collections only
 look at what tasks create. What is frozen is never collected, so this happens
 only in Spark's reused workers and only when the imports grew: a few times
 per process, since a module is imported once.
+
+A reading task receives its entries in answers of up to 8 MiB (``bytes`` made
+by gRPC on the client's network thread), several alive at once while their
+Arrow batches go to the JVM. With glibc's defaults each freed answer went back
+to the kernel and the next faulted its pages in again: a third of the workers'
+CPU (docs/measurements.md, "Spark reads: freed answers kept for reuse"). So a
+reused worker, at its first client, raises glibc's mmap and trim thresholds to
+``WORKER_MALLOC_THRESHOLD`` (``pyspark_ledger.malloc_tuning``; not where the
+environment chose them): up to that much free memory stays with each malloc
+arena of the worker for the next answers, about 50 MiB more resident memory
+per reading worker.
 """
 from __future__ import annotations
 
@@ -73,9 +84,12 @@ PASSWORD_OPTION = "option password"
 
 #: Set by Spark in the environment of Python workers that serve task after task.
 REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"
+#: glibc's mmap and trim thresholds in a reused worker: room for the read answers in flight (module docstring).
+WORKER_MALLOC_THRESHOLD = 32 * 1024 * 1024
 
 _lock = threading.Lock()
 _frozen_at: tuple[int, int] | None = None  # (process id, len(sys.modules)) at the last freeze
+_tuned_pid: int | None = None  # the process whose malloc thresholds were raised
 _owner_pid = os.getpid()
 _ledger_clients: dict[tuple, tuple["MetadataStore", "LedgerClient"]] = {}
 _stream_clients: dict[tuple, "StreamClient"] = {}
@@ -91,7 +105,7 @@ def ledger_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quoru
     with _lock:
         _forget_if_forked()
         client = _ledger_client_locked((_check_uri(uri), tls, min_ack_quorum_zones))[1]
-        _freeze_in_reused_worker()
+        _tune_reused_worker()
         return client
 
 
@@ -107,7 +121,7 @@ def stream_client(uri: str, password: bytes | str = b"", tls=None, min_ack_quoru
             store, client = _ledger_client_locked(key[:3])
             cached = StreamClient(store, password=key[3], client=client, password_name=PASSWORD_OPTION)
             _stream_clients[key] = cached
-        _freeze_in_reused_worker()
+        _tune_reused_worker()
         return cached
 
 
@@ -170,13 +184,19 @@ def _ledger_client_locked(key: tuple) -> tuple["MetadataStore", "LedgerClient"]:
     return cached
 
 
-def _freeze_in_reused_worker() -> None:
-    """In a reused Spark worker, when modules were imported since the last freeze: collect, then freeze what is
-    left, so that Spark's gc.collect() after every task walks only what tasks create (module docstring)."""
-    global _frozen_at
+def _tune_reused_worker() -> None:
+    """In a reused Spark worker: raise the malloc thresholds once per process, and when modules were imported
+    since the last freeze, collect, then freeze what is left, so that Spark's gc.collect() after every task walks
+    only what tasks create (module docstring)."""
+    global _frozen_at, _tuned_pid
     if not os.environ.get(REUSED_WORKER_ENV):
         return
     now = (os.getpid(), len(sys.modules))
+    if _tuned_pid != now[0]:
+        _tuned_pid = now[0]
+        from pyspark_ledger.malloc_tuning import raise_thresholds
+        raise_thresholds(WORKER_MALLOC_THRESHOLD, WORKER_MALLOC_THRESHOLD)
+        now = (now[0], len(sys.modules))  # that import counts before the freeze below
     if _frozen_at != now:
         _frozen_at = now
         gc.collect()  # what is garbage now must not be frozen with the rest

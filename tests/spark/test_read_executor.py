@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -157,3 +158,37 @@ def test_a_sqlite_file_missing_where_the_task_runs_says_to_use_zookeeper(tmp_pat
     assert uri in text and "on-the-driver-host.db" in text and "on host " in text
     assert "use ZooKeeper metadata (zk://" in text and "docs/cluster.md" in text
     assert executor.cached_clients() == before
+
+
+MALLOC_PROBE = """
+import os, sys
+from pyspark_ledger.spark import executor
+statm = os.open("/proc/self/statm", os.O_RDONLY)
+def resident_mib():  # no allocation from glibc's heap, so none above the block
+    os.lseek(statm, 0, os.SEEK_SET)
+    return int(os.read(statm, 200).split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+executor.ledger_client(sys.argv[1])
+block = b"x" * (8 << 20)  # a read answer's size
+with_block = resident_mib()
+del block
+print(round(with_block - resident_mib(), 1))  # MiB the free gave back to the kernel
+executor.close_all()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc and /proc")
+@pytest.mark.parametrize("reused, kept", [("1", True), (None, False)])
+def test_a_reused_spark_worker_keeps_freed_read_answers_for_the_next(tmp_path, reused, kept):
+    import subprocess
+
+    from pyspark_ledger.testing.bookies import child_env
+
+    env = {key: value for key, value in child_env().items()
+           if key != "GLIBC_TUNABLES" and not key.startswith("MALLOC_") and key != executor.REUSED_WORKER_ENV}
+    if reused:
+        env[executor.REUSED_WORKER_ENV] = reused
+    probed = new_store(f"sqlite:///{tmp_path}/metadata.db")
+    done = subprocess.run([sys.executable, "-c", MALLOC_PROBE, probed], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    given_back = float(done.stdout.split()[0])
+    assert given_back == pytest.approx(0 if kept else 8, abs=1), done.stdout
