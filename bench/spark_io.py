@@ -207,7 +207,7 @@ class Paths:
         return str(self.workdir / f"{name}.parquet")
 
 
-def write_actions(paths: Paths, frame, rows: int) -> tuple[dict, list[str], Path]:
+def write_actions(paths: Paths, frame) -> tuple[dict, list[str], Path]:
     """The three writes of the cached rows; the ledger's streams are named in the list, in order."""
     options = paths.ledger_options(write=True)
     streams_written: list[str] = []
@@ -326,7 +326,7 @@ def measure(spark, sandbox: Sandbox, workdir: Path, rows: int, partitions: int, 
     paths.groups = process_groups(spark, sandbox)
     arrow_memory_source.register(spark)
     frame = make_input(spark, rows, partitions)
-    writes, streams_written, memory_result = write_actions(paths, frame, rows)
+    writes, streams_written, memory_result = write_actions(paths, frame)
     written = interleaved(writes, write_repeats, paths.groups)
     if json.loads(memory_result.read_text())["rows"] != rows:
         raise RuntimeError("the in-memory Arrow sink did not receive every row")

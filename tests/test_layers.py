@@ -33,7 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOP_PACKAGES = ("pyspark_ledger", "bookie_server")
 
 LAYERS = (
-    ("wire", "arg_types", "private_files", "status"),  # leaves: protobuf, argparse types, secret files, statuses
+    ("wire", "arg_types", "private_files", "status", "malloc_tuning"),  # leaves (protobuf, argparse, secrets, ...)
     ("errors",),                      # one exception class per meaning (built on the bookie statuses)
     ("entry", "root"),                # entry format and keys; the package's own module body
     ("metadata",),                    # the metadata model and its stores

@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from pathlib import Path
 
 from bookie_server.journal import journal_files
+from bookie_server.journal_format import JournalRecord, parse_record
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 from tests.bookie_storage.entries import add_op, body
 from tests.bookie_storage.helpers import journal_records, stream_then_kill
@@ -71,14 +73,31 @@ def test_a_killed_bookie_restarts_with_every_acknowledged_entry_and_calls_the_ze
     child = stream_then_kill(data_dir, 500, "--threads", "2", "--batch", "10")
     assert child.returncode == -9
     newest = files(data_dir)[-1]
-    records_end = max(record.end for path, _, record in journal_records(data_dir) if path == newest)
+    records_end, torn = records_until_torn(newest)
     assert newest.stat().st_size > records_end  # the kill left the preallocated zeros
     with caplog.at_level(logging.INFO, logger="bookie_server.journal_replay"):
         storage = open_storage()
     assert newest.stat().st_size == records_end
-    assert "preallocated" in caplog.text and "torn tail" not in caplog.text
+    if torn:  # SIGKILL cut a buffered write short at a page boundary: an unacknowledged record, torn (rare)
+        assert "torn tail" in caplog.text
+    else:
+        assert "preallocated" in caplog.text and "torn tail" not in caplog.text
     for ledger_id, entry_id in child.acks:
         assert storage.read_entry(ledger_id, entry_id) == body(ledger_id, entry_id)
+
+
+def records_until_torn(path: Path) -> tuple[int, bool]:
+    """Where the whole records of a killed journal file end, and whether a torn one follows them: the kernel
+    stops a buffered write at a page boundary once SIGKILL is pending, so the kill can leave the last record
+    of a group commit half written, over the zeros (never acknowledged: its fdatasync had not run)."""
+    data = path.read_bytes()
+    offset = 0
+    while offset < len(data) and data[offset:].strip(b"\0"):
+        record = parse_record(data, offset, len(data))
+        if not isinstance(record, JournalRecord):
+            return offset, True
+        offset = record.end
+    return offset, False
 
 
 def test_a_disk_too_full_to_preallocate_still_takes_the_records(open_storage, data_dir, monkeypatch, caplog):
