@@ -1,16 +1,19 @@
-"""The bare fetch: a stream's entries fetched over gRPC from 3 servers that hold them in memory, nothing more.
+"""The bare fetch: a stream's entries fetched from 3 servers that hold them in memory, nothing more.
 
 The read-side twin of the no-op fan-out (``bench/noop_bookies.py``): what any reader of a ledger stream
-pays to bring its bytes over the bookie's gRPC protocol, before any client logic (no digest check, no
-read-ahead bookkeeping, no Arrow decoding) and before any storage (no index, no entry log, no page cache).
+pays to bring its bytes over the bookie's protocol, on the transport the client's range reads take (the framed
+port's read connections, docs/protocol.md W12), before any client logic (no digest check, no read-ahead
+bookkeeping, no Arrow decoding) and before any storage (no index, no entry log, no page cache).
 
 ``bare_fetch(uri, spans, repeats)`` starts 3 server processes (``python bench/bare_fetch.py serve ...``):
 server ``k`` loads, from the stream's real bookies, the encoded entries ``k, k + 3, k + 6, ...`` of every
 ``ledger:last`` span (the bytes a bookie stores and sends, each entry held by one server), then answers
 the protocol's ``Read`` with ``entry_step`` 3 from memory, encoded as the bookie encodes a read answer
-(``bookie_server.read_wire``: one copy of each body). A fresh fetching process (``... fetch ...``) then
-reads every entry once, ``repeats`` times: one thread per server, range reads of at most the client's
-``read_batch_bytes`` (8 MiB), decoded in place as the client decodes them (``client.read_wire``). It reports
+(``bookie_server.read_wire``: one copy of each body), on a framed port served by the bookie's own listener
+(``bookie_server.framed_listener``, ``framed_reads``). A fresh fetching process (``... fetch ...``) then
+reads every entry once, ``repeats`` times: one thread per server on one read connection, range reads of at
+most the client's ``read_batch_bytes`` (8 MiB), each answer received whole into one ``bytes`` (no copy but the
+kernel's) and decoded in place as the client decodes it (``client.read_wire``). It reports
 the CPU seconds of the fetching process and of each server per run (loading is not counted), and the run
 that cost the least CPU and the fastest run: a limit takes each part's cheapest figure.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -30,15 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpc  # noqa: E402
 
 from cpu_usage import cpu_seconds  # noqa: E402
-from noop_bookies import KEEPALIVE_OPTIONS  # noqa: E402
 from pyspark_ledger.testing.bookies import child_env, free_port  # noqa: E402
+from pyspark_ledger.wire import frames  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb  # noqa: E402
 from pyspark_ledger.wire.v1 import bookie_pb2_grpc as pb_grpc  # noqa: E402
 
 SERVERS = 3
 MiB = 1024 * 1024
 READ_BATCH_BYTES = 8 * MiB  # the client's read_batch_bytes default (ClientConfig)
-READ_METHOD = "/pyspark_ledger.wire.v1.Bookie/Read"
 _UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
@@ -92,15 +95,51 @@ def _load(uri: str, index: int, spans: list[tuple[int, int]]) -> dict[tuple[int,
 
 
 def serve(port: int, uri: str, index: int, spans: list[str]) -> None:
-    """Child: load this server's entries, serve them on 127.0.0.1:``port``, print ``ready``."""
-    from bookie_server.add_wire import register_bookie_service
+    """Child: load this server's entries, serve them on 127.0.0.1:``port`` and on a framed port taking read
+    connections, print ``ready add_port=N``."""
+    from noop_bookies import serve as serve_both
 
-    server = grpc.server(cf.ThreadPoolExecutor(max_workers=4), options=[*_UNLIMITED, *KEEPALIVE_OPTIONS])
-    register_bookie_service(_InMemoryBookie(_load(uri, index, _parse_spans(spans))), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    print("ready", flush=True)
-    server.wait_for_termination()
+    serve_both(_InMemoryBookie(_load(uri, index, _parse_spans(spans))), port, framed=True, reads=True)
+
+
+class _ReadConnection:
+    """One blocking read connection to a framed port (docs/protocol.md W12): a READ, then its READ_ANSWER."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+        self.sock.settimeout(None)  # blocking: MSG_WAITALL then waits for the whole frame (a timeout makes it partial)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(frames.hello(frames.VERSION, frames.READS))
+        kind, payload = self._frame()
+        if kind is not frames.Kind.WELCOME or not frames.parse_welcome(payload, frames.READS)[1] & frames.READS:
+            raise RuntimeError(f"the bare fetch server on port {port} took no read connection: {kind.name}")
+        self._ids = 0
+
+    def _frame(self) -> tuple[frames.Kind, bytes]:
+        length, kind = frames.HEADER.unpack(self._exactly(frames.HEADER.size))
+        return frames.Kind(kind), self._exactly(length - 1)
+
+    def _exactly(self, size: int) -> bytes:
+        data = self.sock.recv(size, socket.MSG_WAITALL)  # into a new bytes of the frame's size, filled by the kernel
+        if len(data) != size:
+            raise RuntimeError("a bare fetch server closed its read connection")
+        return data
+
+    def __call__(self, request, timeout: float):
+        from pyspark_ledger.client.read_wire import decode_read_response
+
+        self._ids += 1
+        self.sock.sendall(frames.read_frame(self._ids, request.SerializeToString()))
+        kind, payload = self._frame()
+        if kind is not frames.Kind.READ_ANSWER:
+            raise RuntimeError(f"a bare fetch server answered a READ with {kind.name}")
+        request_id, message = frames.split_request_id(payload)
+        if request_id != self._ids:
+            raise RuntimeError(f"a bare fetch server answered READ {self._ids} as {request_id}")
+        return decode_read_response(message)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def _fetch_from(read, index: int, spans: list[tuple[int, int]]) -> int:
@@ -120,13 +159,9 @@ def _fetch_from(read, index: int, spans: list[tuple[int, int]]) -> int:
 
 def fetch(ports: list[int], spans: list[str], repeats: int, server_pids: dict[str, int]) -> dict:
     """Child: every entry once per run, one thread per server (module docstring); CPU by process per run."""
-    from pyspark_ledger.client.read_wire import decode_read_response
-
     parsed = _parse_spans(spans)
     pids = {"fetcher": os.getpid(), **server_pids}
-    channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=_UNLIMITED) for port in ports]
-    reads = [channel.unary_unary(READ_METHOD, request_serializer=pb.ReadRequest.SerializeToString,
-                                 response_deserializer=decode_read_response) for channel in channels]
+    reads = [_ReadConnection(port) for port in ports]
     for index, read in enumerate(reads):  # connect, warm up: each server's first entry
         if index <= parsed[0][1]:
             _fetch_from(read, index, [(parsed[0][0], index)])
@@ -140,16 +175,17 @@ def fetch(ports: list[int], spans: list[str], repeats: int, server_pids: dict[st
         used = {name: round(cpu_seconds(pid) - before[name], 3) for name, pid in pids.items()}
         runs.append({"seconds": round(seconds, 3), "cpu_seconds": round(sum(used.values()), 3), "cpu": used,
                      "entry_bytes": fetched})
-    for channel in channels:
-        channel.close()
+    for read in reads:
+        read.close()
     cheapest = min(runs, key=lambda run: run["cpu_seconds"])
     mib = cheapest["entry_bytes"] / MiB
     return {"seconds": min(run["seconds"] for run in runs), "cpu_seconds": cheapest["cpu_seconds"],
             "entry_bytes": cheapest["entry_bytes"],
             "cpu_ms_per_mib": {name: round(value / mib * 1e3, 2) for name, value in cheapest["cpu"].items()},
             "runs": [run["seconds"] for run in runs], "cpu_seconds_runs": [run["cpu_seconds"] for run in runs],
-            "method": f"{SERVERS} gRPC servers holding the entries in memory, each entry on one, range reads of "
-                      f"at most {READ_BATCH_BYTES // MiB} MiB in our wire format, one fetching thread per server"}
+            "method": f"{SERVERS} servers holding the entries in memory, each entry on one, range reads of at most "
+                      f"{READ_BATCH_BYTES // MiB} MiB in our wire format on their framed ports' read connections "
+                      "(docs/protocol.md W12), one fetching thread and connection per server"}
 
 
 def bare_fetch(uri: str, spans: list[str], repeats: int) -> dict:
@@ -161,11 +197,14 @@ def bare_fetch(uri: str, spans: list[str], repeats: int) -> dict:
             servers.append((subprocess.Popen([sys.executable, __file__, "serve", str(port), uri, str(index), *spans],
                                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_env(),
                                              text=True), port))
+        read_ports = []
         for process, _ in servers:
-            if process.stdout.readline().strip() != "ready":
+            ready = process.stdout.readline().split()
+            if ready[:1] != ["ready"] or not ready[1:2] or not ready[1].startswith("add_port="):
                 raise RuntimeError("a bare fetch server did not start")
+            read_ports.append(int(ready[1].split("=", 1)[1]))
         pids = {f"server-{index}": process.pid for index, (process, _) in enumerate(servers)}
-        command = [sys.executable, __file__, "fetch", json.dumps([port for _, port in servers]), str(repeats),
+        command = [sys.executable, __file__, "fetch", json.dumps(read_ports), str(repeats),
                    json.dumps(pids), *spans]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False, env=child_env())
         if done.returncode != 0:

@@ -120,7 +120,7 @@ def limit_allows_by(goal: Goal, tables: dict[str, Table], ratio) -> tuple[str | 
 LIMIT_NAMES = {"floor": "the floor", "fanout": "the bare gRPC fan-out",
                "storage3": "3 bookies' storage engines at once on this disk (no network, no client)",
                "durable": "the durable framed fan-out (3 servers that fdatasync each add, nothing else)",
-               "limit": "the Spark limit (in-memory source + bare gRPC + disk)"}
+               "limit": "the Spark limit (in-memory source + bare framed transport + disk)"}
 
 
 def markdown(tables: dict[str, Table], ratio) -> str:
@@ -154,7 +154,8 @@ def markdown(tables: dict[str, Table], ratio) -> str:
               "only write each add to a file and fdatasync it before answering, as any durable store must -- "
               "NATS acks from the page cache, so the paced goals against it ask a durable ack to beat one that "
               "is not; the Spark limit: the in-memory Arrow "
-              "source's read or write of the same rows, plus the bare gRPC fetch or fan-out of the same bytes, plus "
+              "source's read or write of the same rows, plus the bare fetch or fan-out of the same bytes on the "
+              "bookies' framed port, plus "
               "for the write 3 storage engines storing them on this disk), already misses it. A limit measured over "
               "gRPC bounds nothing where our adds take the bookies' framed add ports instead (docs/protocol.md W11)."]
     return "\n".join(lines)

@@ -81,9 +81,10 @@ FRAMED_CONNECTIONS = 64
 FRAMED_MAX_FRAME_BYTES = 64 << 20
 
 
-def serve(servicer: pb_grpc.BookieServicer, port: int, framed: bool = False) -> None:
+def serve(servicer: pb_grpc.BookieServicer, port: int, framed: bool = False, reads: bool = False) -> None:
     """Serve ``servicer`` on 127.0.0.1:``port`` until killed, with ``framed`` also on a framed add port (any free
-    one); prints "ready" (and "add_port=N") once it listens."""
+    one), which with ``reads`` takes read connections too (docs/protocol.md W12: ``servicer.Read`` answers them);
+    prints "ready" (and "add_port=N") once it listens."""
     keep_freed_memory()  # as ``bookie_server.__main__`` does for a bookie
     server = grpc.server(cf.ThreadPoolExecutor(max_workers=8),
                          options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
@@ -96,7 +97,8 @@ def serve(servicer: pb_grpc.BookieServicer, port: int, framed: bool = False) -> 
         listener = FramedListener(servicer, _NoMetrics(), f"127.0.0.1:{port}", "127.0.0.1", 0, FRAMED_CONNECTIONS,
                                   FRAMED_MAX_FRAME_BYTES, None,  # large frames received as a bookie's defaults do:
                                   arriving_frames_bytes(DEFAULT_MAX_INFLIGHT_BYTES, FRAMED_MAX_FRAME_BYTES),
-                                  DEFAULT_MAX_BATCH_ADDS, DEFAULT_MAX_BATCH_BYTES)  # frames merged, as a bookie does
+                                  DEFAULT_MAX_BATCH_ADDS, DEFAULT_MAX_BATCH_BYTES,  # frames merged, as a bookie does
+                                  max_read_connections=FRAMED_CONNECTIONS if reads else 0)
         listener.start()
         ready += f" add_port={listener.port}"
     print(ready, flush=True)
@@ -131,8 +133,9 @@ def stop_servers(servers: list[tuple[subprocess.Popen, int]]) -> None:
         process.wait()
 
 
-def start_noop_servers(count: int) -> list[tuple[subprocess.Popen, int]]:
-    return start_servers(count, lambda port: [sys.executable, __file__, str(port)])
+def start_noop_servers(count: int, framed: bool = False) -> list[tuple[subprocess.Popen, int]]:
+    """``count`` no-op servers; with ``framed`` each also on a framed add port (its process's ``add_port``)."""
+    return start_servers(count, lambda port: [sys.executable, __file__, str(port), *(["--framed"] if framed else [])])
 
 
 @contextlib.contextmanager
@@ -154,4 +157,4 @@ def noop_registrations(ports: list[int], directory: Path, name: str, add_ports: 
 
 
 if __name__ == "__main__":
-    serve(NoopBookie(), int(sys.argv[1]))
+    serve(NoopBookie(), int(sys.argv[1]), framed=sys.argv[2:3] == ["--framed"])

@@ -132,7 +132,7 @@ def _spark_rows(docs: Docs) -> str:
 SPARK_IO = Spec(
     "spark_io", "Spark batch I/O: `format(\"ledger\")` beside parquet and an in-memory Arrow source",
     {"ledger": "`ledger` (3 bookies, E=Qw=3, Qa=2)", "parquet": "parquet", "arrow": "in-memory Arrow source",
-     "limit": "limit: any `ledger` path (in-memory source + bare gRPC + disk, see below)"},
+     "limit": "limit: any `ledger` path (in-memory source + bare framed transport + disk, see below)"},
     (("ledger", "parquet", "ledger ÷ parquet"), ("ledger", "arrow", "ledger ÷ in-memory"),
      ("ledger", "limit", "ledger ÷ limit"), ("limit", "parquet", "limit ÷ parquet")),
     (Figure(lambda docs: f"write{_spark_rows(docs)}", "s",
@@ -144,11 +144,13 @@ SPARK_IO = Spec(
              "limit": At("limits.read.rows_per_s")})),
     ("Goals (issue 16): ledger ÷ parquet ≥ 1.0 for the read (rows/s) and ≤ 1.0 for the write (seconds).",
      "The limit (`bench/spark_limits.py`) counts what any `ledger` read or write over the same Spark Python data "
-     "source path, gRPC transport and disk must pay, each part measured in the same run and taken at its cheapest "
+     "source path, transport and disk must pay, each part measured in the same run and taken at its cheapest "
      "run: for the read, the in-memory source's read of the same rows and schema, and a bare fetch of the "
-     "stream's entry bytes from 3 gRPC servers holding them in memory, answering range reads in our wire format "
-     "(`bench/bare_fetch.py`); for the write, the in-memory sink's write of the same rows, the bare gRPC fan-out "
-     "of entries of the stream's size to 3 no-op servers, and 3 bookies' storage engines storing the stream's "
+     "stream's entry bytes from 3 servers holding them in memory, answering range reads in our wire format on "
+     "their framed ports' read connections, as ours' reads travel (`bench/bare_fetch.py`, docs/protocol.md W12); "
+     "for the write, the in-memory sink's write of the same rows, the bare fan-out of entries of the stream's "
+     "size to 3 no-op servers over their framed add ports, as ours' adds travel (W11), and 3 bookies' storage "
+     "engines storing the stream's "
      "entries at once on this disk, durable, until 2 of 3 hold every entry. The limit's time is the largest of "
      "each part's own time and the CPU of all parts spread over every core: an upper bound on speed, since the "
      "parts run alone and a real path pays them at once on the same cores.",))

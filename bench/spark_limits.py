@@ -1,5 +1,7 @@
 """Same-run limits of the Spark goals: what any ``ledger`` read or write over the same Spark Python data source
-path, gRPC transport and disk must pay, each part measured in the run (``bench/spark_io.py``).
+path, transport and disk must pay, each part measured in the run (``bench/spark_io.py``). The transport is the one
+ours takes: the bookies' framed port, for range reads (docs/protocol.md W12) and adds (W11) alike (from session
+34 on; gRPC before, which made both limits slower than what ours had to pay).
 
 A limit is an upper bound on speed, so each part is its cheapest honest figure: the fastest run for a wall
 time, the run that cost the least CPU for a CPU time, and only the CPU of the processes doing the work (not
@@ -9,16 +11,16 @@ The read of a stream's ``rows`` rows (``read_limit``) must at least
 
 * do what the in-memory Arrow source's read of the same rows with the same schema does (``read_string``:
   Spark's JVM, its Python worker yielding Arrow batches): its fastest run's seconds, and its CPU;
-* bring the stream's entry bytes over gRPC from 3 servers (``bench/bare_fetch.py``: servers holding the
-  entries in memory, answering range reads in our wire format, a fetcher that decodes answers in place and
-  nothing more): its fastest run's seconds, and its CPU (fetcher and servers);
+* bring the stream's entry bytes from 3 servers (``bench/bare_fetch.py``: servers holding the entries in memory,
+  answering range reads in our wire format on their framed ports' read connections, a fetcher that decodes
+  answers in place and nothing more): its fastest run's seconds, and its CPU (fetcher and servers);
 * fit the CPU of both on the machine's cores: (in-memory read CPU + bare fetch CPU) / cores seconds.
 
 The write of the same rows (``write_limit``) must at least
 
 * do what the in-memory sink does with the same rows (Spark reading the cached input, handing Arrow
   batches to its Python worker, which counts them): its fastest run's seconds, and its CPU;
-* send the stream's entry bytes to 3 servers over AddStream (the bare fan-out to no-op servers,
+* send the stream's entry bytes to 3 servers (the bare fan-out to no-op servers over their framed add ports,
   ``fanout_limits.grpc_fanout_limit``, with entries of the stream's mean entry size; its CPU per entry times
   the stream's entries, and the entries at its rate);
 * store them with 3 bookies' storage engines at once on this disk (``storage_limit.three_storages``: the
@@ -95,10 +97,12 @@ def write_parts(directory, entries: int, entry_bytes: int, fanout_seconds: float
     from storage_limit import three_storages
 
     size = max(1, round(entry_bytes / entries))
-    servers = start_noop_servers(3)
+    servers = start_noop_servers(3, framed=True)  # the framed add ports: the transport ours' adds take (W11)
     try:
         fanout = grpc_fanout_limit([port for _, port in servers], directory, size, fanout_seconds, 8,
-                                   servers={f"noop-{index}": process.pid for index, (process, _) in enumerate(servers)})
+                                   servers={f"noop-{index}": process.pid for index, (process, _) in enumerate(servers)},
+                                   method="framed AddStream fan-out to 3 no-op servers, all 3 acks per entry",
+                                   add_ports={port: process.add_port for process, port in servers})
     finally:
         for process, _ in servers:
             process.kill()

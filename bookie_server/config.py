@@ -31,6 +31,8 @@ DEFAULT_MAX_INFLIGHT_BYTES = 512 * MiB
 DEFAULT_MAX_ADD_STREAMS = 256
 DEFAULT_MAX_LONG_POLLS = 128
 DEFAULT_MAX_CONCURRENT_READS = 64
+DEFAULT_MAX_READ_CONNECTIONS = 128  # framed read connections (docs/protocol.md W12), a thread each
+MAX_READ_CONNECTIONS = 4096
 DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S = 300.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -81,6 +83,7 @@ class ServerConfig:
     max_add_streams: int = DEFAULT_MAX_ADD_STREAMS
     max_long_polls: int = DEFAULT_MAX_LONG_POLLS
     max_concurrent_reads: int = DEFAULT_MAX_CONCURRENT_READS
+    max_read_connections: int = DEFAULT_MAX_READ_CONNECTIONS
     add_stream_idle_timeout_s: float = DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S
     tls_cert: str | None = None       # with tls_key: serve TLS only
     tls_key: str | None = None
@@ -149,6 +152,8 @@ _positive_int = number(int, lambda value: value >= 1, "must be a positive intege
 _port = number(int, lambda value: 1 <= value <= 65535, "must be a TCP port in 1..65535")
 _metrics_port = number(int, lambda value: -1 <= value <= 65535, "must be -1 (off), 0 (any free port) or a port")
 _add_port = _metrics_port
+_read_connections = number(int, lambda value: 1 <= value <= MAX_READ_CONNECTIONS,
+                           f"must be a whole number from 1 to {MAX_READ_CONNECTIONS}")
 _non_negative_float = number(float, lambda value: value >= 0, "must be a number >= 0")
 _preallocate_bytes = number(int, lambda value: 0 <= value <= GiB, "must be a whole number from 0 to 1073741824 (1 GiB)")
 
@@ -297,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ReadLac long polls waiting at once; more are answered TOO_MANY_REQUESTS at once")
     add("--max-concurrent-reads", type=_positive_int, default=DEFAULT_MAX_CONCURRENT_READS,
         help="Read, ReadLac and WriteLac calls served at once; more are answered TOO_MANY_REQUESTS at once")
+    add("--max-read-connections", type=_read_connections, default=DEFAULT_MAX_READ_CONNECTIONS,
+        help="read connections open at once on the framed port (--add-port; docs/protocol.md W12), each holding "
+             "a thread; more are refused at once with TOO_MANY_REQUESTS (their reads then take the gRPC port)")
     add("--add-stream-idle-timeout", dest="add_stream_idle_timeout_s", type=_non_negative_float,
         default=DEFAULT_ADD_STREAM_IDLE_TIMEOUT_S,
         help="end an add stream that sent nothing and has nothing in flight for this many seconds (the "

@@ -1,4 +1,4 @@
-"""The framed add stream (docs/protocol.md W11): the bookie's add path over plain TCP, without gRPC.
+"""The framed port (docs/protocol.md W11, W12): the bookie's add streams and range reads over TCP, without gRPC.
 
 ``FramedListener`` accepts connections on ``--add-port`` and runs each on its own thread: the HELLO within
 ``HANDSHAKE_TIMEOUT_S``, the WELCOME, then the very same handler the gRPC server runs for an AddStream
@@ -16,6 +16,10 @@ sent, never the announced size beyond the bookie-wide budget of frames arriving 
 the listening socket closes; once the bookie's add streams drained, ``shut_open_connections`` gives their threads
 ``END_WAIT_S`` to send their END, then shuts down every connection still open, which wakes its threads.
 
+A connection whose HELLO asks ``frames.READS`` is a read connection (``framed_reads``): past its HELLO it gives its
+add-stream slot back and takes one of ``--max-read-connections`` instead (none left: an END of TOO_MANY_REQUESTS
+naming that flag, before any WELCOME), and its READ frames are answered by the gRPC port's Read handler.
+
 A bookie with TLS (``--tls-cert``) serves the port with the same TLS as its gRPC port (``framed_tls``: the same
 certificate, and with ``--tls-client-ca`` the same required client certificate, whose names are the caller's
 identity for ``--admin-identity``): the TLS handshake comes first, and it and the HELLO must both be done within
@@ -30,6 +34,7 @@ import ssl
 import threading
 import time
 
+from bookie_server.framed_reads import READ_IDLE_S, FramedReadCall, serve_reads
 from bookie_server.framed_stream import RECEIVE_BYTES, Ended, FramedRequests, FramedServerCall, Opened
 from bookie_server.framed_tls import TlsConnection
 from bookie_server.limits import Budget, arriving_frames_bytes, grpc_max_message_bytes, refusal_over_budget
@@ -50,13 +55,17 @@ class FramedListener:
 
     def __init__(self, servicer, metrics, bookie_id: str, host: str, port: int, max_connections: int,
                  max_frame_bytes: int, tls: ssl.SSLContext | None = None, arriving_bytes: int = 0,
-                 max_merged_adds: int = 1, max_merged_bytes: int = 0) -> None:
+                 max_merged_adds: int = 1, max_merged_bytes: int = 0, max_read_connections: int = 0,
+                 read_idle_s: float = READ_IDLE_S) -> None:
         self._servicer = servicer
         self._tls = tls
         self._metrics = metrics
         self._bookie_id = bookie_id
         self._slots = threading.BoundedSemaphore(max_connections)
         self._max_connections = max_connections
+        self._read_slots = threading.BoundedSemaphore(max_read_connections) if max_read_connections > 0 else None
+        self._max_read_connections = max_read_connections
+        self._read_idle_s = read_idle_s
         self._max_frame_bytes = max_frame_bytes
         self._arriving = Budget(arriving_bytes)  # large frames' bytes allocated before half of them arrived
         # frames received together are handed on as one batch of at most this many adds and bytes
@@ -131,20 +140,53 @@ class FramedListener:
             conn.close()
 
     def _serve(self, conn: socket.socket, address) -> None:
+        slot = self._slots  # the add-stream slot taken at accept; a read connection trades it for a read slot
         try:
             deadline = frames.handshake_deadline(time.monotonic())  # TLS and HELLO both, within the one timeout
             stream = self._tls_handshake(conn, deadline) if self._tls is not None else conn
             opened = self._handshake(stream, deadline) if stream is not None else None
-            if opened is not None:
+            if opened is not None and opened.reads:
+                slot = self._read_slot(stream)
+                if slot is not None:
+                    self._slots.release()
+                    self._reads(stream, address, opened)
+                else:
+                    slot = self._slots
+            elif opened is not None:
                 self._stream(stream, address, opened)
         except Exception:  # noqa: BLE001 - one bad connection must never take the bookie down
-            _log.exception("framed add stream from %s:%s failed", address[0], address[1])
+            _log.exception("framed connection from %s:%s failed", address[0], address[1])
         finally:
             conn.close()
             with self._changed:
                 self._open.discard(conn)
                 self._changed.notify_all()
-            self._slots.release()
+            slot.release()
+
+    def _read_slot(self, conn) -> threading.BoundedSemaphore | None:
+        """One of ``--max-read-connections``, taken; None (the client told so in an END) when none is left."""
+        if self._read_slots is not None and self._read_slots.acquire(blocking=False):
+            return self._read_slots
+        self._metrics.framed_connection("refused")
+        self._metrics.call_refused("read_connection")
+        _end(conn, pb.TOO_MANY_REQUESTS, refusal_over_budget("framed read connections", self._max_read_connections,
+                                                             "--max-read-connections"))
+        return None
+
+    def _reads(self, conn, address, opened: Opened) -> None:
+        """A read connection past its HELLO: the WELCOME, then its reads (``framed_reads``), then an END if it
+        did not break."""
+        try:
+            conn.sendall(opened.welcome)
+        except OSError:
+            self._metrics.framed_connection("gone")
+            return
+        self._metrics.framed_connection("reads")
+        auth = conn.auth_context if isinstance(conn, TlsConnection) else dict  # plaintext: no identity
+        call = FramedReadCall(f"framed:{address[0]}:{address[1]}", auth)
+        ended = serve_reads(conn, opened.reader, opened.received, self._servicer.Read, call, self._read_idle_s)
+        if ended is not None:
+            _end(conn, *ended)
 
     def _tls_handshake(self, conn: socket.socket, deadline: float) -> TlsConnection | None:
         """The TLS handshake (by ``deadline``); None if it failed (counted: ``bad_handshake`` when
@@ -187,6 +229,7 @@ class FramedListener:
             if problem is not None:
                 raise ValueError(problem)
             version, flags = frames.parse_hello(payload)
+            reads = bool(flags & frames.READS)
         except ValueError as exc:
             self._metrics.framed_connection("bad_handshake")
             _end(conn, pb.BAD_REQUEST, f"bad framed add stream handshake: {exc}")
@@ -194,13 +237,16 @@ class FramedListener:
         except OSError:  # a timeout, or the connection broke
             self._metrics.framed_connection("gone")
             return None
+        welcome = frames.agree(version, flags, self._bookie_id)
+        conn.settimeout(None)
+        if reads:  # its WELCOME waits for a read slot (``_reads``)
+            return Opened(reader, rules, received, False, True, welcome)
         try:
-            conn.sendall(frames.agree(version, flags, self._bookie_id))
+            conn.sendall(welcome)
         except OSError:
             self._metrics.framed_connection("gone")
             return None
         self._metrics.framed_connection("streamed")
-        conn.settimeout(None)
         return Opened(reader, rules, received, bool(flags & frames.ANSWER_RUNS))
 
     def _stream(self, conn, address, opened: Opened) -> None:
@@ -235,7 +281,7 @@ def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedLis
     limit (``limits.grpc_max_message_bytes``); connections are capped at ``--max-add-streams``; large frames
     arriving are allocated up front within ``limits.arriving_frames_bytes``; frames of small adds received together
     are handed on as one batch of at most ``--max-batch-adds`` adds and ``--max-batch-bytes`` bytes
-    (``framed_stream.FramedRequests``)."""
+    (``framed_stream.FramedRequests``); read connections are capped at ``--max-read-connections``."""
     if config.add_port < 0:
         return None
     max_frame_bytes = grpc_max_message_bytes(config.max_entry_size, config.max_batch_bytes)
@@ -243,7 +289,7 @@ def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedLis
         return FramedListener(servicer, metrics, bookie_id, config.host, config.add_port, config.max_add_streams,
                               max_frame_bytes, config.tls.ssl_context() if config.tls is not None else None,
                               arriving_frames_bytes(config.max_inflight_bytes, max_frame_bytes), config.max_batch_adds,
-                              config.max_batch_bytes)
+                              config.max_batch_bytes, config.max_read_connections)
     except OSError as exc:
         raise InvalidConfigurationError(
             f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "

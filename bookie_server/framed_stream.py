@@ -52,6 +52,8 @@ class Opened:
     rules: frames.ServerRules
     received: list
     answer_runs: bool
+    reads: bool = False  # a read connection (docs/protocol.md W12), not an add stream
+    welcome: bytes = b""  # a read connection's WELCOME, sent once it has its slot
 
 
 class FramedServerCall:

@@ -46,7 +46,7 @@ STATUS_NAMES = {number: name for name, number in pb.Status.items()}
 
 
 #: how a framed add port connection's handshake ended: streaming, refused past the cap, broken rules, or gone
-FRAMED_OUTCOMES = ("streamed", "refused", "bad_handshake", "gone")
+FRAMED_OUTCOMES = ("streamed", "reads", "refused", "bad_handshake", "gone")
 
 
 class BookieMetrics:
@@ -65,8 +65,9 @@ class BookieMetrics:
                                        buckets=_LATENCY_BUCKETS, registry=reg)
         self._bytes_read = Counter("bookie_bytes_read", "Entry bytes returned by reads", registry=reg)
         self._streams = Gauge("bookie_add_streams", "Open add streams", registry=reg)
-        framed = Counter("bookie_framed_add_connections", "Connections to the framed add port (docs/protocol.md W11), "
-                         "by outcome of their handshake", ["outcome"], registry=reg)
+        framed = Counter("bookie_framed_add_connections",
+                         "Connections to the framed port (docs/protocol.md W11, W12), by outcome of their handshake "
+                         "(streamed: an add stream; reads: a read connection)", ["outcome"], registry=reg)
         self._framed = {outcome: framed.labels(outcome=outcome) for outcome in FRAMED_OUTCOMES}
         self._gc_passes = Counter("bookie_gc_passes", "Garbage collection passes, by outcome", ["outcome"],
                                   registry=reg)

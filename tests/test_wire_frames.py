@@ -66,7 +66,7 @@ def test_control_frames_have_their_own_small_limit():
 @pytest.mark.parametrize("raw, problem", [
     (b"\0\0\0\0\x01", "0 is not a frame"),
     (b"\0\0\0\x01\x00", "unknown frame kind 0"),
-    (b"\0\0\0\x01\x06", "unknown frame kind 6"),
+    (b"\0\0\0\x01\x08", "unknown frame kind 8"),
     (b"\0\0\0\x01\xff", "unknown frame kind 255"),
 ])
 def test_a_zero_length_or_an_unknown_kind_breaks_the_stream(raw, problem):
@@ -257,3 +257,67 @@ def test_a_welcome_from_another_bookie_is_refused_with_what_to_check(answered_as
         assert problem is None
     else:
         assert repr(answered_as) in problem and "registration stale" in problem
+
+
+# --- read connections (docs/protocol.md W12) --------------------------------------------------------------------
+@given(st.integers(0, 2**32 - 1), st.binary(max_size=fr.MAX_READ_REQUEST_BYTES - fr.REQUEST_ID.size))
+def test_a_read_and_its_answer_carry_their_request_id_through_a_reader(request_id, message):
+    reader = fr.FrameReader(MAX)
+    wire = fr.read_frame(request_id, message) + fr.read_answer_head(request_id, len(message)) + message
+    (read_kind, read), (answer_kind, answer) = reader.feed(wire)
+    assert (read_kind, answer_kind) == (Kind.READ, Kind.READ_ANSWER)
+    assert [(got_id, bytes(view)) for got_id, view in map(fr.split_request_id, (read, answer))] == \
+        [(request_id, message)] * 2
+
+
+def test_a_read_past_its_limits_is_refused_before_it_is_sent():
+    with pytest.raises(ValueError, match="at most 1024 bytes, not 1025"):
+        fr.read_frame(1, b"x" * (fr.MAX_READ_REQUEST_BYTES - fr.REQUEST_ID.size + 1))
+    with pytest.raises(ValueError, match="request id is 0 to 4294967295"):
+        fr.read_frame(2**32, b"")
+    with pytest.raises(ValueError, match="4-byte request id; this one holds 3 bytes"):
+        fr.split_request_id(b"abc")
+
+
+def test_a_read_frame_has_its_own_small_limit_whatever_the_data_frames_limit():
+    reader = fr.FrameReader(1 << 30)
+    with pytest.raises(ValueError, match="READ frame of 1025 bytes: over the limit of 1024"):
+        reader.feed(fr.header(Kind.READ, fr.MAX_READ_REQUEST_BYTES + 1))
+    assert fr.FrameReader(MAX).feed(fr.frame(Kind.READ, b"r" * fr.MAX_READ_REQUEST_BYTES)) == \
+        [(Kind.READ, b"r" * fr.MAX_READ_REQUEST_BYTES)]
+    big = fr.read_answer_head(1, MAX - fr.REQUEST_ID.size)  # READ_ANSWER is a data frame: MAX passes
+    reader = fr.FrameReader(MAX)
+    assert reader.feed(big) == []
+    kind, size, arrived, granted = reader.large_frame(1, lambda size: True)
+    assert (kind, size, bytes(arrived), granted) == (Kind.READ_ANSWER, MAX, fr.REQUEST_ID.pack(1), True)
+
+
+def test_a_narrowed_reader_keeps_what_was_held_and_checks_it_against_the_new_limit():
+    wide = fr.FrameReader(1 << 20)
+    assert wide.feed(fr.header(Kind.ADDS, 5000) + b"a" * 10) == []  # a frame begun under the wide limit
+    narrow = wide.narrowed(fr.MAX_CONTROL_BYTES)
+    assert wide.pending == 0 and narrow.pending == 15
+    with pytest.raises(ValueError, match="ADDS frame of 5000 bytes: over the limit of 1026"):
+        narrow.feed(b"more")
+    held = fr.FrameReader(1 << 20)
+    assert held.feed(fr.frame(Kind.READ, b"1234")[:7]) == []
+    assert held.narrowed(fr.MAX_CONTROL_BYTES).feed(fr.frame(Kind.READ, b"1234")[7:]) == [(Kind.READ, b"1234")]
+
+
+def test_a_read_connection_takes_reads_then_an_end_and_its_client_takes_answers_then_an_end():
+    bookie = fr.ReadServerRules()
+    assert [bookie.check(kind) for kind in (Kind.HELLO, Kind.READ, Kind.READ, Kind.END)] == [None] * 4
+    assert "after the END" in bookie.check(Kind.READ)
+    past_hello = fr.ReadServerRules(past_first=True)
+    assert "ADDS frame not allowed here (expected READ or END)" == past_hello.check(Kind.ADDS)
+    assert "HELLO frame not allowed here" in fr.ReadServerRules(past_first=True).check(Kind.HELLO)
+    client = fr.ReadClientRules()
+    assert client.check(Kind.READ_ANSWER) == "the first frame must be WELCOME, not READ_ANSWER"
+    client = fr.ReadClientRules()
+    assert [client.check(kind) for kind in (Kind.WELCOME, Kind.READ_ANSWER, Kind.END)] == [None] * 3
+    assert "ANSWERS frame not allowed here" in fr.ReadClientRules(past_first=True).check(Kind.ANSWERS)
+
+
+def test_an_add_stream_s_hello_asks_no_reads_unless_told():
+    assert fr.parse_hello(fr.hello()[5:])[1] == fr.ADD_FLAGS == fr.ANSWER_RUNS
+    assert fr.parse_welcome(fr.agree(1, fr.READS | 0x8000, "b")[5:], fr.READS | 0x8000)[1] == fr.READS

@@ -37,9 +37,10 @@ class BookiePool:
 
     def __init__(self, store: MetadataStore, *, timeout: float = 10.0, max_batch_bytes: int = 4 * 1024 * 1024,
                  max_inflight: int = 10_000, max_batches_in_flight: int | None = DEFAULT_BATCHES_IN_FLIGHT, tls=None,
-                 answer_runs: bool = True, framed_adds: bool = False) -> None:
+                 answer_runs: bool = True, framed_adds: bool = False, framed_reads: bool = False) -> None:
         self._answer_runs = answer_runs
         self._framed_adds = framed_adds  # docs/protocol.md W11: over TLS too when the client has TLS settings
+        self._framed_reads = framed_reads  # docs/protocol.md W12: range reads on the same port
         self._tls = tls if tls is not None and tls.enabled else None
         # read (and checked) once: a bad file fails here, naming its setting
         self._credentials = self._tls.channel_credentials() if self._tls is not None else None
@@ -103,10 +104,11 @@ class BookiePool:
             self._check_open(bookie_id)
             client = self._clients.get(bookie_id)
             if client is None:
+                read_port = (lambda: self._add_port(bookie_id, refresh=False)) if self._framed_reads else None
                 client = self._clients[bookie_id] = BookieClient(bookie_id, address=address, timeout=self._timeout,
                                                                  io_loop=self._io, tls=self._tls,
                                                                  credentials=self._credentials,
-                                                                 answer_runs=self._answer_runs)
+                                                                 answer_runs=self._answer_runs, read_port=read_port)
             return client
 
     def stream(self, bookie_id: str) -> AddStream:

@@ -1,6 +1,7 @@
 """The client side of the bookie wire protocol: the gRPC channels to one bookie.
 
-``BookieClient`` offers add streams (``add_stream()``), range/fence reads,
+``BookieClient`` offers add streams (``add_stream()``), range/fence reads (range reads on the bookie's framed port
+when it is given one, docs/protocol.md W12: ``read_port``),
 LAC reads and long polls, explicit LAC writes, and bookie info. Statuses the
 bookie decided are returned as values (``ReadResult.status`` ...): the
 replication client decides on them. Transport failures raise BookieError;
@@ -36,6 +37,7 @@ from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.bookie_answers import (BookieInfo, LacResult, ReadResult, WriteLacResult, bookie_info,
                                                   lac_result, read_result, write_lac_result)
 from pyspark_ledger.client.framed_call import FramedCall
+from pyspark_ledger.client.framed_reads import FramedReads, FramedReadsUnusable
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.read_wire import decode_read_response
 from pyspark_ledger.client.rpc_errors import BookieStatus, translate_rpc_error
@@ -87,7 +89,10 @@ class BookieClient:
 
     def __init__(self, bookie_id_or_address: str, *, address: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, io_loop: IoLoop | None = None, tls=None,
-                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, answer_runs: bool = True,
+                 read_port: Callable[[], int] | None = None) -> None:
+        """``read_port``: the bookie's framed port for range reads (docs/protocol.md W12), asked when read
+        connections are first needed and again after they could not be used; 0 or None: reads take gRPC."""
         self.bookie_id = str(bookie_id_or_address)
         self._answer_runs = answer_runs
         self._add_metadata = ASK_FOR_RUNS if answer_runs else None  # docs/protocol.md W9
@@ -102,6 +107,9 @@ class BookieClient:
         self._credentials = credentials if self.tls is not None else None
         self._framed_ssl = None  # the ssl context of framed add streams over TLS, made at the first such stream
         self._framed_unreachable: dict[int, float] = {}  # add port -> when it could not be reached (monotonic)
+        self._read_port = read_port
+        self._framed_reads: FramedReads | None = None  # made on the loop thread at the first framed read
+        self._framed_reads_off_until = 0.0  # monotonic: until then range reads take gRPC (the port was unusable)
         self._io = io_loop
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
@@ -211,6 +219,10 @@ class BookieClient:
         stops early at a missing entry or max_bytes."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
+        if self._read_port is not None and not fence:
+            with self._lock:
+                io_loop = self._loop_locked()
+            return io_loop.run(self._read_framed(request, timeout, what))
         return self._unary("Read", request, timeout, what, read_result)
 
     def read_async(self, ledger_id: int, first_entry_id: int, last_entry_id: int | None = None, *,
@@ -219,7 +231,55 @@ class BookieClient:
         """``read`` without blocking a thread."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
+        if self._read_port is not None and not fence:
+            with self._lock:
+                if self._closed:
+                    return _failed(BookieUnavailableError(f"{what} on bookie {self.bookie_id}: the client is closed",
+                                                          bookie_id=self.bookie_id, status=BookieStatus.CLOSED))
+                io_loop = self._loop_locked()
+            return io_loop.submit(self._read_framed(request, timeout, what))
         return self._unary_async("Read", request, timeout, what, read_result)
+
+    async def _read_framed(self, request: pb.ReadRequest, timeout: float | None, what: str) -> ReadResult:
+        """A range read on the framed port (docs/protocol.md W12; fencing reads stay on gRPC), or on gRPC while
+        that port is unusable: none registered, or it could not be used (then for ``FRAMED_RETRY_S``)."""
+        reads = self._framed_reads_now()
+        if reads is not None:
+            try:
+                return read_result(await reads.read(request, self.timeout if timeout is None else timeout))
+            except FramedReadsUnusable as exc:  # this read takes gRPC; the port too, if none of its connections works
+                if not reads.open_connections:
+                    self._framed_reads_unusable(reads, exc)
+            except asyncio.CancelledError:
+                raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} was cancelled (the client closed)",
+                                             bookie_id=self.bookie_id, status=BookieStatus.CANCELLED) from None
+        return await self._invoke("Read", request, timeout, what, read_result)
+
+    def _framed_reads_now(self) -> FramedReads | None:
+        """The framed read connections to use now (loop thread), or None: gRPC."""
+        if self._closed:
+            raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
+                                         status=BookieStatus.CLOSED)
+        if self._framed_reads is not None:
+            return self._framed_reads
+        if time.monotonic() < self._framed_reads_off_until:
+            return None
+        port = self._read_port()
+        if not port:
+            self._framed_reads_off_until = time.monotonic() + FRAMED_RETRY_S  # asked again later, not per read
+            return None
+        with self._lock:
+            tls = self._framed_tls_locked()
+        self._framed_reads = FramedReads(self._host, port, self.bookie_id, ssl_context=tls)
+        return self._framed_reads
+
+    def _framed_reads_unusable(self, reads: FramedReads, error: FramedReadsUnusable) -> None:
+        if self._framed_reads is reads:
+            self._framed_reads = None
+            self._framed_reads_off_until = time.monotonic() + FRAMED_RETRY_S
+            log.info("%s; reads from bookie %s take its gRPC port instead, and its framed port is tried again in "
+                     "%.0f s", error, self.bookie_id, FRAMED_RETRY_S)
+        reads.close()
 
     def _read_request(self, ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery, max_bytes,
                       entry_step):
@@ -322,6 +382,9 @@ class BookieClient:
             release_io_loop(io_loop)
 
     async def _close_channel(self) -> None:
+        reads, self._framed_reads = self._framed_reads, None
+        if reads is not None:
+            reads.close()
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()

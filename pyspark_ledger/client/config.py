@@ -57,9 +57,13 @@ class ClientConfig:
     #: bookies that do not know the form answer each add, which works too.
     add_answer_runs: bool = True
     #: Send adds over a bookie's framed add port (docs/protocol.md W11: the add path without gRPC, a third of
-    #: the transport's CPU per message) when its registration names one; bookies without it, and every bookie
-    #: of a client with TLS settings, get gRPC add streams. False keeps every add stream on gRPC.
+    #: the transport's CPU per message) when its registration names one (over TLS with TLS settings); bookies
+    #: without it get gRPC add streams. False keeps every add stream on gRPC.
     framed_adds: bool = True
+    #: Send range reads over the same framed port (docs/protocol.md W12: no gRPC copies of the answers; up to 4
+    #: connections per bookie); bookies without it, or that do not take reads there, are read over gRPC, and
+    #: fencing reads always are. False keeps every read on gRPC.
+    framed_reads: bool = True
     #: Largest encoded entry (payload + 36-byte header + digest) a writer sends;
     #: keep it at or below the bookies' ``--max-entry-size`` (default 5 MiB).
     max_entry_bytes: int = 5 * MiB
@@ -132,7 +136,7 @@ class ClientConfig:
                      "read_batch_bytes", "read_ahead_batches", "metadata_retries", "io_threads"):
             _positive_int(name, getattr(self, name))
         check_batches_in_flight(self.add_batches_in_flight)
-        for name in ("add_answer_runs", "framed_adds"):
+        for name in ("add_answer_runs", "framed_adds", "framed_reads"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigurationError(f"{name} must be True or False, got {getattr(self, name)!r}")
         window = self.recovery_read_window

@@ -65,7 +65,8 @@ class LedgerClient:
             settings = dict(io_threads=config.io_threads, timeout=config.read_timeout_s,
                             max_batch_bytes=config.max_batch_bytes,
                             max_batches_in_flight=config.add_batches_in_flight, tls=config.tls,
-                            answer_runs=config.add_answer_runs, framed_adds=config.framed_adds)
+                            answer_runs=config.add_answer_runs, framed_adds=config.framed_adds,
+                            framed_reads=config.framed_reads)
             try:
                 if config.tls is not None and config.tls.enabled:
                     from pyspark_ledger.client.transport import GrpcTransport

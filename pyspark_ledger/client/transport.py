@@ -91,10 +91,10 @@ class GrpcTransport:
     def __init__(self, store: MetadataStore, *, io_threads: int = 16, timeout: float = 10.0,
                  max_batch_bytes: int = 4 * 1024 * 1024, max_inflight: int = 10_000,
                  max_batches_in_flight: int | None = DEFAULT_BATCHES_IN_FLIGHT, tls=None, answer_runs: bool = True,
-                 framed_adds: bool = False) -> None:
+                 framed_adds: bool = False, framed_reads: bool = False) -> None:
         self._pool = BookiePool(store, timeout=timeout, max_batch_bytes=max_batch_bytes, max_inflight=max_inflight,
                                 max_batches_in_flight=max_batches_in_flight, tls=tls, answer_runs=answer_runs,
-                                framed_adds=framed_adds)
+                                framed_adds=framed_adds, framed_reads=framed_reads)
         self._io = self._pool.io_loop  # kept after close: the writers' owner (then closed: events run inline)
         self._outbox = AddOutbox(self._io, self._send_now)
         self._health = Reachability()

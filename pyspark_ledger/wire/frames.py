@@ -1,4 +1,4 @@
-"""Frames of the framed add stream (docs/protocol.md W11): adds and their answers over TCP, without gRPC.
+"""Frames of the framed port (docs/protocol.md W11, W12): adds, range reads and their answers over TCP, without gRPC.
 
 The codec the bookie's framed port (``bookie_server.framed_listener``) and the client's framed add stream share:
 gRPC is four fifths of a paced add's transport CPU (docs/measurements.md, "What the transport costs a paced
@@ -8,11 +8,14 @@ A frame is a 5-byte header -- the length of what follows it (4 bytes, big-endian
 the kind (1 byte) -- then the payload:
 
 * ``HELLO`` (client, first and once): ``MAGIC``, the highest version the client speaks (2 bytes), its flags
-  (2 bytes; ``ANSWER_RUNS``: OK answers as runs, docs/protocol.md W9);
+  (2 bytes; ``ANSWER_RUNS``: OK answers as runs, docs/protocol.md W9; ``READS``: a read connection, W12);
 * ``WELCOME`` (bookie, the answer to HELLO): the version both will speak, the flags it grants (those asked that
   it knows), and its bookie id (1 byte of length, then UTF-8);
 * ``ADDS`` (client): an ``AddBatch`` message, encoded as on the gRPC stream;
 * ``ANSWERS`` (bookie): an ``AddResultBatch`` message;
+* ``READ`` (client, on a read connection): a request id (4 bytes) and a ``ReadRequest`` message, at most
+  ``MAX_READ_REQUEST_BYTES`` in all;
+* ``READ_ANSWER`` (bookie, on a read connection): the request's id (4 bytes) and its ``ReadResponse`` message;
 * ``END`` (either side, last): a status (2 bytes: a ``bookie.proto`` status, ``OK`` for a plain end) and a
   UTF-8 message of at most ``MAX_END_MESSAGE_BYTES`` saying why.
 
@@ -34,7 +37,11 @@ _HELLO = struct.Struct("!8sHH")
 _WELCOME = struct.Struct("!HHB")
 _END = struct.Struct("!H")
 ANSWER_RUNS = 0x0001
-KNOWN_FLAGS = ANSWER_RUNS
+READS = 0x0002  # the connection reads (READ frames) instead of adding (docs/protocol.md W12)
+KNOWN_FLAGS = ANSWER_RUNS | READS
+ADD_FLAGS = ANSWER_RUNS  # what a HELLO asks by default: an add stream with answers as runs
+REQUEST_ID = struct.Struct("!I")
+MAX_READ_REQUEST_BYTES = 1024  # a READ's payload: its id and a ReadRequest (ids, a key: well under 200 bytes)
 MAX_BOOKIE_ID_BYTES = 255
 MAX_END_MESSAGE_BYTES = 1024
 MAX_CONTROL_BYTES = _END.size + MAX_END_MESSAGE_BYTES  # the longest HELLO, WELCOME or END payload (an END's)
@@ -47,6 +54,8 @@ class Kind(enum.IntEnum):
     ADDS = 3
     ANSWERS = 4
     END = 5
+    READ = 6
+    READ_ANSWER = 7
 
 
 def header(kind: Kind, payload_size: int) -> bytes:
@@ -61,7 +70,7 @@ def frame(kind: Kind, payload: bytes = b"") -> bytes:
     return header(kind, len(payload)) + payload
 
 
-def hello(version: int = VERSION, flags: int = KNOWN_FLAGS) -> bytes:
+def hello(version: int = VERSION, flags: int = ADD_FLAGS) -> bytes:
     return frame(Kind.HELLO, _HELLO.pack(MAGIC, version, flags))
 
 
@@ -139,10 +148,36 @@ def parse_end(payload: bytes) -> tuple[int, str]:
     return status, bytes(payload[_END.size:]).decode(errors="replace")
 
 
+def read_frame(request_id: int, request: bytes) -> bytes:
+    """A READ frame: ``request`` (an encoded ``ReadRequest``) under ``request_id``; ValueError past the limits."""
+    if not 0 <= request_id < 2**32:
+        raise ValueError(f"a request id is 0 to {2**32 - 1}, not {request_id}")
+    if REQUEST_ID.size + len(request) > MAX_READ_REQUEST_BYTES:
+        raise ValueError(f"a READ frame holds at most {MAX_READ_REQUEST_BYTES} bytes, not "
+                         f"{REQUEST_ID.size + len(request)}")
+    return frame(Kind.READ, REQUEST_ID.pack(request_id) + request)
+
+
+def read_answer_head(request_id: int, answer_size: int) -> bytes:
+    """The header and request id of a READ_ANSWER frame whose ``ReadResponse`` is ``answer_size`` bytes (sent
+    before the answer, which need not be joined to it)."""
+    return header(Kind.READ_ANSWER, REQUEST_ID.size + answer_size) + REQUEST_ID.pack(request_id)
+
+
+def split_request_id(payload) -> tuple[int, memoryview]:
+    """(request id, the message after it) of a READ or READ_ANSWER payload; ValueError if it has no id."""
+    if len(payload) < REQUEST_ID.size:
+        raise ValueError(f"a READ or READ_ANSWER frame starts with a {REQUEST_ID.size}-byte request id; "
+                         f"this one holds {len(payload)} bytes")
+    view = memoryview(payload)
+    return REQUEST_ID.unpack_from(view)[0], view[REQUEST_ID.size:]
+
+
 class FrameReader:
     """Splits received bytes into frames: ``feed(data)`` returns the (kind, payload) of every frame completed.
 
-    A frame whose declared length exceeds ``max_payload`` (control frames: ``MAX_CONTROL_BYTES``), or a length
+    A frame whose declared length exceeds ``max_payload`` (control frames: ``MAX_CONTROL_BYTES``; READ frames:
+    ``MAX_READ_REQUEST_BYTES``), or a length
     of 0, or an unknown kind, raises ValueError at once -- before its payload is waited for -- and so does
     every later ``feed`` (the stream is broken). Holds at most one incomplete frame."""
 
@@ -155,7 +190,7 @@ class FrameReader:
         self._buffer = bytearray()
         self._broken: str | None = None
         # the largest header length of each kind (kind byte + payload); unknown kinds are absent
-        self._limits = {int(kind): 1 + (max_payload if kind in _DATA_KINDS else MAX_CONTROL_BYTES) for kind in Kind}
+        self._limits = {int(kind): 1 + _limit_of(kind, max_payload) for kind in Kind}
 
     @property
     def pending(self) -> int:
@@ -198,6 +233,14 @@ class FrameReader:
             del buffer[:position]
         return frames
 
+    def narrowed(self, max_payload: int) -> "FrameReader":
+        """A reader of data frames of at most ``max_payload`` bytes that holds what this one holds (this one is
+        spent): a frame begun under the wider limit is checked against the new one with the next ``feed``."""
+        reader = FrameReader(max_payload)
+        reader._buffer, self._buffer = self._buffer, bytearray()
+        reader._broken = self._broken
+        return reader
+
     def large_frame(self, at_least: int, reserve: Callable[[int], bool] | None = None
                     ) -> tuple[Kind, int, memoryview, bool] | None:
         """When the bytes held are the start of one frame whose payload is ``at_least`` bytes or more (its header
@@ -235,14 +278,21 @@ def header_problem(length: int, kind_byte: int, max_payload: int) -> str | None:
         return "a frame's length counts its kind byte: 0 is not a frame"
     if kind_byte not in _KINDS:
         return f"unknown frame kind {kind_byte} (this side knows {', '.join(k.name for k in Kind)})"
-    limit = max_payload if kind_byte in _DATA_KINDS else MAX_CONTROL_BYTES
+    limit = _limit_of(kind_byte, max_payload)
     if length - 1 > limit:
         return f"{Kind(kind_byte).name} frame of {length - 1} bytes: over the limit of {limit}"
     return None
 
 
+def _limit_of(kind: int, max_payload: int) -> int:
+    """The longest payload of a frame of ``kind`` when data frames may hold ``max_payload`` bytes."""
+    if kind in _DATA_KINDS:
+        return max_payload
+    return MAX_READ_REQUEST_BYTES if kind == Kind.READ else MAX_CONTROL_BYTES
+
+
 _KINDS = frozenset(int(kind) for kind in Kind)
-_DATA_KINDS = frozenset((Kind.ADDS, Kind.ANSWERS))
+_DATA_KINDS = frozenset((Kind.ADDS, Kind.ANSWERS, Kind.READ_ANSWER))
 _KIND_OF = {int(kind): kind for kind in Kind}
 
 
@@ -254,8 +304,8 @@ class _Rules:
     FIRST: Kind
     LATER: tuple[Kind, ...]
 
-    def __init__(self) -> None:
-        self._stage = 0  # 0: before the first frame; 1: the stream; 2: after its END
+    def __init__(self, past_first: bool = False) -> None:
+        self._stage = 1 if past_first else 0  # 0: before the first frame; 1: the stream; 2: after its END
 
     def check(self, kind: Kind) -> str | None:
         """None if ``kind`` may come now (and the rules move on), else the problem."""
@@ -290,3 +340,19 @@ class ClientRules(_Rules):
     __slots__ = ()
     FIRST = Kind.WELCOME
     LATER = (Kind.ANSWERS, Kind.END)
+
+
+class ReadServerRules(_Rules):
+    """What a bookie takes from a client on a read connection: HELLO, then READ until END."""
+
+    __slots__ = ()
+    FIRST = Kind.HELLO
+    LATER = (Kind.READ, Kind.END)
+
+
+class ReadClientRules(_Rules):
+    """What a client takes from a bookie on a read connection: WELCOME, then READ_ANSWER until END."""
+
+    __slots__ = ()
+    FIRST = Kind.WELCOME
+    LATER = (Kind.READ_ANSWER, Kind.END)

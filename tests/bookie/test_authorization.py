@@ -9,6 +9,8 @@ without the key is refused, its key-less recovery write-back of a stored ledger 
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import socket
 import ssl
@@ -254,21 +256,29 @@ def test_an_admin_adds_only_recovery_write_backs_of_stored_ledgers_without_the_k
     assert call(admin, "read_lac", b"", ledger_id=600).status == pb.NO_SUCH_LEDGER
 
 
-def framed_add_batch(bookie, pki, name: str, adds: list[pb.AddRequest]) -> dict[tuple[int, int], pb.AddResult]:
-    """``add_batch`` over the bookie's framed add port (docs/protocol.md W11), under mutual TLS as ``name``."""
+@contextlib.contextmanager
+def framed_tls(bookie, pki, name: str):
+    """A mutual-TLS connection to the bookie's framed port as ``name``, and its next frame (a function)."""
     with open_metadata_store(bookie.metadata_uri) as store:
         port = store.bookies()[bookie.bookie_id].info["add_port"]
     cert, key = pki[name]
     context = ClientTls(pki["ca"], cert, key).ssl_context()
-    reader, pending, results = frames.FrameReader(1 << 24), [], {}
+    reader, pending = frames.FrameReader(1 << 24), []
     with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
             context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
         def next_frame():
             while not pending:
                 data = conn.recv(65536)
-                assert data, "the bookie closed the framed stream without an END"
+                assert data, "the bookie closed the framed connection without an END"
                 pending.extend(reader.feed(data))
             return pending.pop(0)
+        yield conn, next_frame
+
+
+def framed_add_batch(bookie, pki, name: str, adds: list[pb.AddRequest]) -> dict[tuple[int, int], pb.AddResult]:
+    """``add_batch`` over the bookie's framed add port (docs/protocol.md W11), under mutual TLS as ``name``."""
+    results = {}
+    with framed_tls(bookie, pki, name) as (conn, next_frame):
         conn.sendall(frames.hello(frames.VERSION, 0))
         assert next_frame()[0] is Kind.WELCOME
         conn.sendall(frames.frame(Kind.ADDS, pb.AddBatch(adds=adds).SerializeToString()) + frames.end(pb.OK))
@@ -326,3 +336,38 @@ def test_data_and_journal_dirs_are_private_and_an_open_one_is_named(make_bookie,
     exposed.stop()
     assert stat.S_IMODE(os.stat(open_dir).st_mode) == 0o755  # never changed behind the operator's back
     assert f"run: chmod 700 {open_dir}" in (open_dir / "bookie-stderr.log").read_text()
+
+
+def framed_reads(bookie, pki, name: str, requests: list[pb.ReadRequest]) -> list[pb.ReadResponse]:
+    """Each request's answer on a read connection of the bookie's framed port (docs/protocol.md W12), under mutual
+    TLS as ``name``."""
+    answers = []
+    with framed_tls(bookie, pki, name) as (conn, next_frame):
+        conn.sendall(frames.hello(frames.VERSION, frames.READS))
+        kind, payload = next_frame()
+        assert kind is Kind.WELCOME and frames.parse_welcome(payload, frames.READS)[1] == frames.READS
+        conn.sendall(b"".join(frames.read_frame(index, request.SerializeToString())
+                              for index, request in enumerate(requests)) + frames.end(pb.OK))
+        for index in range(len(requests)):
+            kind, payload = next_frame()
+            request_id, message = frames.split_request_id(payload)
+            assert kind is Kind.READ_ANSWER and request_id == index
+            answers.append(pb.ReadResponse.FromString(message))
+        assert frames.parse_end(next_frame()[1])[0] == pb.OK
+    return answers
+
+
+def test_an_admin_identity_is_the_same_on_the_framed_port_s_reads(mtls_bookie, stub_as, pki):
+    """docs/protocol.md W12, K2: over the framed port's TLS the admin's certificate reads a stored ledger without
+    its key, and a key it sends must still match; another certificate is no authority."""
+    write_ledger(stub_as("writer"))
+    without_key = pb.ReadRequest(ledger_id=LEDGER, first_entry_id=0, last_entry_id=ENTRIES - 1)
+    wrong_key = pb.ReadRequest(ledger_id=LEDGER, first_entry_id=0, last_entry_id=0, master_key=WRONG_KEY)
+    with_key = pb.ReadRequest(ledger_id=LEDGER, first_entry_id=0, last_entry_id=ENTRIES - 1, master_key=KEY)
+    admin_read, admin_wrong, admin_keyed = framed_reads(mtls_bookie, pki, ADMIN, [without_key, wrong_key, with_key])
+    assert admin_read.status == pb.OK and [e.entry_id for e in admin_read.entries] == list(range(ENTRIES))
+    assert [(e.entry_id, e.body) for e in admin_read.entries] == [(e.entry_id, e.body) for e in admin_keyed.entries]
+    assert admin_wrong.status == pb.UNAUTHORIZED and "does not match" in admin_wrong.message
+    writer_read, writer_keyed = framed_reads(mtls_bookie, pki, "writer", [without_key, with_key])
+    assert writer_read.status == pb.UNAUTHORIZED and "needs its master key" in writer_read.message
+    assert writer_keyed.status == pb.OK and len(writer_keyed.entries) == ENTRIES
