@@ -48,7 +48,7 @@ class ServerConfig:
     advertised_port: int | None = None       # the port clients dial (registered); None = port
     bookie_id: str = ""                      # "" = advertised address:port
     metrics_port: int = DEFAULT_METRICS_PORT  # 0 = a free port, -1 = no metrics endpoint
-    add_port: int = -1                        # the framed add port (docs/protocol.md W11); 0 = a free port, -1 = off
+    add_port: int = -1                        # the framed port (docs/protocol.md W11, W12); 0 = a free port, -1 = off
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     max_inflight_adds: int = DEFAULT_MAX_INFLIGHT_ADDS
     journal_max_wait_ms: float = 0.0

@@ -71,6 +71,7 @@ class FramedListener:
         # frames received together are handed on as one batch of at most this many adds and bytes
         self._max_merged_adds, self._max_merged_bytes = max_merged_adds, max_merged_bytes
         self._open: set[socket.socket] = set()
+        self._reading: set[socket.socket] = set()  # the open read connections (their sockets), shut first at stop
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a connection ended
         self._closed = False
@@ -96,7 +97,15 @@ class FramedListener:
 
     def shut_open_connections(self, wait_s: float = END_WAIT_S) -> None:
         """Shut down every connection still open after ``wait_s`` (time for drained streams to send their END
-        and close): their threads see it and end."""
+        and close): their threads see it and end. Read connections are shut for reading at once (nothing of
+        theirs drains: an answer being sent is still sent, then the connection ends)."""
+        with self._changed:
+            reading = list(self._reading)
+        for conn in reading:
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
         with self._changed:
             self._changed.wait_for(lambda: not self._open, wait_s)
             open_now = list(self._open)
@@ -149,7 +158,7 @@ class FramedListener:
                 slot = self._read_slot(stream)
                 if slot is not None:
                     self._slots.release()
-                    self._reads(stream, address, opened)
+                    self._reads(stream, address, opened, conn)
                 else:
                     slot = self._slots
             elif opened is not None:
@@ -173,9 +182,9 @@ class FramedListener:
                                                              "--max-read-connections"))
         return None
 
-    def _reads(self, conn, address, opened: Opened) -> None:
-        """A read connection past its HELLO: the WELCOME, then its reads (``framed_reads``), then an END if it
-        did not break."""
+    def _reads(self, conn, address, opened: Opened, raw: socket.socket) -> None:
+        """A read connection past its HELLO (``raw``: its socket): the WELCOME, then its reads (``framed_reads``),
+        then an END if it did not break."""
         try:
             conn.sendall(opened.welcome)
         except OSError:
@@ -184,7 +193,13 @@ class FramedListener:
         self._metrics.framed_connection("reads")
         auth = conn.auth_context if isinstance(conn, TlsConnection) else dict  # plaintext: no identity
         call = FramedReadCall(f"framed:{address[0]}:{address[1]}", auth)
-        ended = serve_reads(conn, opened.reader, opened.received, self._servicer.Read, call, self._read_idle_s)
+        with self._changed:
+            self._reading.add(raw)
+        try:
+            ended = serve_reads(conn, opened.reader, opened.received, self._servicer.Read, call, self._read_idle_s)
+        finally:
+            with self._changed:
+                self._reading.discard(raw)
         if ended is not None:
             _end(conn, *ended)
 

@@ -45,7 +45,8 @@ DAMAGE_PLACES = ("read", "journal")
 STATUS_NAMES = {number: name for name, number in pb.Status.items()}
 
 
-#: how a framed add port connection's handshake ended: streaming, refused past the cap, broken rules, or gone
+#: how a framed port connection's handshake ended: an add stream, a read connection (W12), refused past a cap,
+#: broken rules, or gone
 FRAMED_OUTCOMES = ("streamed", "reads", "refused", "bad_handshake", "gone")
 
 
@@ -178,7 +179,7 @@ class BookieMetrics:
             histogram.observe(seconds)
 
     def framed_connection(self, outcome: str) -> None:
-        """A framed add port connection's handshake ended: ``outcome`` is one of ``FRAMED_OUTCOMES``."""
+        """A framed port connection's handshake ended: ``outcome`` is one of ``FRAMED_OUTCOMES``."""
         self._framed[outcome].inc()
 
     def stream_opened(self) -> None:

@@ -27,10 +27,11 @@ number re-spreads every bookie at this start (their ids and data stay).
 the same files serve later starts) and starts every bookie with mutual TLS; ``tls_files`` names the files,
 ``client_tls`` / ``client_config()`` / ``tls_env`` are what clients need to reach it. The data dir is
 created mode 0700.
-Every bookie also takes adds on a framed add port (``--add-port``, any free port, registered: docs/protocol.md
-W11; with ``tls=True`` over the same mutual TLS), the faster path clients take by default; ``add_port=-1`` turns
-it off. ``start_bookie`` brings a bookie back on the add port it had (when that port is still free), as an
-operator's fixed ``--add-port`` would: a client that learned the port earlier reaches it again at once.
+Every bookie also takes adds and range reads on a framed port (``--add-port``, any free port, registered:
+docs/protocol.md W11, W12; with ``tls=True`` over the same mutual TLS), the faster path clients take by default;
+``add_port=-1`` turns it off. ``start_bookie`` brings a bookie back on the add port it had (when that port is
+still free), as an operator's fixed ``--add-port`` would: a client that learned the port earlier reaches it again
+at once.
 ``announce`` receives one line per bookie as it comes up; other keyword
 arguments are bookie-server flags (``checkpoint_interval=0`` ...).
 Every process started is stopped by ``stop()`` (SIGTERM to the bookies so

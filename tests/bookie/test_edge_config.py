@@ -25,6 +25,8 @@ def test_the_flags_reach_the_config():
                                     str(2**20), "--max-batch-bytes", str(2**20)])
     assert (config.max_add_streams, config.max_long_polls, config.max_concurrent_reads, config.grpc_threads) == \
         (5, 6, 7, 20)
+    assert parse_args(REQUIRED).max_read_connections == 128
+    assert parse_args(REQUIRED + ["--max-read-connections", "4096"]).max_read_connections == 4096
     assert (config.max_batch_adds, config.add_stream_idle_timeout_s, config.max_inflight_bytes,
             config.max_stream_inflight_bytes, config.max_batch_bytes) == (9, 0.0, 64 * 2**20, 2**20, 2**20)
 
@@ -36,6 +38,8 @@ def test_the_flags_reach_the_config():
     (["--max-add-streams", "0"], "--max-add-streams"),
     (["--max-batch-adds", "-1"], "--max-batch-adds"),
     (["--add-stream-idle-timeout", "-1"], "--add-stream-idle-timeout"),
+    (["--max-read-connections", "0"], "--max-read-connections: must be a whole number from 1 to 4096"),
+    (["--max-read-connections", "4097"], "--max-read-connections: must be a whole number from 1 to 4096"),
 ])
 def test_bad_values_are_refused_naming_the_flag(flags, words, capsys):
     with pytest.raises(SystemExit) as raised:

@@ -209,3 +209,32 @@ def test_w12_the_handler_sees_the_callers_identity_and_a_connection_gone_ends_th
         assert outcome == [None] and seen == [(77, {}, "pair")]
     finally:
         server.close()
+
+
+def test_w12_at_stop_an_idle_read_connection_is_ended_at_once():
+    from bookie_server.framed_listener import FramedListener
+
+    class Servicer:
+        def Read(self, request, context):
+            return pb.ReadResponse(status=pb.OK)
+
+    class Metrics:
+        def __getattr__(self, name):
+            return lambda *args: None
+
+    listener = FramedListener(Servicer(), Metrics(), "127.0.0.1:1", "127.0.0.1", 0, 4, 1 << 20, max_read_connections=4)
+    listener.start()
+    try:
+        with Framed(listener.port) as reader:
+            reader.hello(frames.READS)
+            reader.send(frames.read_frame(1, read_request(1, 0, 0)))
+            assert reader.answer()[0] == 1  # served, then idle in its 60 s wait for the next READ
+            listener.close()
+            done = threading.Event()
+            threading.Thread(target=lambda: (listener.shut_open_connections(wait_s=60), done.set()),
+                             daemon=True).start()
+            assert done.wait(20), "the stop waited for an idle read connection"
+            with pytest.raises(EOFError):
+                reader.next_frame()
+    finally:
+        listener.close()

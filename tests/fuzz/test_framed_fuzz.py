@@ -1,5 +1,6 @@
-"""Fuzzing a real bookie's framed add port (docs/protocol.md W11): hostile adds in well-formed frames, damaged
-frames and raw garbage, one connection each, on the fuzz suite's target (tests/fuzz/conftest.py).
+"""Fuzzing a real bookie's framed port (docs/protocol.md W11, W12): hostile adds in well-formed frames, hostile
+range reads on read connections (READ frames of any id, any request, over the size limit too), damaged frames and
+raw garbage, one connection each, on the fuzz suite's target (tests/fuzz/conftest.py).
 
 After every input the connection must end by itself within ``END_WAIT_S`` once the input is sent and the
 fuzzer's side is shut for writing (the bookie answers with END frames or closes; it never waits for bytes that
@@ -32,10 +33,18 @@ def add_port(target: FuzzTarget) -> int:
 
 
 def frames_of(draw, target: FuzzTarget) -> tuple[str, bytes]:
-    """A HELLO, ADDS frames of hostile adds, and maybe an END: well formed, then maybe damaged."""
-    flags = draw(st.sampled_from((0, frames.ANSWER_RUNS, 0xFFFF)))
+    """A HELLO, ADDS frames of hostile adds (or, on a read connection, READ frames of hostile reads), and maybe an
+    END: well formed, then maybe damaged."""
+    reads = draw(st.integers(0, 3)) == 0
+    flags = draw(st.sampled_from((frames.READS, frames.READS | frames.ANSWER_RUNS, 0xFFFF) if reads
+                                 else (0, frames.ANSWER_RUNS, 0xFFFF)))
     parts = [frames.hello(draw(st.sampled_from((1, 2, 0xFFFF))), flags)]
     for _ in range(draw(st.integers(0, 3))):
+        if flags & frames.READS:  # any id, any request; a huge key makes the frame pass its limit (refused)
+            request = draw(wf.read_requests(target.seed_keys())).SerializeToString()
+            request_id = frames.REQUEST_ID.pack(draw(st.integers(0, 2**32 - 1)))
+            parts.append(frames.frame(Kind.READ, request_id + request))
+            continue
         adds = draw(st.lists(wf.add_requests(MAX_ENTRY_SIZE, target.seed_keys()).map(lambda drawn: drawn[0]),
                              min_size=1, max_size=3))
         parts.append(frames.frame(Kind.ADDS, pb.AddBatch(adds=adds).SerializeToString()))
@@ -82,6 +91,9 @@ def send_framed(target: FuzzTarget, port: int, drawn: tuple[str, bytes]) -> None
                             _check_status(target, result.status, what)
                         for _ in answer.acked:
                             target.count("OK run")
+                    elif kind is Kind.READ_ANSWER:
+                        _, message = frames.split_request_id(payload)
+                        _check_status(target, pb.ReadResponse.FromString(message).status, what)
                     elif kind is Kind.END:
                         status, message = frames.parse_end(payload)
                         target.count(f"END {pb.Status.Name(status) if status in pb.Status.values() else status}")
