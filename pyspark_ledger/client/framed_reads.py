@@ -3,8 +3,9 @@
 ``FramedReads`` keeps up to ``CONNECTIONS_PER_BOOKIE`` read connections to one bookie's framed port, on the
 client's ``IoLoop`` (loop thread only). ``read(request, timeout)`` sends a READ frame on an idle connection (a new
 one while fewer are open; else the one with the fewest reads waiting: a bookie answers a connection's reads in the
-order they came) and returns the answer decoded as the gRPC path decodes it (``read_wire.decode_read_response``:
-large entries are views of the received bytes). A large answer is received straight into a buffer of its own size,
+order they came), all within the read's timeout (its wait for a connection included), and returns the answer
+decoded as the gRPC path decodes it (``read_wire.decode_read_response``: large entries are views of the received
+bytes). A large answer is received straight into a buffer of its own size,
 so its bytes are copied once, by the kernel; gRPC copies each answer into frames and then into a ``bytes`` of its own
 (docs/measurements.md, "Range reads without gRPC").
 
@@ -64,11 +65,18 @@ class FramedReads:
         if self._closed:
             raise BookieUnavailableError(f"framed reads of bookie {self.bookie_id} are closed",
                                          bookie_id=self.bookie_id, status=BookieStatus.CLOSED)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         for attempt in (0, 1):
             connection = self._pick()
-            await connection.ready()
+            try:  # the read's own timeout bounds its wait for a connection too (the handshake goes on)
+                await asyncio.wait_for(asyncio.shield(connection.ready()), max(deadline - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                raise BookieUnavailableError(
+                    f"framed read connection to bookie {self.bookie_id} ({self.host}:{self.port}): not open "
+                    f"within the read's {timeout:g} s", bookie_id=self.bookie_id, status=BookieStatus.TIMEOUT) from None
             try:
-                return await connection.read(request, timeout)
+                return await connection.read(request, max(deadline - loop.time(), 0.001))
             except BookieUnavailableError:
                 if attempt or not connection.ended_idle:
                     raise

@@ -321,3 +321,19 @@ def test_w12_a_read_that_met_an_end_of_another_status_is_not_sent_again():
     finally:
         server.close()
     assert isinstance(outcome, BookieError) and "BAD_REQUEST: no" in str(outcome)
+
+
+def test_w12_a_read_waits_for_a_connection_no_longer_than_its_own_timeout():
+    def script(conn, reader):  # a port that takes the connection and never answers the HELLO
+        frames_from(conn, reader, 1)
+        frames_from(conn, reader, 1)
+
+    server = Scripted(script)
+    started = time.monotonic()
+    try:
+        [outcome] = run_reads(server.port, REQUEST, timeout=0.5)
+    finally:
+        server.close()
+    assert isinstance(outcome, BookieUnavailableError) and outcome.status is BookieStatus.TIMEOUT
+    assert "not open within the read's 0.5 s" in str(outcome)
+    assert time.monotonic() - started < 5  # the handshake's own limit is 10 s
