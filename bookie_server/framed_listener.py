@@ -101,19 +101,11 @@ class FramedListener:
         theirs drains: an answer being sent is still sent, then the connection ends)."""
         with self._changed:
             reading = list(self._reading)
-        for conn in reading:
-            try:
-                conn.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
+        _shut(reading, socket.SHUT_RD)
         with self._changed:
             self._changed.wait_for(lambda: not self._open, wait_s)
             open_now = list(self._open)
-        for conn in open_now:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(open_now, socket.SHUT_RDWR)
 
     def _accept(self) -> None:
         while True:
@@ -309,6 +301,14 @@ def open_framed_listener(config, servicer, metrics, bookie_id: str) -> FramedLis
         raise InvalidConfigurationError(
             f"cannot take framed adds on {listen_address(config.host, config.add_port)}: {exc}; "
             "pick another --add-port (0 = any free port, -1 = off)") from exc
+
+
+def _shut(connections: list[socket.socket], how: int) -> None:
+    for conn in connections:
+        try:
+            conn.shutdown(how)
+        except OSError:
+            pass
 
 
 def _end(conn, status: int, message: str) -> None:

@@ -37,7 +37,7 @@ from pyspark_ledger.client.batch_window import DEFAULT_BATCHES_IN_FLIGHT
 from pyspark_ledger.client.bookie_answers import (BookieInfo, LacResult, ReadResult, WriteLacResult, bookie_info,
                                                   lac_result, read_result, write_lac_result)
 from pyspark_ledger.client.framed_call import FramedCall
-from pyspark_ledger.client.framed_reads import FramedReads, FramedReadsUnusable
+from pyspark_ledger.client.framed_reads import FramedReadRoute, FramedReadsUnusable
 from pyspark_ledger.client.io_loop import IoLoop, acquire_io_loop, release_io_loop
 from pyspark_ledger.client.read_wire import decode_read_response
 from pyspark_ledger.client.rpc_errors import BookieStatus, translate_rpc_error
@@ -107,9 +107,8 @@ class BookieClient:
         self._credentials = credentials if self.tls is not None else None
         self._framed_ssl = None  # the ssl context of framed add streams over TLS, made at the first such stream
         self._framed_unreachable: dict[int, float] = {}  # add port -> when it could not be reached (monotonic)
-        self._read_port = read_port
-        self._framed_reads: FramedReads | None = None  # made on the loop thread at the first framed read
-        self._framed_reads_off_until = 0.0  # monotonic: until then range reads take gRPC (the port was unusable)
+        self._read_route = None if read_port is None else FramedReadRoute(  # used on the loop thread only
+            self._host, self.bookie_id, read_port, self._framed_tls, FRAMED_RETRY_S)
         self._io = io_loop
         self._owns_io = io_loop is None
         self._channel: grpc.aio.Channel | None = None  # made on the loop thread at the first call
@@ -219,7 +218,7 @@ class BookieClient:
         stops early at a missing entry or max_bytes."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
-        if self._read_port is not None and not fence:
+        if self._read_route is not None and not fence:
             with self._lock:
                 io_loop = self._loop_locked()
             return io_loop.run(self._read_framed(request, timeout, what))
@@ -231,7 +230,7 @@ class BookieClient:
         """``read`` without blocking a thread."""
         request, what = self._read_request(ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery,
                                            max_bytes, entry_step)
-        if self._read_port is not None and not fence:
+        if self._read_route is not None and not fence:
             with self._lock:
                 if self._closed:
                     return _failed(BookieUnavailableError(f"{what} on bookie {self.bookie_id}: the client is closed",
@@ -243,43 +242,23 @@ class BookieClient:
     async def _read_framed(self, request: pb.ReadRequest, timeout: float | None, what: str) -> ReadResult:
         """A range read on the framed port (docs/protocol.md W12; fencing reads stay on gRPC), or on gRPC while
         that port is unusable: none registered, or it could not be used (then for ``FRAMED_RETRY_S``)."""
-        reads = self._framed_reads_now()
+        if self._closed:
+            raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
+                                         status=BookieStatus.CLOSED)
+        reads = self._read_route.current()
         if reads is not None:
             try:
                 return read_result(await reads.read(request, self.timeout if timeout is None else timeout))
             except FramedReadsUnusable as exc:  # this read takes gRPC; the port too, if none of its connections works
-                if not reads.open_connections:
-                    self._framed_reads_unusable(reads, exc)
+                self._read_route.unusable(reads, exc)
             except asyncio.CancelledError:
                 raise BookieUnavailableError(f"{what} on bookie {self.bookie_id} was cancelled (the client closed)",
                                              bookie_id=self.bookie_id, status=BookieStatus.CANCELLED) from None
         return await self._invoke("Read", request, timeout, what, read_result)
 
-    def _framed_reads_now(self) -> FramedReads | None:
-        """The framed read connections to use now (loop thread), or None: gRPC."""
-        if self._closed:
-            raise BookieUnavailableError(f"client of bookie {self.bookie_id} is closed", bookie_id=self.bookie_id,
-                                         status=BookieStatus.CLOSED)
-        if self._framed_reads is not None:
-            return self._framed_reads
-        if time.monotonic() < self._framed_reads_off_until:
-            return None
-        port = self._read_port()
-        if not port:
-            self._framed_reads_off_until = time.monotonic() + FRAMED_RETRY_S  # asked again later, not per read
-            return None
+    def _framed_tls(self):
         with self._lock:
-            tls = self._framed_tls_locked()
-        self._framed_reads = FramedReads(self._host, port, self.bookie_id, ssl_context=tls)
-        return self._framed_reads
-
-    def _framed_reads_unusable(self, reads: FramedReads, error: FramedReadsUnusable) -> None:
-        if self._framed_reads is reads:
-            self._framed_reads = None
-            self._framed_reads_off_until = time.monotonic() + FRAMED_RETRY_S
-            log.info("%s; reads from bookie %s take its gRPC port instead, and its framed port is tried again in "
-                     "%.0f s", error, self.bookie_id, FRAMED_RETRY_S)
-        reads.close()
+            return self._framed_tls_locked()
 
     def _read_request(self, ledger_id, first_entry_id, last_entry_id, fence, master_key, recovery, max_bytes,
                       entry_step):
@@ -382,9 +361,8 @@ class BookieClient:
             release_io_loop(io_loop)
 
     async def _close_channel(self) -> None:
-        reads, self._framed_reads = self._framed_reads, None
-        if reads is not None:
-            reads.close()
+        if self._read_route is not None:
+            self._read_route.close()
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()

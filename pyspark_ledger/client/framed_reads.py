@@ -27,8 +27,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import socket
 import ssl
+import time
+from typing import Callable
 
 from pyspark_ledger.client.read_wire import decode_read_response
 from pyspark_ledger.errors import BookieError, BookieUnavailableError, error_for_status
@@ -37,6 +40,7 @@ from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
+log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10.0
 CONNECTIONS_PER_BOOKIE = 4
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # the longest READ_ANSWER taken (a bookie's answers stop at the max_bytes asked)
@@ -46,6 +50,48 @@ DIRECT_BYTES = RECEIVE_BUFFER_BYTES  # a frame at least this long is received in
 
 class FramedReadsUnusable(Exception):
     """The framed port cannot serve this client's reads now; nothing was sent (take the gRPC port)."""
+
+
+class FramedReadRoute:
+    """Which read connections a bookie's range reads take now (loop thread only): ``current()`` is the bookie's
+    ``FramedReads``, made at the first read on the port ``read_port()`` names, or None (gRPC) while it names none or
+    for ``retry_s`` after no read connection to it could be used (``unusable``). ``ssl_context()``: the client's TLS
+    settings for the port (None without TLS)."""
+
+    def __init__(self, host: str, bookie_id: str, read_port: Callable[[], int],
+                 ssl_context: Callable[[], "ssl.SSLContext | None"], retry_s: float) -> None:
+        self._host, self._bookie_id = host, bookie_id
+        self._read_port, self._ssl_context, self._retry_s = read_port, ssl_context, retry_s
+        self._reads: FramedReads | None = None
+        self._off_until = 0.0  # monotonic: until then range reads take gRPC
+
+    def current(self) -> "FramedReads | None":
+        if self._reads is not None:
+            return self._reads
+        if time.monotonic() < self._off_until:
+            return None
+        port = self._read_port()
+        if not port:
+            self._off_until = time.monotonic() + self._retry_s  # asked again later, not per read
+            return None
+        self._reads = FramedReads(self._host, port, self._bookie_id, ssl_context=self._ssl_context())
+        return self._reads
+
+    def unusable(self, reads: "FramedReads", error: FramedReadsUnusable) -> None:
+        """A read found no usable connection (it takes gRPC); the port too, when none of its connections works."""
+        if reads.open_connections:
+            return
+        if self._reads is reads:
+            self._reads = None
+            self._off_until = time.monotonic() + self._retry_s
+            log.info("%s; reads from bookie %s take its gRPC port instead, and its framed port is tried again in "
+                     "%.0f s", error, self._bookie_id, self._retry_s)
+        reads.close()
+
+    def close(self) -> None:
+        reads, self._reads = self._reads, None
+        if reads is not None:
+            reads.close()
 
 
 class FramedReads:

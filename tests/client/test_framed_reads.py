@@ -77,7 +77,7 @@ def test_w12_reads_waiting_together_open_more_connections_up_to_four_and_all_com
                    for _ in range(6)]
         answers = [future.result(60) for future in futures]
         assert all(answer.ok and len(answer.entries) == len(answers[0].entries) > 10 for answer in answers)
-        assert 1 <= client._framed_reads.open_connections <= 3  # within the bookie's --max-read-connections 3
+        assert 1 <= client._read_route.current().open_connections <= 3  # within the bookie's --max-read-connections 3
 
 
 def test_w12_a_port_nothing_listens_on_gives_way_to_grpc_and_is_not_asked_again_for_a_while(cluster, caplog):
@@ -89,7 +89,7 @@ def test_w12_a_port_nothing_listens_on_gives_way_to_grpc_and_is_not_asked_again_
         asked.append(time.monotonic())
         return free_port()  # nothing listens there
 
-    with caplog.at_level(logging.INFO, logger="pyspark_ledger.client.bookie_rpc"):
+    with caplog.at_level(logging.INFO, logger="pyspark_ledger.client.framed_reads"):
         with BookieClient(bookie.bookie_id, address=bookie.address, read_port=dead_port) as client:
             for _ in range(3):
                 answer = client.read(ledger_id, 0, 5, master_key=master_key(PASSWORD))
