@@ -12,7 +12,8 @@ prints a summary. The modules, one job each:
 - ``event_source``: the Spark streaming source ``ledger-demo-events`` over them;
 - ``verify``: the pure verdict — missing, duplicate, unexpected and altered rows;
 - ``stream_layout``: what the stream holds in the metadata — ledgers, fragments, ensemble changes;
-- ``bookie_killer``: kills a bookie of a ledger that has just begun, once;
+- ``bookie_killer``: pauses a bookie, then kills it once a ledger begun meanwhile proves a writer has adds
+  it has not acknowledged (so the ensemble change is certain);
 - ``spark_runs``: the Spark session (its log in a file), the write and the read-back queries;
 - ``write_phase``: the timed streaming write with its progress lines and the kill;
 - ``job``: the run from start to summary, with clean shutdown on every path;

@@ -18,7 +18,8 @@ address of this host (run the demo on the driver host: ``ip netns exec
 <driver namespace> ledger demo --cluster FILE``). ``ClusterTarget`` then stands
 in for the sandbox: ``bookies`` (id, pid, liveness from /proc) and
 ``kill_bookie(index)`` (SIGKILL to the bookie's process group; the cluster's
-owner reaps it).
+owner reaps it), ``pause_bookie`` / ``resume_bookie`` (SIGSTOP / SIGCONT, the
+demo's way to make its kill certain to land on unacknowledged adds).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_ledger.errors import InvalidConfigurationError
+from pyspark_ledger.errors import InvalidConfigurationError, InvalidStateError
+from pyspark_ledger.testing.bookies import STOP_WAIT_S, wait_stopped
 
 MAX_FILE_BYTES = 1 << 20
 
@@ -66,16 +68,31 @@ class ClusterTarget:
         self._killed: set[int] = set()
 
     def kill_bookie(self, index: int) -> None:
+        self._signal(index, signal.SIGKILL)
+        self._killed.add(index)
+        self.bookies[index].returncode = -signal.SIGKILL
+
+    def pause_bookie(self, index: int) -> None:
+        """SIGSTOP to the bookie's process group, returning once every thread of the bookie has stopped
+        (``resume_bookie`` sends SIGCONT)."""
+        self._signal(index, signal.SIGSTOP)
+        bookie = self.bookies[index]
+        if not wait_stopped(bookie.pid):
+            raise InvalidStateError(f"bookie {bookie.bookie_id} (pid {bookie.pid}) did not stop within "
+                                    f"{STOP_WAIT_S:g} s of SIGSTOP")
+
+    def resume_bookie(self, index: int) -> None:
+        self._signal(index, signal.SIGCONT)
+
+    def _signal(self, index: int, signum: int) -> None:
         bookie = self.bookies[index]
         if bookie.pid is None:
             raise InvalidConfigurationError(f"the cluster file gives no pid for bookie {bookie.bookie_id}: "
                                             "it cannot be killed from here (use --no-kill)")
-        self._killed.add(index)
         try:
-            os.killpg(bookie.pid, signal.SIGKILL)
+            os.killpg(bookie.pid, signum)
         except ProcessLookupError:
             pass
-        bookie.returncode = -signal.SIGKILL
 
     def poll_exits(self) -> list[tuple[int, RemoteBookie]]:
         died = []

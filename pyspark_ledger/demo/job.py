@@ -105,7 +105,8 @@ def run_demo(config: DemoConfig, reporter, stop: StopSignals | None = None) -> D
             expected = spark_runs.emitted_rows(phase.checkpoint, phase.last_batch)
             tally, read_s = _read_back(spark, sandbox.metadata_uri, stream, work.path, expected, reporter, stop)
             lost = [phase.kill.bookie_id] if phase.kill else []
-            summary = _summary(sandbox, phase, inspect_stream(streams, stream, lost), tally, read_s,
+            seen = [phase.kill.seen_fragment] if phase.kill and phase.kill.seen_fragment else []
+            summary = _summary(sandbox, phase, inspect_stream(streams, stream, lost, seen), tally, read_s,
                                time.monotonic() - started, work)
         except KeyboardInterrupt:
             if temporary is not None:

@@ -25,11 +25,18 @@ def progress_line(elapsed_s: float, writing_s: float, rows: int, batches: int, a
 
 
 def kill_line(kill, bookie_name: str) -> str:
+    head = (f"[{kill.at_s:6.1f}s] KILL -9 {bookie_name} ({kill.bookie_id}, pid {kill.pid}) after "
+            f"{kill.paused_s:.1f} s paused (SIGSTOP)")
+    if kill.ledger_id is None:
+        return (f"{head}, as the stream ended: no ledger was begun with it while it was paused, so an ensemble "
+                "change is likely but not certain")
+    if not kill.proven:
+        return (f"{head}: ledger {kill.ledger_id}, begun with it while it was paused, was closed when the kill "
+                "landed, so an ensemble change is likely but not certain")
     others = kill.open_ledgers - 1
-    ledgers = f"ledger {kill.ledger_id} was" if others <= 0 else \
-        f"ledger {kill.ledger_id} and {others} other{'s' if others > 1 else ''} were"
-    return (f"[{kill.at_s:6.1f}s] KILL -9 {bookie_name} ({kill.bookie_id}, pid {kill.pid}): {ledgers} being "
-            "written with it in the ensemble")
+    also = "" if others <= 0 else f"; {others} other open ledger{'s' if others > 1 else ''} had it in the ensemble"
+    return (f"{head}: ledger {kill.ledger_id}, begun with it while it was paused (so none of its entries is "
+            f"acknowledged by it), was still being written{also}")
 
 
 def summary_lines(summary) -> list[str]:

@@ -6,12 +6,14 @@ workers of the source and the sink, which takes seconds on an idle machine
 and a minute on a busy one (``warmup_s``). From the first write on it streams
 for ``duration_s``, printing a progress line every few seconds (rows and
 micro-batches committed, rows/s, bookies alive); after ``KILL_AT`` of the
-duration it kills a bookie as soon as a ledger of the stream begins
-(``bookie_killer``). When the time is up the source plans no new batch; the
-batch in flight commits (the kill may still land in it) and the query is
-stopped (``spark_runs.finish_write``). Afterwards ``last_batch`` is the
-writer's last committed batch according to the stream's own record (the log
-layer), not Spark's, and ``write_s`` the seconds from the first write to the stop.
+duration it pauses a bookie and kills it once a ledger begun during the pause
+proves that a writer has adds it has not acknowledged (``bookie_killer``).
+When the time is up the source plans no new batch; the batch in flight
+commits (the kill may still land in it; a bookie still paused then is killed
+without proof) and the query is stopped (``spark_runs.finish_write``).
+Afterwards ``last_batch`` is the writer's last committed batch according to
+the stream's own record (the log layer), not Spark's, and ``write_s`` the
+seconds from the first write to the stop.
 """
 from __future__ import annotations
 
@@ -71,12 +73,15 @@ class WritePhase:
                           "the one in flight to commit")
         spark_runs.finish_write(query, self.stop_file, max(MIN_FINISH_TIMEOUT_S, 2 * config.duration_s),
                                 on_wait=lambda: self._tick(query, killer))
+        if killer is not None and self.kill is None:
+            self._report_kill(killer.finish(self._elapsed()))
         self.write_s = time.monotonic() - self._writing_since
         self._record_progress(query)
         self.reporter.say(self._progress_text("stopped"))
         self.last_batch = self.streams.last_committed_batch(self.stream, self.writer_id)
         if config.kill and self.kill is None:
-            self.kill_note = "none: no ledger of the stream began after the kill time, so no bookie was killed"
+            self.kill_note = "none: no ledger of the stream was being written after the kill time, so no bookie " \
+                             "was killed"
 
     def _settings(self) -> spark_runs.WriteSettings:
         config = self.config
@@ -122,25 +127,24 @@ class WritePhase:
     def _killer(self) -> BookieKiller | None:
         if not self.config.kill:
             return None
-        config = self.config
-        entries_per_ledger = -(-config.rows_per_batch // config.partitions // config.rows_per_entry)
-        return BookieKiller(self.sandbox, self.streams.client, self.stream, entries_per_ledger)
+        killer = BookieKiller(self.sandbox, self.streams.client, self.stream)
+        self.cleanup.callback(killer.release)  # a paused bookie is continued if the demo stops early
+        return killer
 
     def _stream(self, query, killer: BookieKiller | None) -> None:
         deadline = self._writing_since + self.config.duration_s
         while time.monotonic() < deadline:
             spark_runs.check_failed(query)
             self._tick(query, killer)
-            time.sleep(POLL_S)
+            if killer is None or not killer.paused:  # a paused victim's proof is polled for by the killer itself
+                time.sleep(POLL_S)
 
     def _tick(self, query, killer: BookieKiller | None) -> None:
         """Kill when due, report bookies that died on their own, refresh Spark's progress, print when due."""
         self.stop.check()
         writing_s = time.monotonic() - self._writing_since
         if killer is not None and self.kill is None and writing_s >= self.config.duration_s * KILL_AT:
-            self.kill = killer.kill_one(self._elapsed())
-            if self.kill is not None:
-                self.reporter.say(kill_line(self.kill, f"bookie {self.kill.bookie_index}"))
+            self._report_kill(killer.step(self._elapsed()))
         for index, bookie in self.sandbox.poll_exits():
             self.reporter.say(f"[{self._elapsed():6.1f}s] bookie {index} ({bookie.bookie_id}) exited on its own "
                               f"with status {bookie.returncode}; its log: {bookie.data_dir / 'bookie-stderr.log'}"
@@ -152,6 +156,11 @@ class WritePhase:
         if now >= self._next_line:
             self.reporter.say(self._progress_text())
             self._next_line = now + PROGRESS_EVERY_S
+
+    def _report_kill(self, kill: Kill | None) -> None:
+        if kill is not None:
+            self.kill = kill
+            self.reporter.say(kill_line(kill, f"bookie {kill.bookie_index}"))
 
     def _record_progress(self, query) -> None:
         for progress in query.recentProgress:

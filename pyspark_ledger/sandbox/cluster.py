@@ -209,6 +209,15 @@ class Sandbox:
         self._deliberately_down.add(index)
         return bookie.kill()
 
+    def pause_bookie(self, index: int) -> None:
+        """SIGSTOP bookie ``index`` (hung, not dead: its connections stay open, it answers nothing and its
+        registration lapses after the lease); ``resume_bookie`` continues it, ``kill_bookie`` kills it."""
+        self._bookie(index).pause()
+
+    def resume_bookie(self, index: int) -> None:
+        """SIGCONT bookie ``index`` after ``pause_bookie``."""
+        self._bookie(index).resume()
+
     def stop_bookie(self, index: int) -> int | None:
         """Stop bookie ``index`` cleanly (SIGTERM, it checkpoints and deregisters)."""
         bookie = self._bookie(index)

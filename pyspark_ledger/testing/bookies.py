@@ -64,6 +64,30 @@ def _flag_args(flags: Mapping[str, Any]) -> list[str]:
     return args
 
 
+STOP_WAIT_S = 5.0
+
+
+def wait_stopped(pid: int, timeout_s: float = STOP_WAIT_S) -> bool:
+    """Wait until every thread of ``pid`` is stopped (state T in /proc, as after SIGSTOP); True once it is, or
+    once the process is gone (nothing of it runs), False if some thread still ran after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            states = []
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/stat") as handle:
+                    states.append(handle.read().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        except IndexError:
+            states = [""]
+        if all(state in ("T", "t", "Z", "X") for state in states):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+
+
 class BookieProcess:
     """One bookie server process (see the module docstring)."""
 
@@ -149,6 +173,25 @@ class BookieProcess:
     def kill(self) -> int | None:
         """SIGKILL (kill -9) and wait."""
         return self._signal_and_wait(signal.SIGKILL, STOP_TIMEOUT_S)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, answers nothing and renews nothing until ``resume()`` (or a kill).
+        Returns once every thread of it has stopped."""
+        self._signal_running(signal.SIGSTOP)
+        if self.process is not None and not wait_stopped(self.process.pid):
+            raise BookieProcessError(f"bookie {self.bookie_id} (pid {self.pid}) did not stop within "
+                                     f"{STOP_WAIT_S:g} s of SIGSTOP", bookie_id=self.bookie_id)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause()``; nothing if the process is gone."""
+        self._signal_running(signal.SIGCONT)
+
+    def _signal_running(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.process.send_signal(signum)
+            except ProcessLookupError:
+                pass
 
     def wait_exit(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """Wait for a process that is exiting on its own (e.g. a crash point); kills it after timeout."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -65,6 +66,34 @@ def test_a_bookie_is_killed_through_its_process_group(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_bookie_is_paused_and_continued_through_its_process_group(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        hosts = [{"name": "bk1", "address": "10.9.9.14",
+                  "processes": {"bookie": {"bookie_id": "10.9.9.14:3181", "pid": sleeper.pid}}}]
+        target = load_target(_file(tmp_path, hosts=hosts))
+        target.pause_bookie(0)
+        _wait_for(lambda: _state(sleeper.pid) == "T")
+        assert target.bookies[0].is_running()  # paused, not dead
+        target.resume_bookie(0)
+        _wait_for(lambda: _state(sleeper.pid) == "S")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _wait_for(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the process did not change state in time"
+        time.sleep(0.01)
 
 
 def test_cluster_and_data_dir_exclude_each_other():

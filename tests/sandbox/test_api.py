@@ -44,6 +44,13 @@ def test_context_manager_kills_restarts_adds_and_cleans_up():
             sb.start_bookie(0)
         assert read_payloads(ids[0], LEDGER_ID, ENTRIES) == [payload(ids[0], e) for e in range(ENTRIES)]
 
+        sb.pause_bookie(0)  # SIGSTOP: alive, silent, its registration lapses
+        wait_until(lambda: ids[0] not in registered(sb.metadata_uri), "the paused bookie's lease to lapse")
+        assert sb.bookies[0].is_running() and sb.poll_exits() == []
+        sb.resume_bookie(0)
+        wait_until(lambda: ids[0] in registered(sb.metadata_uri), "the continued bookie to renew its lease")
+        assert read_payloads(ids[0], LEDGER_ID, ENTRIES) == [payload(ids[0], e) for e in range(ENTRIES)]
+
         os.kill(sb.bookies[1].pid, signal.SIGKILL)
         [(index, died)] = wait_until(sb.poll_exits, "the crash to be noticed")
         assert (index, died.bookie_id, died.returncode) == (1, ids[1], -signal.SIGKILL)
