@@ -44,10 +44,10 @@ run also reports the CPU seconds the whole machine spent meanwhile and the
 share of its cores that kept busy (near 1: CPU-bound), and those seconds split
 by process (``cpu_by_process``: Spark's JVM, the Python processes it started,
 each bookie, this driver, the rest of the machine; ``cpu_usage.ProcessGroups``).
-``--compression`` sets the ``ledger`` write's option ``compression``. ``client_read`` fetches
-the same entries again with a plain ``LedgerReader`` in a fresh Python
-process, no Spark, and gives the CPU of the client and of each bookie per MiB
-(of its cheapest run).
+``--compression`` sets the ``ledger`` write's option ``compression``.
+``client_read`` (``bench/client_read.py``) fetches the same entries again with a
+plain ``LedgerReader`` in a fresh Python process, no Spark, and gives the CPU of
+the client and of each bookie per MiB (of its cheapest run).
 
 ``limits``: what any ``ledger`` read or write over the same Spark Python data
 source path, gRPC transport and disk must pay, each part measured in this run
@@ -66,12 +66,10 @@ machine's cores with whatever else runs there (see the load averages).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,7 +84,8 @@ import arrow_memory_source  # noqa: E402
 from bare_fetch import bare_fetch  # noqa: E402
 from bench.cli import BenchParser  # noqa: E402
 from bench.output import emit  # noqa: E402
-from cpu_usage import ProcessGroups, cpu_seconds, machine_busy_seconds  # noqa: E402
+from client_read import client_read  # noqa: E402
+from cpu_usage import ProcessGroups, machine_busy_seconds  # noqa: E402
 from spark_limits import own_cpu, read_limit, write_limit, write_parts  # noqa: E402
 from pyspark_ledger.metadata import open_metadata_store  # noqa: E402
 from pyspark_ledger.sandbox import Sandbox  # noqa: E402
@@ -255,45 +254,6 @@ def ledger_facts(paths: Paths, stream: str, reading, rows: int) -> dict:
             "read_schema": reading.schema.simpleString(), "read_input_partitions": reading.rdd.getNumPartitions()}
 
 
-def client_read(sandbox: Sandbox, spans: list[str], repeats: int) -> dict:
-    """The stream's entries fetched by a plain ``LedgerReader`` in a fresh Python process, without Spark
-    (``repeats`` runs): the CPU the client and the bookies spend to deliver the entries, which every Spark
-    read of the stream spends on top of what Spark itself does with the batches. Reports the run that
-    cost the least CPU (the figure a bound needs) and every run's seconds."""
-    bookies = {f"bookie-{index}": bookie.pid for index, bookie in enumerate(sandbox.bookies)}
-    command = [sys.executable, str(Path(__file__).resolve()), "--client-read", sandbox.metadata_uri,
-               "--repeats", str(repeats), "--bookie-pids", json.dumps(bookies), *spans]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the client read failed: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)
-
-
-def read_spans(uri: str, spans: list[str], repeats: int, bookie_pids: dict[str, int]) -> dict:
-    """``--client-read``: read entries 0..last of each ``ledger:last`` span ``repeats`` times (this process)."""
-    from pyspark_ledger import LedgerClient
-
-    pids = {"client": os.getpid(), **bookie_pids}
-    runs = []
-    with LedgerClient(uri) as client:
-        for _ in range(repeats):
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            started, nbytes = time.perf_counter(), 0
-            for span in spans:
-                ledger_id, last = map(int, span.split(":"))
-                for entry in client.open_ledger(ledger_id, b"", recovery=False).read(0, last, copy=False):
-                    nbytes += len(entry.data)
-            seconds = time.perf_counter() - started
-            runs.append((sum(cpu_seconds(pid) - before[name] for name, pid in pids.items()), seconds,
-                         {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}))
-    cpu, seconds, used = min(runs, key=lambda run: run[0])
-    mib = nbytes / 2**20
-    return {"seconds": round(seconds, 3), "mib_per_s": round(mib / seconds, 1), "entry_bytes": nbytes,
-            "cpu_seconds": round(cpu, 2), "cpu_ms_per_mib": {name: round(value / mib * 1e3, 2)
-                                                           for name, value in used.items()},
-            "runs": [round(run[1], 3) for run in runs]}
-
-
 def bookie_bytes_read(sandbox: Sandbox) -> float:
     """Entry bytes the sandbox's bookies have sent to readers so far (their Prometheus counters)."""
     total = 0.0
@@ -386,14 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.number("--limit-repeats", int, 2, 1, help="runs of the bare fetch and of the 3 storage engines (the limits "
                                                   "take the cheapest)")
     parser.number("--fanout-seconds", float, 3.0, 1.0, help="seconds of the bare fan-out (the write limit's gRPC part)")
-    parser.add_argument("--client-read", metavar="URI", help=argparse.SUPPRESS)  # the child of client_read()
-    parser.add_argument("--repeats", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--bookie-pids", default="{}", help=argparse.SUPPRESS)
-    parser.add_argument("spans", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.client_read:
-        print(json.dumps(read_spans(args.client_read, args.spans, args.repeats, json.loads(args.bookie_pids))))
-        return 0
     load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="spark-io-bench-"))
     spark = local_spark_session("spark-io-bench", conf={"spark.driver.memory": args.driver_memory})

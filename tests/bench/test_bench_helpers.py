@@ -138,7 +138,7 @@ class TestSparkIo:
                         writer.append(bytes([index]) * size)
                     writer.close()
                     spans.append(f"{writer.ledger_id}:19")
-            read = spark_io.client_read(sandbox, spans, 2)
+            read = spark_io.client_read(sandbox, spans, 2)  # bench/client_read.py, as spark_io's runs call it
             fetched = bare_fetch.bare_fetch(sandbox.metadata_uri, spans, 2)
         assert read["entry_bytes"] == 1_000_000 and len(read["runs"]) == 2
         assert set(read["cpu_ms_per_mib"]) == {"client", "bookie-0", "bookie-1", "bookie-2"}
