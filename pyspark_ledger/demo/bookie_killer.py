@@ -207,9 +207,9 @@ class BookieKiller:
             return
         index = [bookie.bookie_id for bookie in bookies].index(victim.bookie_id)
         pid = bookies[index].pid
+        self._pause = _Pause(index, victim.bookie_id, pid, now, set())  # first: ``release`` continues it if
+        self._pauses += 1                                                  # the pause itself fails
         self._sandbox.pause_bookie(index)
-        self._pause = _Pause(index, victim.bookie_id, pid, now, set())
-        self._pauses += 1
         if self._holds_metadata_lock(pid):
             self._continue(time.monotonic() + LOCK_RETRY_S)
             return

@@ -18,7 +18,7 @@ from pyspark_ledger.demo.spark_runs import emitted_rows
 from pyspark_ledger.demo.stream_layout import ensemble_changes, rewritten_fragment, summarize_ledgers
 from pyspark_ledger.demo.summary import DemoSummary
 from pyspark_ledger.demo.verify import Tally
-from pyspark_ledger.errors import InvalidConfigurationError, LedgerError
+from pyspark_ledger.errors import InvalidConfigurationError, InvalidStateError, LedgerError
 from pyspark_ledger.metadata.model import CLOSED, OPEN, Fragment, LedgerMetadata
 
 A, B, C, D = "127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003", "127.0.0.1:1004"
@@ -276,6 +276,19 @@ def test_the_stream_ending_during_a_pause_kills_without_proof_and_an_early_stop_
     clock, client, sandbox, killer = _killer(monkeypatch)
     killer.step(1.0)
     killer.release()
+    killer.release()
+    assert sandbox.events == [("pause", 1), ("resume", 1)]
+
+
+def test_a_pause_that_fails_is_still_continued_when_the_demo_stops(monkeypatch):
+    clock, client, sandbox, killer = _killer(monkeypatch)
+
+    def stuck() -> None:
+        raise InvalidStateError("bookie 1 did not stop within 5 s of SIGSTOP")
+
+    sandbox.on_pause = stuck
+    with pytest.raises(InvalidStateError):
+        killer.step(1.0)
     killer.release()
     assert sandbox.events == [("pause", 1), ("resume", 1)]
 
