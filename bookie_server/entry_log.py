@@ -7,8 +7,12 @@ Each record is::
     8  ledger id u64, 16 entry id i64, 24 body length u32
     28 body
 
-A batch of records goes to the kernel with one ``writev`` (page cache only);
-``sync`` fsyncs every log written since the previous sync: at checkpoint time
+On a file system that does direct I/O (and unless ``direct_io`` is off), a batch of records is
+copied into the aligned buffer of an ``entry_log_direct.DirectWriter``, which writes whole blocks
+around the page cache each block once, and the zeros after a sync's end are padding that every
+reader steps over (docs/protocol.md B9); records not yet written are read from that buffer.
+Otherwise a batch goes to the kernel with one ``writev`` (page cache only).
+``sync`` writes what is staged, then fsyncs every log written since the previous sync: at checkpoint time
 (``paced``: first written out a ``WRITE_OUT_STEP`` at a time, each step waited
 for, so that the disk the journal's group commits share is never flooded),
 and before each journal group commit when the journal holds references
@@ -35,13 +39,15 @@ import logging
 import os
 import struct
 import threading
+from functools import partial
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import crc32c
 
 from bookie_server.entry_log_usage import USAGE_SUFFIX, LogUsage, load_usage, usage_path, write_usage
 from bookie_server.entry_log_ahead import PREALLOCATE_BYTES, BlocksAhead, give_back_left
+from bookie_server.entry_log_direct import BLOCK, DirectWriter, open_direct
 from bookie_server.files import Buffer, fsync_dir, numbered_files, numbered_name, write_all, write_out
 from pyspark_ledger.errors import CorruptStorageError, StorageError
 
@@ -77,8 +83,9 @@ class EntryLogger:
     """
 
     def __init__(self, directory: Path, max_log_size: int, cache_window: int = CACHE_WINDOW,
-                 preallocate_bytes: int = PREALLOCATE_BYTES) -> None:
+                 preallocate_bytes: int = PREALLOCATE_BYTES, direct_io: bool = True) -> None:
         self._dir = directory
+        self._direct: DirectWriter | None = DirectWriter() if direct_io else None
         self._max_size = max_log_size
         self._cache_window = cache_window
         self._ahead = BlocksAhead(preallocate_bytes, max_log_size)
@@ -104,6 +111,11 @@ class EntryLogger:
     def path(self, log_id: int) -> Path:
         return self._dir / numbered_name(log_id, LOG_SUFFIX)
 
+    @property
+    def direct_io(self) -> bool:
+        """True while the current log is written around the page cache (B9)."""
+        return self._direct is not None
+
     def append_batch(self, entries: Iterable[tuple[int, int, Buffer]]) -> list[EntryLocation]:
         """Append (ledger id, entry id, body) records in one write; return their locations
         (plain ``(log id, offset, length)`` tuples, the fields of ``EntryLocation``).
@@ -115,7 +127,10 @@ class EntryLogger:
             if self._started:
                 self._seal(self._log_id)
             self._start_log(self._log_id + 1 if self._started else self._log_id)
-        log_id, offset = self._log_id, self._offset
+        log_id = self._log_id
+        direct = self._direct
+        # where the records go: the log's end, or for direct writes the next block after padding (B9)
+        offset = self._offset if direct is None else direct.end
         chunks: list[Buffer] = []
         locations = []
         ledger_bytes: dict[int, int] = {}
@@ -132,9 +147,17 @@ class EntryLogger:
         for ledger_id, nbytes in ledger_bytes.items():
             usage.add(ledger_id, nbytes)
         ahead = self._ahead
-        if offset > ahead.end and ahead.step:
-            ahead.reserve(log_id, self._fds[log_id], self.path(log_id), offset)
-        write_all(self._fds[log_id], chunks)
+        if offset + BLOCK > ahead.end and ahead.step:
+            ahead.reserve(log_id, self._fds[log_id], self.path(log_id), offset + BLOCK)
+        if direct is None:
+            write_all(self._fds[log_id], chunks)
+        else:
+            nbytes = offset - locations[0][1] if locations else 0
+            start = direct.append(chunks, nbytes)
+            if locations and start != locations[0][1]:  # a sync padded the log meanwhile: the records moved
+                shift = start - locations[0][1]
+                locations = [(log, at + shift, length) for log, at, length in locations]
+                offset += shift
         self._offset = offset
         with self._lock:  # only after the write: a sync that cleared the set before it must not cover it
             self._unsynced.add(log_id)
@@ -152,7 +175,12 @@ class EntryLogger:
         except OSError as exc:
             raise StorageError(f"reading {what} failed: {exc}") from exc
         try:
-            header, body = _pread_record(fd, offset, length, ledger_id, entry_id, what)
+            direct = self._direct
+            if direct is None or offset + HEADER_SIZE + length <= direct.written:  # all in the file
+                header, body = _read_record(partial(os.pread, fd), offset, length, ledger_id, entry_id, what)
+            else:  # perhaps not all written yet: the rest is in the direct writer's buffer
+                header, body = _read_record(partial(_read_through, direct, fd, log_id), offset, length,
+                                            ledger_id, entry_id, what)
         except OSError as exc:
             raise StorageError(f"reading {what} failed: {exc}") from exc
         finally:
@@ -227,6 +255,8 @@ class EntryLogger:
                       for log_id in pending if log_id in self._fds]
         try:
             for log_id, fd, end in synced:
+                if self._direct is not None:
+                    self._direct.flush(log_id)
                 if paced:
                     write_out(fd, self._synced_end.get(log_id, 0) & ~(_PAGE - 1), end, WRITE_OUT_STEP)
                 os.fsync(fd)
@@ -260,8 +290,18 @@ class EntryLogger:
 
     def close(self) -> None:
         """Persist the current log's usage (so the next start need not scan it) and close every file."""
-        if self._started and not self._closed:
-            self._seal(self._log_id)
+        # A failure to write staged records loses none: they are in the journal (see entry_log_direct); the files
+        # are closed all the same (the storage's lock is released after this).
+        try:
+            if self._started and not self._closed:
+                self._seal(self._log_id)
+        except OSError as exc:
+            log.error("entry log %s: writing its last records failed at close: %s", self.path(self._log_id), exc)
+        if self._direct is not None:
+            try:
+                self._direct.release()
+            except OSError as exc:
+                log.error("entry log %s: writing its last records failed at close: %s", self.path(self._log_id), exc)
         with self._lock:
             fds, self._fds = list(self._fds.values()) + list(self._retired.values()), {}
             self._retired = {}
@@ -274,13 +314,25 @@ class EntryLogger:
         with self._lock:
             self._fds[log_id] = fd
             self._dir_dirty = True
+        if self._direct is not None:
+            direct_fd = open_direct(self.path(log_id))
+            if direct_fd is None:
+                log.warning("entry log %s: its file system does not do O_DIRECT; entry logs are written through "
+                            "the page cache", self.path(log_id))
+                self._direct.release()
+                self._direct = None
+            else:
+                self._direct.begin(log_id, direct_fd)
         self._usage[log_id] = LogUsage()
         self._log_id, self._offset, self._started = log_id, 0, True
         self._ahead.new_log()
 
     def _seal(self, log_id: int) -> None:
         """Give back the blocks allocated past a log's records and persist its usage once nothing more goes into
-        it; a failure only costs space, or a scan at the next start."""
+        it; a failure only costs space, or a scan at the next start. Raises OSError if its staged records cannot
+        be written."""
+        if self._direct is not None:
+            self._direct.finish(log_id)
         self._ahead.give_back(log_id, self._fds[log_id], self.path(log_id))
         try:
             write_usage(self.path(log_id), self._usage[log_id])
@@ -312,16 +364,27 @@ class EntryLogger:
             os.close(fd)
 
 
-def _pread_record(fd: int, offset: int, length: int, ledger_id: int, entry_id: int,
-                  what: str) -> tuple[bytes, bytes]:
+def _read_record(read: Callable[[int, int], bytes], offset: int, length: int, ledger_id: int, entry_id: int,
+                 what: str) -> tuple[bytes, bytes]:
+    """Header and body of the record at ``offset``; ``read(size, offset)`` reads the log's bytes."""
     if length <= _SMALL_READ:
-        record = os.pread(fd, HEADER_SIZE + length, offset)
+        record = read(HEADER_SIZE + length, offset)
         return record[:HEADER_SIZE], record[HEADER_SIZE:]
     # a large body is read only once the header confirms it: a damaged location (index) must not make the
     # bookie allocate whatever length it names
-    header = os.pread(fd, HEADER_SIZE, offset)
+    header = read(HEADER_SIZE, offset)
     _check_header(header, ledger_id, entry_id, length, what)
-    return header, os.pread(fd, length, offset + HEADER_SIZE)
+    return header, read(length, offset + HEADER_SIZE)
+
+
+def _read_through(direct: DirectWriter, fd: int, log_id: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of a direct-written log at ``offset``: from the file, then from the writer's buffer what it
+    still stages."""
+    staged = direct.read_staged(log_id, offset, size)
+    if staged is None:
+        return os.pread(fd, size, offset)
+    on_disk, rest = staged
+    return (os.pread(fd, on_disk, offset) if on_disk else b"") + rest
 
 
 def _load_usage(path: Path) -> LogUsage:

@@ -10,7 +10,8 @@ as ``<id>.ledgers``::
 At start a log whose ``.ledgers`` file is missing, damaged or names another
 size (the log that was being written when the bookie was killed) is rebuilt
 by ``scan_entry_log``, which walks the log's records and checks each one's
-checksum. A bad record followed by valid ones means the map cannot be
+checksum, stepping over the zeros a direct-written log leaves between a
+sync's end and the next block (docs/protocol.md B9). A bad record followed by valid ones means the map cannot be
 trusted: the log is ``pinned`` (never deleted nor compacted, logged once).
 A bad record with nothing valid after it is the torn tail a crash leaves
 (never acknowledged, never referenced) and is ignored.
@@ -25,6 +26,7 @@ from typing import Iterator, NamedTuple
 
 import crc32c
 
+from bookie_server.entry_log_direct import padding_end
 from bookie_server.files import atomic_write
 
 USAGE_SUFFIX = ".ledgers"
@@ -124,6 +126,10 @@ class EntryLogScan:
                 while offset < size:
                     record = _parse(buf, offset, size)
                     if record is None:
+                        skip = padding_end(buf, offset, size)
+                        if skip is not None:
+                            offset = skip
+                            continue
                         self._bad_record(buf, offset, size)
                         return
                     yield record

@@ -38,6 +38,7 @@ from pathlib import Path
 import crc32c
 
 from bookie_server.entry_log import HEADER_SIZE, LOG_SUFFIX, MAGIC, EntryLocation
+from bookie_server.entry_log_direct import padding_end
 from bookie_server.files import numbered_files
 
 LOOKAHEAD = 1024
@@ -72,6 +73,10 @@ class InPlaceMatcher:
         unpack, crc = _HEADER.unpack_from, crc32c.crc32c
         for _ in range(LOOKAHEAD):
             if offset + HEADER_SIZE > size:
+                skip = padding_end(view, offset, size)
+                if skip is not None:  # zeros at a direct-written log's end (B9)
+                    offset = skip
+                    continue
                 if offset < size or index + 1 >= len(self._logs):
                     break  # a cut header, or the end of the newest log
                 index, offset = index + 1, 0
@@ -80,7 +85,11 @@ class InPlaceMatcher:
             magic, stored, found_ledger, found_entry, found_length = unpack(view, offset)
             end = offset + HEADER_SIZE + found_length
             if magic != MAGIC:
-                break
+                skip = padding_end(view, offset, size)
+                if skip is None:
+                    break
+                offset = skip  # zeros after a sync's end in a direct-written log (B9)
+                continue
             if found_ledger == ledger_id and found_entry == entry_id and found_length == length:
                 if end <= size:
                     fixed = crc(view[offset + _FIXED_AT:offset + HEADER_SIZE])

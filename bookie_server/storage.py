@@ -111,7 +111,8 @@ class BookieStorage:
         snapshot_missing = not snapshot_path.exists()
         self._states = LedgerStates.load(snapshot_path)
         self._entry_log = EntryLogger(config.entry_log_dir, config.entry_log_size,
-                                      preallocate_bytes=config.entry_log_preallocate_bytes)
+                                      preallocate_bytes=config.entry_log_preallocate_bytes,
+                                      direct_io=config.entry_log_direct_io)
         self._index = LedgerIndex(config.index_dir, config.index_cache_bytes, self._states.index_pages)
         self._states.index_pages = {}  # the index keeps them from here on
         self._lacs = LacBoard(self._lock, self._states)

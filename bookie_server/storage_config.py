@@ -66,6 +66,11 @@ class StorageConfig:
     log's records is given back when it is sealed or closed, and at the next
     start after a crash (docs/protocol.md B8). 0, or a file system that cannot,
     appends as the log grows. At most ``MAX_ENTRY_LOG_PREALLOCATE`` (1 GiB).
+    ``entry_log_direct_io``: True (the default) writes the current entry log
+    around the page cache (``O_DIRECT``): records are staged in aligned
+    buffers of 2 MiB, written in whole blocks by a thread of their own, each
+    block once, with zeros after a sync's end (docs/protocol.md B9); False, or a file system without
+    direct I/O, writes through the page cache.
     """
 
     data_dir: Path
@@ -82,6 +87,7 @@ class StorageConfig:
     journal_inline_max_bytes: int = 64 * 1024
     journal_preallocate_bytes: int = 4 * MIB
     entry_log_preallocate_bytes: int = 16 * MIB
+    entry_log_direct_io: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", _as_path("data_dir", self.data_dir))
@@ -100,7 +106,7 @@ class StorageConfig:
         _check_int("journal_preallocate_bytes", self.journal_preallocate_bytes, minimum=0)
         _check_int("entry_log_preallocate_bytes", self.entry_log_preallocate_bytes, minimum=0,
                    maximum=MAX_ENTRY_LOG_PREALLOCATE)
-        for name in ("skip_journal_corruption", "journal_write_data"):
+        for name in ("skip_journal_corruption", "journal_write_data", "entry_log_direct_io"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfigurationError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

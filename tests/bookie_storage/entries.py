@@ -37,6 +37,14 @@ JOURNAL_MODES = {
 }                                                                                   # the test payloads' sizes
 
 
+#: Set (to anything) for storages and child processes whose entry logs are written through the page cache.
+BUFFERED_ENTRY_LOGS_ENV = "TEST_BOOKIE_BUFFERED_ENTRY_LOGS"
+
+
 def journal_settings_from_env() -> dict:
-    """The journal settings of storages opened by a test and its child processes (set by ``journal_mode``)."""
-    return dict(JOURNAL_MODES.get(os.environ.get(JOURNAL_MODE_ENV, ""), {}))
+    """The journal settings of storages opened by a test and its child processes (set by ``journal_mode``), and
+    ``entry_log_direct_io`` off when ``BUFFERED_ENTRY_LOGS_ENV`` is set."""
+    settings = dict(JOURNAL_MODES.get(os.environ.get(JOURNAL_MODE_ENV, ""), {}))
+    if os.environ.get(BUFFERED_ENTRY_LOGS_ENV):
+        settings["entry_log_direct_io"] = False
+    return settings

@@ -84,7 +84,7 @@ class FadviseSpy:
 
 def test_entry_log_drops_only_durable_pages_older_than_its_window(tmp_path, monkeypatch):
     spy = FadviseSpy(monkeypatch, entry_log_module)
-    logger = EntryLogger(tmp_path, max_log_size=1 << 40, cache_window=MiB)
+    logger = EntryLogger(tmp_path, max_log_size=1 << 40, cache_window=MiB, direct_io=False)  # page-cache writes
     try:
         payload = os.urandom(MiB // 2)
         written = [(entry_id, logger.append_batch([(1, entry_id, payload)])[0]) for entry_id in range(3)]

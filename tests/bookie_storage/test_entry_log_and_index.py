@@ -52,6 +52,8 @@ def test_corrupt_entry_log_bytes_are_an_error_not_a_missing_entry(open_storage, 
     if restart:
         storage.close()
         storage = open_storage()
+    else:
+        storage.checkpoint()  # the entry log's records in the file (a direct-written log stages its newest, docs/protocol.md B9)
     path, offset = locate(data_dir, body(1, 7))
     with open(path, "r+b") as file:
         file.seek(offset + 100)

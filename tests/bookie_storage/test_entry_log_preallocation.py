@@ -1,7 +1,9 @@
 """Blocks allocated ahead of the current entry log (``StorageConfig.entry_log_preallocate_bytes``, docs/protocol.md
 B8): appends land in blocks the file already has, the file's size -- and so every read and scan -- stays its
 records', and the blocks past them are given back when the log is sealed or closed, or at the next open after a
-kill -9; giving them back never changes a byte; a file system that cannot allocate ahead is appended to without."""
+kill -9; giving them back never changes a byte; a file system that cannot allocate ahead is appended to without.
+These tests write through the page cache (``direct_io=False``), where the file's size is its records' end; the same
+with direct writes (B9): tests/bookie_storage/test_entry_log_direct.py."""
 from __future__ import annotations
 
 import errno
@@ -41,7 +43,7 @@ def logs(directory: Path) -> list[Path]:
 
 
 def test_appends_land_in_blocks_allocated_ahead_and_the_file_keeps_its_records_size(tmp_path):
-    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
+    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB, direct_io=False)
     try:
         locations = logger.append_batch(batch(1, 0, 20))
         path, = logs(tmp_path)
@@ -61,7 +63,7 @@ def test_appends_land_in_blocks_allocated_ahead_and_the_file_keeps_its_records_s
 
 
 def test_without_preallocation_a_log_has_the_blocks_of_its_records_only(tmp_path):
-    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=0)
+    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=0, direct_io=False)
     try:
         logger.append_batch(batch(1, 0, 20))
         path, = logs(tmp_path)
@@ -71,7 +73,7 @@ def test_without_preallocation_a_log_has_the_blocks_of_its_records_only(tmp_path
 
 
 def test_sealing_and_closing_give_back_the_blocks_past_the_records_and_keep_every_byte(tmp_path):
-    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
+    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB, direct_io=False)
     logger.append_batch(batch(1, 0, 20))
     sealed_path, = logs(tmp_path)
     content = hashlib.sha256(sealed_path.read_bytes()).digest()
@@ -87,7 +89,7 @@ def test_sealing_and_closing_give_back_the_blocks_past_the_records_and_keep_ever
 
 
 def test_a_log_that_reaches_its_size_is_sealed_and_nothing_is_allocated_past_that_size(tmp_path):
-    logger = EntryLogger(tmp_path, MIB, preallocate_bytes=16 * MIB)
+    logger = EntryLogger(tmp_path, MIB, preallocate_bytes=16 * MIB, direct_io=False)
     try:
         logger.append_batch(batch(1, 0, 10))
         first, = logs(tmp_path)
@@ -122,7 +124,7 @@ def test_a_log_left_with_blocks_ahead_by_a_kill_is_given_them_back_at_the_next_o
     path = logs(directory / "entry_logs")[-1]
     size, content = path.stat().st_size, hashlib.sha256(path.read_bytes()).digest()
     assert allocated(path) > size + MIB  # what a process killed before sealing leaves
-    storage = open_storage(directory)
+    storage = open_storage(directory, entry_log_direct_io=False)
     assert allocated(path) <= size + PAGE
     assert path.stat().st_size == size and hashlib.sha256(path.read_bytes()).digest() == content
     assert [storage.read_entry(1, entry_id) for entry_id in range(40)] == [body(1, entry_id) for entry_id in range(40)]
@@ -141,7 +143,7 @@ def refusing(monkeypatch, code: int) -> list[int]:
 
 def test_a_file_system_that_cannot_allocate_ahead_is_appended_to_without(tmp_path, monkeypatch, caplog):
     calls = refusing(monkeypatch, errno.EOPNOTSUPP)
-    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
+    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB, direct_io=False)
     try:
         with caplog.at_level(logging.WARNING, logger="bookie_server.entry_log_ahead"):
             locations = [logger.append_batch(batch(1, first, 10)) for first in (0, 10, 20)]
@@ -156,7 +158,7 @@ def test_a_file_system_that_cannot_allocate_ahead_is_appended_to_without(tmp_pat
 
 
 def test_the_storage_allocates_its_entry_logs_ahead_as_configured(open_storage, data_dir):
-    storage = open_storage(entry_log_preallocate_bytes=2 * MIB)
+    storage = open_storage(entry_log_preallocate_bytes=2 * MIB, entry_log_direct_io=False)
     assert storage.add_entries([add_op(1, entry_id) for entry_id in range(5)]).result(30) == [pb.OK] * 5
     path, = logs(data_dir / "entry_logs")
     assert path.stat().st_size + MIB < allocated(path) <= path.stat().st_size + 2 * MIB + 2 * PAGE
@@ -185,7 +187,7 @@ def test_the_flag_names_its_limit(tmp_path, capsys):
 
 def test_a_disk_without_room_for_the_step_is_appended_to_without_until_the_next_log(tmp_path, monkeypatch):
     calls = refusing(monkeypatch, errno.ENOSPC)
-    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB)
+    logger = EntryLogger(tmp_path, 1024 * MIB, preallocate_bytes=4 * MIB, direct_io=False)
     try:
         logger.append_batch(batch(1, 0, 10))
         logger.append_batch(batch(1, 10, 10))

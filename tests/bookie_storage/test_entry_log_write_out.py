@@ -36,7 +36,7 @@ def append(logger: EntryLogger, first: int, count: int, size: int) -> int:
 
 
 def test_a_paced_sync_writes_out_what_the_last_sync_left_and_a_plain_one_does_not(tmp_path, asked):
-    logger = EntryLogger(tmp_path, max_log_size=1 << 40)
+    logger = EntryLogger(tmp_path, max_log_size=1 << 40, direct_io=False)
     end = append(logger, 0, 300, 10_000)  # about 3 MB
     logger.sync()  # a journal group commit's sync: no write-out
     assert asked == []
@@ -51,7 +51,7 @@ def test_a_paced_sync_writes_out_what_the_last_sync_left_and_a_plain_one_does_no
 
 
 def test_each_log_is_written_out_from_its_own_last_sync(tmp_path, asked):
-    logger = EntryLogger(tmp_path, max_log_size=2 * WRITE_OUT_STEP)
+    logger = EntryLogger(tmp_path, max_log_size=2 * WRITE_OUT_STEP, direct_io=False)
     for first in range(0, 12, 2):  # 3 MiB in 512 KiB adds: a second log after 2 MiB
         append(logger, first, 2, WRITE_OUT_STEP // 4 - HEADER_SIZE)
     logger.sync(paced=True)

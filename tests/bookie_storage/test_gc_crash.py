@@ -61,6 +61,9 @@ def collect(storage, deleted: set[int], threshold: float = 0.0) -> None:
     storage.reclaim_entry_logs()
     if threshold:
         storage.compact_entry_logs(threshold)
+        # the next pass: a wholly dead log that was the newest on disk at the first one (never removed then) is
+        # not the newest once compaction started new logs
+        storage.reclaim_entry_logs()
 
 
 @pytest.mark.parametrize("crash_point", RECLAIM_POINTS)

@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bookie_server.entry_log import HEADER_SIZE as LOG_HEADER, EntryLogger
+from bookie_server.entry_log import HEADER_SIZE as LOG_HEADER, LOG_SUFFIX, EntryLogger
+from bookie_server.entry_log_usage import EntryLogScan
+from bookie_server.files import numbered_files
 from bookie_server.journal import JournalMark
 from bookie_server.journal_format import (ADD, JournalRecord, encode_add, encode_commit, encode_file_header,
                                           encode_ledger_key, parse_record)
 from bookie_server.journal_scan import scan_records
 from bookie_server.replay_hint import HINT_FILE_NAME, read_hint, write_hint
 from bookie_server.replay_in_place import GIVE_UP_AFTER, InPlaceMatcher
-from tests.bookie_storage.entries import KEY, body
+from tests.bookie_storage.entries import BUFFERED_ENTRY_LOGS_ENV, KEY, body
 from tests.bookie_storage.helpers import flip_byte, run_child
 
 
@@ -152,6 +154,13 @@ def test_a_hint_is_used_only_for_its_mark_and_when_intact(tmp_path):
 
 # --- whole storages: real child processes crash, the test restarts --------------------------------------------
 
+@pytest.fixture
+def buffered_entry_logs(monkeypatch):
+    """Entry logs written through the page cache, whose bytes a killed process leaves in the file whatever their
+    size (a direct-written log loses its staged records: tests at the end of this file)."""
+    monkeypatch.setenv(BUFFERED_ENTRY_LOGS_ENV, "1")
+
+
 BODIES = {"journal_write_data": True}  # every body in the journal: replay finds them all in the entry logs
 
 
@@ -178,6 +187,7 @@ def read_all(storage, ledgers, entries) -> None:
             assert storage.read_entry(ledger_id, entry_id) == body(ledger_id, entry_id), (ledger_id, entry_id)
 
 
+@pytest.mark.usefixtures("buffered_entry_logs")
 def test_replay_indexes_bodies_in_place_and_the_next_checkpoint_fsyncs_their_log(open_storage, data_dir, caplog,
                                                                                    monkeypatch):
     run_child(data_dir, "--ledgers", "1", "2", "--entries", "30", "--batch", "4", "--interleave",
@@ -195,6 +205,7 @@ def test_replay_indexes_bodies_in_place_and_the_next_checkpoint_fsyncs_their_log
     assert str(data_dir / "entry_logs" / logs[0]) in synced  # written by the crashed process, made durable now
 
 
+@pytest.mark.usefixtures("buffered_entry_logs")
 def test_a_damaged_entry_log_record_is_written_again_from_the_journal(open_storage, data_dir, caplog):
     run_child(data_dir, "--ledgers", "1", "--entries", "20", env={"TEST_BOOKIE_JOURNAL_MODE": "bodies"})
     log_path = data_dir / "entry_logs" / entry_logs(data_dir)[0]
@@ -206,6 +217,7 @@ def test_a_damaged_entry_log_record_is_written_again_from_the_journal(open_stora
     assert len(entry_logs(data_dir)) == 2  # the one body written again, in a new log
 
 
+@pytest.mark.usefixtures("buffered_entry_logs")
 def test_a_crash_midway_through_replay_then_replaying_twice_loses_nothing(open_storage, data_dir, caplog):
     env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies"}
     run_child(data_dir, "--ledgers", "1", "--entries", "30", env=env)
@@ -223,6 +235,7 @@ def test_a_crash_midway_through_replay_then_replaying_twice_loses_nothing(open_s
     read_all(storage, (1,), 30)
 
 
+@pytest.mark.usefixtures("buffered_entry_logs")
 def test_a_checkpointed_bookie_replays_in_place_from_its_hint(open_storage, data_dir, caplog):
     env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies"}
     run_child(data_dir, "--ledgers", "1", "--entries", "10", "--finish", "checkpoint", env=env)
@@ -232,3 +245,39 @@ def test_a_checkpointed_bookie_replays_in_place_from_its_hint(open_storage, data
     storage = open_storage(**BODIES)
     read_all(storage, (1,), 20)
     assert found_in_place(caplog) == 10
+
+
+# --- direct-written entry logs (docs/protocol.md B9) -------------------------------------------------------------
+
+
+def test_a_killed_direct_writer_replays_in_place_what_reached_the_file_and_writes_the_staged_rest_again(
+        open_storage, data_dir, caplog):
+    env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies"}
+    run_child(data_dir, "--ledgers", "1", "--entries", "4000", "--batch", "50", env=env)  # about 4 MiB of bodies
+    on_file = [(record.ledger_id, record.entry_id) for _, path in
+               numbered_files(data_dir / "entry_logs", LOG_SUFFIX) for record in EntryLogScan(path).records()]
+    assert 1000 < len(on_file) < 4000  # the full buffers were written; the last ones were staged when it died
+    assert on_file == [(1, entry_id) for entry_id in range(len(on_file))]
+    caplog.set_level(logging.INFO, logger="bookie_server.storage_replay")
+    storage = open_storage(**BODIES)
+    assert found_in_place(caplog) == len(on_file)
+    read_all(storage, (1,), 4000)
+    storage.close()
+    read_all(open_storage(**BODIES), (1,), 4000)
+
+
+def test_a_checkpointed_direct_writer_replays_in_place_from_its_hint_over_the_padding(open_storage, data_dir,
+                                                                                      caplog):
+    env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies"}
+    run_child(data_dir, "--ledgers", "1", "--entries", "10", "--finish", "checkpoint", env=env)
+    run_child(data_dir, "--ledgers", "1", "--first-entry", "10", "--entries", "3000", "--batch", "50", env=env)
+    first, second = [path for _, path in numbered_files(data_dir / "entry_logs", LOG_SUFFIX)]  # one per process
+    first_records = list(EntryLogScan(first).records())
+    end = first_records[-1].offset + LOG_HEADER + first_records[-1].length
+    assert len(first_records) == 10 and end % 4096 and first.stat().st_size == end + (-end) % 4096  # padded
+    records = list(EntryLogScan(second).records())
+    assert [record.entry_id for record in records] == list(range(10, 10 + len(records)))
+    caplog.set_level(logging.INFO, logger="bookie_server.storage_replay")
+    storage = open_storage(**BODIES)
+    assert found_in_place(caplog) == len(records) > 1000  # from the hint, over the first log's padding
+    read_all(storage, (1,), 3010)
