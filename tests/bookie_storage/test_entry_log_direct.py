@@ -14,10 +14,13 @@ import time
 import pytest
 
 from bookie_server import entry_log_direct
+from bookie_server.config import parse_args
 from bookie_server.entry_log import HEADER_SIZE, EntryLogger
 from bookie_server.entry_log_direct import BLOCK, DirectWriter, open_direct, padding_end
 from bookie_server.entry_log_usage import EntryLogScan
 from bookie_server.replay_in_place import InPlaceMatcher
+from bookie_server.storage import StorageConfig
+from pyspark_ledger.errors import InvalidConfigurationError
 
 MIB = 1024 * 1024
 
@@ -309,3 +312,12 @@ def test_direct_io_off_is_plain_buffered_appends(tmp_path):
         assert path.stat().st_size == locations[3][1] + HEADER_SIZE + 10
     finally:
         logger.close()
+
+
+def test_the_flag_and_the_setting(tmp_path, open_storage):
+    flags = ["--data-dir", str(tmp_path), "--port", "3181", "--metadata", "sqlite:///x.db"]
+    assert parse_args(flags).storage_config().entry_log_direct_io is True
+    assert parse_args(flags + ["--no-entry-log-direct-io"]).storage_config().entry_log_direct_io is False
+    with pytest.raises(InvalidConfigurationError, match="entry_log_direct_io"):
+        StorageConfig(tmp_path, entry_log_direct_io="yes")
+    assert open_storage(entry_log_direct_io=False)._entry_log.direct_io is False
