@@ -7,7 +7,7 @@ Each record is::
     8  ledger id u64, 16 entry id i64, 24 body length u32
     28 body
 
-On a file system that does direct I/O (and unless ``direct_io`` is off), a batch of records is
+With ``direct_io`` on a file system that does direct I/O, a batch of records is
 copied into the aligned buffer of an ``entry_log_direct.DirectWriter``, which writes whole blocks
 around the page cache each block once, and the zeros after a sync's end are padding that every
 reader steps over (docs/protocol.md B9); records not yet written are read from that buffer.
@@ -83,7 +83,7 @@ class EntryLogger:
     """
 
     def __init__(self, directory: Path, max_log_size: int, cache_window: int = CACHE_WINDOW,
-                 preallocate_bytes: int = PREALLOCATE_BYTES, direct_io: bool = True) -> None:
+                 preallocate_bytes: int = PREALLOCATE_BYTES, direct_io: bool = False) -> None:
         self._dir = directory
         self._direct: DirectWriter | None = DirectWriter() if direct_io else None
         self._max_size = max_log_size

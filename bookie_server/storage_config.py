@@ -66,10 +66,10 @@ class StorageConfig:
     log's records is given back when it is sealed or closed, and at the next
     start after a crash (docs/protocol.md B8). 0, or a file system that cannot,
     appends as the log grows. At most ``MAX_ENTRY_LOG_PREALLOCATE`` (1 GiB).
-    ``entry_log_direct_io``: True (the default) writes the current entry log
+    ``entry_log_direct_io``: True writes the current entry log
     around the page cache (``O_DIRECT``): records are staged in aligned
     buffers of 2 MiB, written in whole blocks by a thread of their own, each
-    block once, with zeros after a sync's end (docs/protocol.md B9); False, or a file system without
+    block once, with zeros after a sync's end (docs/protocol.md B9); False (the default), or a file system without
     direct I/O, writes through the page cache.
     """
 
@@ -87,7 +87,7 @@ class StorageConfig:
     journal_inline_max_bytes: int = 64 * 1024
     journal_preallocate_bytes: int = 4 * MIB
     entry_log_preallocate_bytes: int = 16 * MIB
-    entry_log_direct_io: bool = True
+    entry_log_direct_io: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", _as_path("data_dir", self.data_dir))

@@ -31,20 +31,25 @@ def add_op(ledger_id: int, entry_id: int, key: bytes = KEY, *, lac: int | None =
 JOURNAL_MODE_ENV = "TEST_BOOKIE_JOURNAL_MODE"
 #: The journal modes every crash and GC test runs in: its StorageConfig settings.
 JOURNAL_MODES = {
-    "references": {"journal_write_data": False, "journal_inline_max_bytes": 0},   # bodies only in entry logs
+    # bodies only in entry logs, written around the page cache (docs/protocol.md B9: each sync writes them out)
+    "references": {"journal_write_data": False, "journal_inline_max_bytes": 0, "entry_log_direct_io": True},
     "bodies": {"journal_write_data": True},                                         # every body in the journal
     "mixed": {"journal_write_data": False, "journal_inline_max_bytes": 1000},      # the default's split, with
 }                                                                                   # the test payloads' sizes
 
 
-#: Set (to anything) for storages and child processes whose entry logs are written through the page cache.
+#: Set (to anything) for storages and child processes whose entry logs are written through the page cache, or
+#: around it (``StorageConfig.entry_log_direct_io``).
 BUFFERED_ENTRY_LOGS_ENV = "TEST_BOOKIE_BUFFERED_ENTRY_LOGS"
+DIRECT_ENTRY_LOGS_ENV = "TEST_BOOKIE_DIRECT_ENTRY_LOGS"
 
 
 def journal_settings_from_env() -> dict:
     """The journal settings of storages opened by a test and its child processes (set by ``journal_mode``), and
-    ``entry_log_direct_io`` off when ``BUFFERED_ENTRY_LOGS_ENV`` is set."""
+    ``entry_log_direct_io`` on or off when ``DIRECT_ENTRY_LOGS_ENV`` or ``BUFFERED_ENTRY_LOGS_ENV`` is set."""
     settings = dict(JOURNAL_MODES.get(os.environ.get(JOURNAL_MODE_ENV, ""), {}))
+    if os.environ.get(DIRECT_ENTRY_LOGS_ENV):
+        settings["entry_log_direct_io"] = True
     if os.environ.get(BUFFERED_ENTRY_LOGS_ENV):
         settings["entry_log_direct_io"] = False
     return settings

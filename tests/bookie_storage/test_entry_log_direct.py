@@ -199,7 +199,7 @@ def test_the_buffer_size_must_be_whole_blocks():
 
 
 def test_entry_logger_with_syncs_between_batches_reads_scans_and_replays_over_padding(direct_dir, monkeypatch):
-    logger = EntryLogger(direct_dir, 1024 * MIB, preallocate_bytes=MIB)
+    logger = EntryLogger(direct_dir, 1024 * MIB, preallocate_bytes=MIB, direct_io=True)
     assert logger.direct_io
     spy = Spy(monkeypatch)
     wanted, locations = [], []
@@ -236,7 +236,7 @@ def test_entry_logger_with_syncs_between_batches_reads_scans_and_replays_over_pa
 def test_syncs_and_reads_racing_appends_never_write_a_block_twice_nor_read_a_wrong_byte(
         direct_dir, monkeypatch, stage_blocks):
     monkeypatch.setattr(entry_log_direct, "STAGE_BYTES", stage_blocks * BLOCK)  # buffers fill, syncs race hand-offs
-    logger = EntryLogger(direct_dir, 1024 * MIB, preallocate_bytes=0)
+    logger = EntryLogger(direct_dir, 1024 * MIB, preallocate_bytes=0, direct_io=True)
     spy = Spy(monkeypatch)
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -287,7 +287,7 @@ def test_syncs_and_reads_racing_appends_never_write_a_block_twice_nor_read_a_wro
 
 def test_a_file_system_without_direct_io_is_written_as_before(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr("bookie_server.entry_log.open_direct", lambda path: None)
-    logger = EntryLogger(tmp_path, 1024 * MIB)
+    logger = EntryLogger(tmp_path, 1024 * MIB, direct_io=True)
     try:
         with caplog.at_level(logging.WARNING):
             locations = logger.append_batch(batch(1, 0, 3, size=1000))
@@ -301,8 +301,8 @@ def test_a_file_system_without_direct_io_is_written_as_before(tmp_path, monkeypa
         logger.close()
 
 
-def test_direct_io_off_is_plain_buffered_appends(tmp_path):
-    logger = EntryLogger(tmp_path, 1024 * MIB, direct_io=False)
+def test_direct_io_off_the_default_is_plain_buffered_appends(tmp_path):
+    logger = EntryLogger(tmp_path, 1024 * MIB)
     try:
         locations = logger.append_batch(batch(1, 0, 3, size=1000))
         logger.sync()
@@ -316,8 +316,9 @@ def test_direct_io_off_is_plain_buffered_appends(tmp_path):
 
 def test_the_flag_and_the_setting(tmp_path, open_storage):
     flags = ["--data-dir", str(tmp_path), "--port", "3181", "--metadata", "sqlite:///x.db"]
-    assert parse_args(flags).storage_config().entry_log_direct_io is True
-    assert parse_args(flags + ["--no-entry-log-direct-io"]).storage_config().entry_log_direct_io is False
+    assert parse_args(flags).storage_config().entry_log_direct_io is False
+    assert parse_args(flags + ["--entry-log-direct-io"]).storage_config().entry_log_direct_io is True
     with pytest.raises(InvalidConfigurationError, match="entry_log_direct_io"):
         StorageConfig(tmp_path, entry_log_direct_io="yes")
-    assert open_storage(entry_log_direct_io=False)._entry_log.direct_io is False
+    assert open_storage()._entry_log.direct_io is False
+    assert open_storage(tmp_path / "direct", entry_log_direct_io=True)._entry_log.direct_io is True

@@ -18,7 +18,7 @@ from bookie_server.journal_format import (ADD, JournalRecord, encode_add, encode
 from bookie_server.journal_scan import scan_records
 from bookie_server.replay_hint import HINT_FILE_NAME, read_hint, write_hint
 from bookie_server.replay_in_place import GIVE_UP_AFTER, InPlaceMatcher
-from tests.bookie_storage.entries import BUFFERED_ENTRY_LOGS_ENV, KEY, body
+from tests.bookie_storage.entries import BUFFERED_ENTRY_LOGS_ENV, DIRECT_ENTRY_LOGS_ENV, KEY, body
 from tests.bookie_storage.helpers import flip_byte, run_child
 
 
@@ -156,8 +156,8 @@ def test_a_hint_is_used_only_for_its_mark_and_when_intact(tmp_path):
 
 @pytest.fixture
 def buffered_entry_logs(monkeypatch):
-    """Entry logs written through the page cache, whose bytes a killed process leaves in the file whatever their
-    size (a direct-written log loses its staged records: tests at the end of this file)."""
+    """Entry logs written through the page cache (the default, made explicit), whose bytes a killed process leaves in
+    the file whatever their size (a direct-written log loses its staged records: tests at the end of this file)."""
     monkeypatch.setenv(BUFFERED_ENTRY_LOGS_ENV, "1")
 
 
@@ -252,7 +252,7 @@ def test_a_checkpointed_bookie_replays_in_place_from_its_hint(open_storage, data
 
 def test_a_killed_direct_writer_replays_in_place_what_reached_the_file_and_writes_the_staged_rest_again(
         open_storage, data_dir, caplog):
-    env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies"}
+    env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies", DIRECT_ENTRY_LOGS_ENV: "1"}
     run_child(data_dir, "--ledgers", "1", "--entries", "4000", "--batch", "50", env=env)  # about 4 MiB of bodies
     on_file = [(record.ledger_id, record.entry_id) for _, path in
                numbered_files(data_dir / "entry_logs", LOG_SUFFIX) for record in EntryLogScan(path).records()]
@@ -268,7 +268,7 @@ def test_a_killed_direct_writer_replays_in_place_what_reached_the_file_and_write
 
 def test_a_checkpointed_direct_writer_replays_in_place_from_its_hint_over_the_padding(open_storage, data_dir,
                                                                                       caplog):
-    env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies"}
+    env = {"TEST_BOOKIE_JOURNAL_MODE": "bodies", DIRECT_ENTRY_LOGS_ENV: "1"}
     run_child(data_dir, "--ledgers", "1", "--entries", "10", "--finish", "checkpoint", env=env)
     run_child(data_dir, "--ledgers", "1", "--first-entry", "10", "--entries", "3000", "--batch", "50", env=env)
     first, second = [path for _, path in numbered_files(data_dir / "entry_logs", LOG_SUFFIX)]  # one per process
