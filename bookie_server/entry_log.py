@@ -179,8 +179,8 @@ class EntryLogger:
             if direct is None or offset + HEADER_SIZE + length <= direct.written:  # all in the file
                 header, body = _read_record(partial(os.pread, fd), offset, length, ledger_id, entry_id, what)
             else:  # perhaps not all written yet: the rest is in the direct writer's buffer
-                header, body = _read_record(partial(_read_through, direct, fd, log_id), offset, length,
-                                            ledger_id, entry_id, what)
+                header, body = _read_record(partial(direct.read, fd, log_id), offset, length, ledger_id, entry_id,
+                                            what)
         except OSError as exc:
             raise StorageError(f"reading {what} failed: {exc}") from exc
         finally:
@@ -375,16 +375,6 @@ def _read_record(read: Callable[[int, int], bytes], offset: int, length: int, le
     header = read(HEADER_SIZE, offset)
     _check_header(header, ledger_id, entry_id, length, what)
     return header, read(length, offset + HEADER_SIZE)
-
-
-def _read_through(direct: DirectWriter, fd: int, log_id: int, size: int, offset: int) -> bytes:
-    """``size`` bytes of a direct-written log at ``offset``: from the file, then from the writer's buffer what it
-    still stages."""
-    staged = direct.read_staged(log_id, offset, size)
-    if staged is None:
-        return os.pread(fd, size, offset)
-    on_disk, rest = staged
-    return (os.pread(fd, on_disk, offset) if on_disk else b"") + rest
 
 
 def _load_usage(path: Path) -> LogUsage:

@@ -157,6 +157,15 @@ class DirectWriter:
                 parts.append(self._buffers[self._active][begin:min(begin + left, self._staged)])
             return on_disk, b"".join(parts)
 
+    def read(self, fd: int, log_id: int, size: int, offset: int) -> bytes:
+        """``size`` bytes of log ``log_id`` at ``offset``: from the file (``fd``, a plain descriptor of it), then
+        from the buffers what is not written yet."""
+        staged = self.read_staged(log_id, offset, size)
+        if staged is None:
+            return os.pread(fd, size, offset)
+        on_disk, rest = staged
+        return (os.pread(fd, on_disk, offset) if on_disk else b"") + rest
+
     def finish(self, log_id: int | None = None) -> None:
         """Write what is staged and close the descriptor (the log ``log_id`` is sealed, or with None the logger
         is closing); nothing if ``log_id`` is not the current log."""
