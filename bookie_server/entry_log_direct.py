@@ -21,7 +21,8 @@ from it.
 
 Locking: every method holds the writer's condition; ``read_staged`` takes it only for bytes at or past
 ``written``, the end of what the file holds, which only grows within a log and is set after the bytes are
-written.
+written. A sync hands its staged bytes over as the thread's buffers are handed over, then writes them itself with
+the condition released, so appends go on into the other buffer while it waits for the device.
 """
 from __future__ import annotations
 
@@ -85,8 +86,10 @@ class DirectWriter:
         self._error: OSError | None = None
         self.written = 0  # the file holds the log's bytes below this offset (a block boundary)
         self._writing: int | None = None  # the buffer the thread writes: the log's bytes from ``written`` on
+        self._writing_len = 0  # how many of its bytes: the whole buffer, or a sync's staged bytes padded
+        self._caller_writes = False  # the buffer being written is a sync's, written by the syncing thread
         self._active = 0  # the buffer appends fill: the log's bytes from ``_active_at`` on
-        self._active_at = 0  # ``written``, or ``written + capacity`` while a buffer is being written
+        self._active_at = 0  # ``written``, or ``written + _writing_len`` while a buffer is being written
         self._staged = 0  # bytes in the active buffer
         self.end = 0  # the log's end: where its next records go (``_active_at + _staged``)
 
@@ -131,7 +134,8 @@ class DirectWriter:
 
     def flush(self, log_id: int) -> None:
         """Write every staged byte of log ``log_id`` (if it is the current one), the last block padded with zeros;
-        its next records start at the next block boundary. Returns once they are written."""
+        its next records start at the next block boundary. Returns once they are written; appends go on into
+        the other buffer meanwhile."""
         with self._cond:
             if log_id == self._log_id:
                 self._write_out()
@@ -200,18 +204,27 @@ class DirectWriter:
     def _hand_off(self) -> None:
         """The active buffer is full: hand it to the thread (once the other one is written) and fill the other."""
         self._wait_written()
-        if self._staged < self._capacity:  # a sync wrote it out while this waited (its lock was released)
+        if self._staged < self._capacity:  # a sync handed it off while this waited (its lock was released)
             return
-        self._writing, self._active = self._active, 1 - self._active
-        self._active_at += self._capacity
+        self._start_write(self._capacity)
+
+    def _start_write(self, length: int, by_caller: bool = False) -> None:
+        """Give the active buffer's first ``length`` bytes (whole blocks) to the thread, or with ``by_caller`` mark
+        them as written by the caller; appends fill the other buffer. No write is under way (``_wait_written``)."""
+        self._writing, self._writing_len, self._active = self._active, length, 1 - self._active
+        self._active_at = self.end = self.written + length
         self._staged = 0
+        self._caller_writes = by_caller
+        if by_caller:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="entry-log-writer", daemon=True)
             self._thread.start()
         self._cond.notify_all()
 
     def _write_out(self) -> None:
-        """Everything staged written: the buffer in the thread's hands, then the active one's bytes, padded."""
+        """Everything staged written: the buffer in the thread's hands, then the active one's bytes, padded, by
+        this caller with the lock released (held once here), so appends go on into the other buffer."""
         self._wait_written()
         staged = self._staged
         if not staged:
@@ -219,13 +232,19 @@ class DirectWriter:
         padded = staged + (-staged) % BLOCK
         buffer = self._buffers[self._active]
         buffer[staged:padded] = _ZEROS[:padded - staged]
+        fd, offset = self._fd, self.written
+        self._start_write(padded, by_caller=True)
+        self._cond.release()  # held once (flush, finish, begin, release)
         try:
-            _write_blocks(self._fd, buffer, padded, self.written)
+            _write_blocks(fd, buffer, padded, offset)
         except OSError as exc:
-            self._error = exc
-            raise
-        self.written = self._active_at = self.end = self.written + padded
-        self._staged = 0
+            error = exc
+        else:
+            error = None
+        finally:
+            self._cond.acquire()
+        self._written_out(padded, error)
+        self._check()
 
     def _finish(self) -> None:
         if self._fd is None:
@@ -242,22 +261,29 @@ class DirectWriter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._writing is None and not self._stopping:
+                while (self._writing is None or self._caller_writes) and not self._stopping:
                     self._cond.wait()
-                if self._writing is None:
+                if self._writing is None or self._caller_writes:
                     return
-                buffer, fd, offset = self._buffers[self._writing], self._fd, self.written
+                buffer, fd, offset, length = self._buffers[self._writing], self._fd, self.written, self._writing_len
             try:
-                _write_blocks(fd, buffer, self._capacity, offset)
+                _write_blocks(fd, buffer, length, offset)
             except OSError as exc:
-                with self._cond:
-                    self._error, self._writing = exc, None
-                    self._cond.notify_all()
-                continue
+                error = exc
+            else:
+                error = None
             with self._cond:
-                self.written += self._capacity
-                self._writing = None
-                self._cond.notify_all()
+                self._written_out(length, error)
+
+    def _written_out(self, length: int, error: OSError | None) -> None:
+        """The buffer being written is written (or its write failed: ``error``); under the lock."""
+        if error is None:
+            self.written += length
+        else:
+            self._error = error
+        self._writing = None
+        self._caller_writes = False
+        self._cond.notify_all()
 
 
 def _write_blocks(fd: int, buffer: mmap.mmap, length: int, offset: int) -> None:

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 # Linux's sync_file_range flags: wait for pages already being written, start writing the range's dirty pages,
 # wait for them
 _WRITE_AND_WAIT = 1 | 2 | 4
+_WRITE = 2  # start writing the range's dirty pages, no wait
 
 
 def _sync_file_range():
@@ -110,6 +111,20 @@ def write_out(fd: int, start: int, end: int, step: int) -> bool:
             raise OSError(code, f"sync_file_range of {min(step, end - offset)} bytes at offset {offset} failed: "
                                 f"{os.strerror(code)}")
     return True
+
+
+def start_writeback(fd: int, start: int, end: int) -> None:
+    """Start writing the file's dirty pages from ``start`` to ``end`` to the disk and return (``sync_file_range``
+    WRITE: no wait for them, no cache flush, no metadata, so nothing is durable until an fsync); nothing where there
+    is no such call. OSError if the kernel refuses (the caller treats it as a failed write). No error of the
+    writes it starts is taken from the file here: the fsync after reports them."""
+    if _SYNC_RANGE is None or end <= start:
+        return
+    if _SYNC_RANGE(fd, start, end - start, _WRITE) != 0:
+        code = ctypes.get_errno()
+        if code != errno.ENOSYS:
+            raise OSError(code, f"sync_file_range of {end - start} bytes at offset {start} failed: "
+                                f"{os.strerror(code)}")
 
 
 def reserve_ahead(fd: int, start: int, length: int) -> None:

@@ -189,6 +189,61 @@ def test_a_failed_write_of_the_thread_fails_the_next_append_and_every_flush(dire
     assert path.read_bytes()[:BLOCK] == b"a" * BLOCK
 
 
+def test_appends_and_reads_go_on_while_a_sync_writes(direct_dir, monkeypatch):
+    """A sync's write holds the device, not the writer: appends fill the other buffer and staged bytes are read
+    meanwhile; the sync returns once its bytes are in the file, and the next sync writes what came meanwhile."""
+    path = direct_dir / "1.log"
+    writer = open_writer(path, stage_bytes=4 * BLOCK)
+    real_pwrite = os.pwrite
+    in_write, release = threading.Event(), threading.Event()
+
+    def slow(fd, data, offset):
+        if offset == 0:  # the sync's write of the first block
+            in_write.set()
+            assert release.wait(10)
+        return real_pwrite(fd, data, offset)
+    monkeypatch.setattr(entry_log_direct.os, "pwrite", slow)
+    syncing = threading.Thread(target=writer.flush, args=(1,))
+    try:
+        assert writer.append([b"a" * 100], 100) == 0
+        syncing.start()
+        assert in_write.wait(10)
+        assert writer.written == 0
+        assert writer.append([b"b" * 200], 200) == BLOCK  # after the sync's padding, while it writes
+        assert writer.read_staged(1, 0, 100) == (0, b"a" * 100)  # from the buffer being written
+        assert writer.read_staged(1, BLOCK, 200) == (0, b"b" * 200)  # from the other one
+        assert syncing.is_alive()  # still waiting for its write
+        release.set()
+        syncing.join(10)
+        assert not syncing.is_alive() and writer.written == BLOCK
+        assert path.read_bytes()[:100] == b"a" * 100
+        writer.flush(1)
+        assert writer.written == 2 * BLOCK and path.read_bytes()[BLOCK:BLOCK + 200] == b"b" * 200
+    finally:
+        release.set()
+        syncing.join(10)
+        writer.release()
+
+
+def test_a_failed_write_of_a_sync_fails_it_and_the_next_append(direct_dir, monkeypatch):
+    path = direct_dir / "1.log"
+    writer = open_writer(path)
+
+    def failing(fd, data, offset):
+        raise OSError(errno.EIO, "injected")
+    monkeypatch.setattr(entry_log_direct.os, "pwrite", failing)
+    try:
+        writer.append([b"a" * 100], 100)
+        with pytest.raises(OSError, match="injected"):
+            writer.flush(1)
+        with pytest.raises(OSError, match="earlier direct write"):
+            writer.append([b"b" * 100], 100)
+    finally:
+        monkeypatch.undo()
+        with pytest.raises(OSError):
+            writer.release()
+
+
 def test_the_buffer_size_must_be_whole_blocks():
     for bad in (0, 100, BLOCK + 1):
         with pytest.raises(ValueError, match=str(BLOCK)):

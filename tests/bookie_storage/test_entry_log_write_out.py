@@ -1,7 +1,8 @@
 """A checkpoint's paced write-out of the entry logs (``EntryLogger.sync(paced=True)``, ``WRITE_OUT_STEP``): each
 log's bytes since its last sync are written out a step at a time before the fsync, once, from a page boundary, never
 past what was written; the journal's own syncs (``paced=False``) go straight to the fsync; ``files.write_out`` asks a
-real kernel (Linux)."""
+real kernel (Linux). Appends through the page cache start the writeback of each ``WRITEBACK_STEP`` of whole pages
+as they go (``files.start_writeback``), not waited for, and a refusal fails the append."""
 from __future__ import annotations
 
 import ctypes
@@ -12,8 +13,8 @@ import sys
 import pytest
 
 from bookie_server import entry_log as entry_log_module
-from bookie_server.entry_log import HEADER_SIZE, WRITE_OUT_STEP, EntryLogger
-from bookie_server.files import write_out
+from bookie_server.entry_log import HEADER_SIZE, WRITE_OUT_STEP, WRITEBACK_STEP, EntryLogger
+from bookie_server.files import start_writeback, write_out
 
 PAGE = 4096
 
@@ -102,3 +103,78 @@ def test_a_checkpoint_writes_the_entry_logs_out_paced(open_storage, asked):
     assert asked == []  # the group commits of small entries do not write the entry logs out
     storage.checkpoint()
     assert asked and all(step == WRITE_OUT_STEP for _, _, _, step in asked)
+
+
+@pytest.fixture
+def started(monkeypatch):
+    calls: list[tuple[int, int, int]] = []
+
+    def record(fd: int, start: int, end: int) -> None:
+        calls.append((fd, start, end))
+        start_writeback(fd, start, end)
+    monkeypatch.setattr(entry_log_module, "start_writeback", record)
+    return calls
+
+
+def test_appends_start_the_writeback_of_their_whole_pages_a_step_at_a_time(tmp_path, started):
+    logger = EntryLogger(tmp_path, max_log_size=5 * WRITEBACK_STEP, direct_io=False)
+    ends: dict[int, int] = {}
+    first = 0
+    for size in [100, 3000, 70_000, 1 << 20, 5, 300_000] * 8:  # about 11 MiB: a second and a third log
+        locations = logger.append_batch([(1, entry_id, os.urandom(size)) for entry_id in range(first, first + 3)])
+        first += 3
+        log_id, offset, length = locations[-1]
+        ends[log_id] = offset + HEADER_SIZE + length
+    assert len(ends) >= 3
+    by_fd: dict[int, list[tuple[int, int]]] = {}
+    for fd, start, end in started:
+        by_fd.setdefault(fd, []).append((start, end))
+    fds = {log_id: logger._fds[log_id] for log_id in ends}
+    assert set(by_fd) <= set(fds.values()) and len(by_fd) >= len(ends) - 1  # each log through its own descriptor
+    for log_id, log_end in ends.items():
+        ranges, at = by_fd.get(fds[log_id], []), 0
+        for start, end in ranges:  # from the log's start, each range where the last one ended, whole pages
+            assert start == at and end % PAGE == 0 and end - start >= WRITEBACK_STEP and end <= log_end
+            at = end
+        assert log_end - at < WRITEBACK_STEP + PAGE  # the rest waits for the next step or the sync
+    logger.sync()
+    logger.close()
+
+
+def test_direct_writes_start_no_writeback_of_their_own(tmp_path, started):
+    logger = EntryLogger(tmp_path, max_log_size=1 << 40, direct_io=True)
+    append(logger, 0, 40, 100_000)
+    logger.sync()
+    logger.close()
+    assert started == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_writeback_is_started_for_real_and_a_refusal_fails_the_append(tmp_path, monkeypatch):
+    from bookie_server import files
+
+    path = tmp_path / "data"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, os.urandom(3 * WRITEBACK_STEP))
+        assert start_writeback(fd, 0, 3 * WRITEBACK_STEP) is None
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):  # a closed descriptor: refused
+        start_writeback(fd, 0, PAGE)
+
+    def failing(fd, offset, nbytes, flags):
+        ctypes.set_errno(errno.EIO)
+        return -1
+    monkeypatch.setattr(files, "_SYNC_RANGE", failing)
+    (tmp_path / "logs").mkdir()
+    logger = EntryLogger(tmp_path / "logs", max_log_size=1 << 40, direct_io=False)
+    try:
+        append(logger, 0, 1, 1000)  # less than a step: no writeback started yet
+        with pytest.raises(OSError) as caught:  # the storage turns read-only on it, as on a failed write
+            append(logger, 1, 2, WRITEBACK_STEP)
+        assert caught.value.errno == errno.EIO
+    finally:
+        monkeypatch.undo()
+        logger.close()
