@@ -11,8 +11,9 @@ With ``direct_io`` on a file system that does direct I/O, a batch of records is
 copied into the aligned buffer of an ``entry_log_direct.DirectWriter``, which writes whole blocks
 around the page cache each block once, and the zeros after a sync's end are padding that every
 reader steps over (docs/protocol.md B9); records not yet written are read from that buffer.
-Otherwise a batch goes to the kernel with one ``writev`` (page cache only), and every ``WRITEBACK_STEP``
-bytes the writeback of the pages written since is started, not waited for.
+Otherwise a batch goes to the kernel with one ``writev`` (page cache only), and for bodies that the journal
+only references, every ``WRITEBACK_STEP`` bytes the writeback of the pages written since is started, not waited
+for.
 ``sync`` writes what is staged, then fsyncs every log written since the previous sync: at checkpoint time
 (``paced``: first written out a ``WRITE_OUT_STEP`` at a time, each step waited
 for, so that the disk the journal's group commits share is never flooded),
@@ -68,9 +69,11 @@ _PAGE = 4096
 # disk's queue never holds more than a step of them, so the journals' group commits are not stuck behind all the
 # entries since the last checkpoint at once.
 WRITE_OUT_STEP = 1024 * 1024
-# Appends through the page cache start the writeback of their whole pages each time this many bytes gathered since
-# the last start (``files.start_writeback``): the disk writes them while the adds go on, instead of all at the next
-# sync, which then waits for less. Measured in docs/measurements.md:
+# Appends through the page cache of bodies a sync will soon wait for (``append_batch``'s ``writeback``: bodies only
+# referenced by the journal) start the writeback of their whole pages each time this many bytes gathered since the
+# last start (``files.start_writeback``): the disk writes them while the adds go on, instead of all at the next
+# sync, which then waits for less. Bodies the journal holds wait for the checkpoint, which writes them out paced
+# (``WRITE_OUT_STEP``), off the journal's way. Measured in docs/measurements.md:
 # "Entry-log writeback started as appends go, and a direct sync that does not hold up the adds".
 WRITEBACK_STEP = 1024 * 1024
 
@@ -123,9 +126,11 @@ class EntryLogger:
         """True while the current log is written around the page cache (B9)."""
         return self._direct is not None
 
-    def append_batch(self, entries: Iterable[tuple[int, int, Buffer]]) -> list[EntryLocation]:
+    def append_batch(self, entries: Iterable[tuple[int, int, Buffer]], writeback: bool = False) -> list[EntryLocation]:
         """Append (ledger id, entry id, body) records in one write; return their locations
-        (plain ``(log id, offset, length)`` tuples, the fields of ``EntryLocation``).
+        (plain ``(log id, offset, length)`` tuples, the fields of ``EntryLocation``). ``writeback``: a sync will
+        soon wait for them (bodies the journal only references), so through the page cache the writeback of the
+        whole pages written since the last start is started once ``WRITEBACK_STEP`` bytes gathered.
 
         Raises OSError; after a failure the log's tail is undefined, so the
         caller must stop appending (the storage becomes read-only).
@@ -158,7 +163,7 @@ class EntryLogger:
             ahead.reserve(log_id, self._fds[log_id], self.path(log_id), offset + BLOCK)
         if direct is None:
             write_all(self._fds[log_id], chunks)
-            if offset - self._writeback_from >= WRITEBACK_STEP:
+            if writeback and offset - self._writeback_from >= WRITEBACK_STEP:
                 upto = offset & ~(_PAGE - 1)
                 start_writeback(self._fds[log_id], self._writeback_from, upto)
                 self._writeback_from = upto

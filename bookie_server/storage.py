@@ -183,7 +183,7 @@ class BookieStorage:
     def _store_and_submit(self, batch: AdmittedBatch, callback: Callable[[bool], None],
                           statuses: list[int]) -> bool | Lead:
         try:
-            locations, failed = self._entries.store(batch.entries)
+            locations, failed = self._entries.store(batch.entries, referenced=bool(batch.unjournaled))
             last = locations[-1]
         except (OSError, StorageError) as exc:  # the entry log's tail is now in doubt
             self._fail_store(exc)

@@ -32,10 +32,12 @@ class EntryPlacer:
         self._entry_log, self._index, self._states, self._lacs = entry_log, index, states, lacs
         self._index_full = index_full
 
-    def store(self, entries: Sequence[tuple]) -> tuple[list[EntryLocation], set[tuple[int, int]]]:
+    def store(self, entries: Sequence[tuple],
+              referenced: bool = False) -> tuple[list[EntryLocation], set[tuple[int, int]]]:
         """Append the entries to the entry log and index them; their locations and the (ledger, entry) ids
-        that could not be indexed."""
-        locations = self._entry_log.append_batch(map(_IDS_AND_BODY, entries))
+        that could not be indexed. ``referenced``: some of their bodies are in no journal record, so the entry
+        log's sync before the group commit will wait for them (``EntryLogger.append_batch``'s ``writeback``)."""
+        locations = self._entry_log.append_batch(map(_IDS_AND_BODY, entries), writeback=referenced)
         return locations, self.index(entries, locations)
 
     def index(self, entries: Sequence[tuple], locations: Sequence[EntryLocation]) -> set[tuple[int, int]]:

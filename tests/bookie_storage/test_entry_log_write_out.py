@@ -1,8 +1,9 @@
 """A checkpoint's paced write-out of the entry logs (``EntryLogger.sync(paced=True)``, ``WRITE_OUT_STEP``): each
 log's bytes since its last sync are written out a step at a time before the fsync, once, from a page boundary, never
 past what was written; the journal's own syncs (``paced=False``) go straight to the fsync; ``files.write_out`` asks a
-real kernel (Linux). Appends through the page cache start the writeback of each ``WRITEBACK_STEP`` of whole pages
-as they go (``files.start_writeback``), not waited for, and a refusal fails the append."""
+real kernel (Linux). Appends through the page cache of bodies the journal only references start the writeback of
+each ``WRITEBACK_STEP`` of whole pages as they go (``files.start_writeback``), not waited for, and a refusal fails
+the append; bodies the journal holds start none (the checkpoint writes them out, paced)."""
 from __future__ import annotations
 
 import ctypes
@@ -121,7 +122,8 @@ def test_appends_start_the_writeback_of_their_whole_pages_a_step_at_a_time(tmp_p
     ends: dict[int, int] = {}
     first = 0
     for size in [100, 3000, 70_000, 1 << 20, 5, 300_000] * 8:  # about 11 MiB: a second and a third log
-        locations = logger.append_batch([(1, entry_id, os.urandom(size)) for entry_id in range(first, first + 3)])
+        locations = logger.append_batch([(1, entry_id, os.urandom(size)) for entry_id in range(first, first + 3)],
+                                        writeback=True)
         first += 3
         log_id, offset, length = locations[-1]
         ends[log_id] = offset + HEADER_SIZE + length
@@ -141,12 +143,38 @@ def test_appends_start_the_writeback_of_their_whole_pages_a_step_at_a_time(tmp_p
     logger.close()
 
 
-def test_direct_writes_start_no_writeback_of_their_own(tmp_path, started):
-    logger = EntryLogger(tmp_path, max_log_size=1 << 40, direct_io=True)
-    append(logger, 0, 40, 100_000)
+def test_direct_writes_and_bodies_no_sync_waits_for_start_no_writeback(tmp_path, started):
+    (tmp_path / "direct").mkdir()
+    (tmp_path / "cache").mkdir()
+    logger = EntryLogger(tmp_path / "direct", max_log_size=1 << 40, direct_io=True)
+    for first in range(0, 40, 4):
+        logger.append_batch([(1, entry_id, os.urandom(100_000)) for entry_id in range(first, first + 4)],
+                            writeback=True)
     logger.sync()
     logger.close()
+    logger = EntryLogger(tmp_path / "cache", max_log_size=1 << 40, direct_io=False)
+    append(logger, 0, 40, 100_000)  # writeback=False: bodies the journal holds
     assert started == []
+    append(logger, 40, 1, 100)
+    logger.append_batch([(1, 41, b"x" * 100)], writeback=True)  # the next referenced body starts it all
+    assert [(start, end) for _, start, end in started] == [(0, (40 * (HEADER_SIZE + 100_000)) & ~(PAGE - 1))]
+    logger.close()
+
+
+def test_a_storage_starts_writeback_for_referenced_bodies_only(open_storage, started):
+    from bookie_server.storage import AddOp
+    from tests.bookie_storage.entries import CODEC, KEY
+
+    def adds(first: int, count: int, size: int) -> list[AddOp]:
+        return [AddOp(1, entry_id, KEY, CODEC.encode(1, entry_id, entry_id - 1, 0, os.urandom(size)), False)
+                for entry_id in range(first, first + count)]
+    storage = open_storage(journal_write_data=False, journal_inline_max_bytes=64 * 1024, entry_log_direct_io=False)
+    for first in range(0, 600, 50):  # 600 bodies of 4 KiB, each in the journal too: about 2.4 MiB
+        assert storage.add_entries(adds(first, 50, 4096)).result(30)
+    assert started == []
+    for first in range(600, 610, 2):  # 10 of 512 KiB, only referenced: 5 MiB
+        assert storage.add_entries(adds(first, 2, 512 * 1024)).result(30)
+    assert len(started) >= 4 and started[0][1] == 0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
@@ -173,7 +201,7 @@ def test_writeback_is_started_for_real_and_a_refusal_fails_the_append(tmp_path, 
     try:
         append(logger, 0, 1, 1000)  # less than a step: no writeback started yet
         with pytest.raises(OSError) as caught:  # the storage turns read-only on it, as on a failed write
-            append(logger, 1, 2, WRITEBACK_STEP)
+            logger.append_batch([(1, 1, os.urandom(WRITEBACK_STEP))], writeback=True)
         assert caught.value.errno == errno.EIO
     finally:
         monkeypatch.undo()
