@@ -69,11 +69,8 @@ _PAGE = 4096
 # disk's queue never holds more than a step of them, so the journals' group commits are not stuck behind all the
 # entries since the last checkpoint at once.
 WRITE_OUT_STEP = 1024 * 1024
-# Appends through the page cache of bodies a sync will soon wait for (``append_batch``'s ``writeback``: bodies only
-# referenced by the journal) start the writeback of their whole pages each time this many bytes gathered since the
-# last start (``files.start_writeback``): the disk writes them while the adds go on, instead of all at the next
-# sync, which then waits for less. Bodies the journal holds wait for the checkpoint, which writes them out paced
-# (``WRITE_OUT_STEP``), off the journal's way. Measured in docs/measurements.md:
+# Bytes of bodies a sync will soon wait for (``append_batch``'s ``writeback``) between two writeback starts; measured
+# in docs/measurements.md:
 # "Entry-log writeback started as appends go, and a direct sync that does not hold up the adds".
 WRITEBACK_STEP = 1024 * 1024
 

@@ -104,12 +104,8 @@ def write_out(fd: int, start: int, end: int, step: int) -> bool:
     if _SYNC_RANGE is None:
         return False
     for offset in range(start, end, step):
-        if _SYNC_RANGE(fd, offset, min(step, end - offset), _WRITE_AND_WAIT) != 0:
-            code = ctypes.get_errno()
-            if code == errno.ENOSYS:
-                return False
-            raise OSError(code, f"sync_file_range of {min(step, end - offset)} bytes at offset {offset} failed: "
-                                f"{os.strerror(code)}")
+        if not _sync_range(fd, offset, min(step, end - offset), _WRITE_AND_WAIT):
+            return False
     return True
 
 
@@ -118,13 +114,19 @@ def start_writeback(fd: int, start: int, end: int) -> None:
     WRITE: no wait for them, no cache flush, no metadata, so nothing is durable until an fsync); nothing where there
     is no such call. OSError if the kernel refuses (the caller treats it as a failed write). No error of the
     writes it starts is taken from the file here: the fsync after reports them."""
-    if _SYNC_RANGE is None or end <= start:
-        return
-    if _SYNC_RANGE(fd, start, end - start, _WRITE) != 0:
-        code = ctypes.get_errno()
-        if code != errno.ENOSYS:
-            raise OSError(code, f"sync_file_range of {end - start} bytes at offset {start} failed: "
-                                f"{os.strerror(code)}")
+    if _SYNC_RANGE is not None and end > start:
+        _sync_range(fd, start, end - start, _WRITE)
+
+
+def _sync_range(fd: int, offset: int, nbytes: int, flags: int) -> bool:
+    """One ``sync_file_range`` call (``_SYNC_RANGE`` is there); False if the kernel has none (ENOSYS), OSError if
+    it refuses."""
+    if _SYNC_RANGE(fd, offset, nbytes, flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code == errno.ENOSYS:
+        return False
+    raise OSError(code, f"sync_file_range of {nbytes} bytes at offset {offset} failed: {os.strerror(code)}")
 
 
 def reserve_ahead(fd: int, start: int, length: int) -> None:
