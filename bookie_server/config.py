@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="allocate the current entry log's blocks this many bytes ahead of its records, its size unchanged, "
              "so appends need no block allocation as they go; given back when a log is sealed (0: plain appends)")
     add("--entry-log-direct-io", action="store_true",
-        help="write entry logs around the page cache (O_DIRECT, whole blocks from two 2 MiB buffers, each block "
+        help="write entry logs around the page cache (O_DIRECT, whole blocks from 16 buffers of 256 KiB, each block "
              "once), where the file system allows: less CPU per MiB beside Spark, less throughput where the disk "
              "is the limit; default: through the page cache")
     add("--disk-usage-threshold", type=_fraction, default=0.95,

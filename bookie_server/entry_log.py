@@ -8,7 +8,7 @@ Each record is::
     28 body
 
 With ``direct_io`` on a file system that does direct I/O, a batch of records is
-copied into the aligned buffer of an ``entry_log_direct.DirectWriter``, which writes whole blocks
+copied into the aligned buffers of an ``entry_log_direct.DirectWriter``, which writes whole blocks
 around the page cache each block once, and the zeros after a sync's end are padding that every
 reader steps over (docs/protocol.md B9); records not yet written are read from that buffer.
 Otherwise a batch goes to the kernel with one ``writev`` (page cache only), and for bodies that the journal

@@ -1,28 +1,32 @@
 """The current entry log written around the page cache, each block once (docs/protocol.md B9).
 
-``DirectWriter`` copies each batch of records into an aligned buffer of its own (``STAGE_BYTES``); a full
-buffer is written with ``O_DIRECT``, as whole blocks, by a thread of the writer's own while appends fill a
-second buffer. Bytes that do not fill a buffer stay there (*staged*) until it fills, a sync needs them
-(``flush``), or the log is left (``begin``, ``finish``): then they are written with the rest of their last
-block zeroed, and the log's next records start at the next block boundary, so no block is ever written twice.
-Those zeros are padding, which every reader of an entry log steps over (``padding_end``). Staged bytes, and
-those of a buffer being written, are read from the buffers (``read_staged``).
+``DirectWriter`` copies each batch of records into a ring of aligned buffers of its own (``BUFFERS`` of
+``STAGE_BYTES``); each buffer is handed to a thread of the writer's own as soon as it is full, and the thread
+writes with ``O_DIRECT``, as whole blocks, everything handed to it since its last write, in one ``pwritev``,
+while appends fill the next free buffer. Bytes that do not fill a buffer stay there (*staged*) until it fills, a
+sync needs them (``flush``), or the log is left (``begin``, ``finish``): then they are handed over with the rest
+of their last block zeroed, and the log's next records start at the next block boundary, so no block is ever
+written twice. Those zeros are padding, which every reader of an entry log steps over (``padding_end``). Bytes
+not yet in the file are read from the buffers (``read_staged``).
 
 Why: beside Spark's JVM the page-cache copy of a buffered write (page allocation, the copy, writeback) cost a
 bookie several times what it costs alone (docs/measurements.md, "The Spark write's bookies: copies that slow
 down beside Spark"); a direct write copies once, into memory that stays mapped, and hands the device whole
-blocks. Staging keeps small adds off the device: a batch of one 1 KiB entry is a copy into memory; and the
-thread keeps the adds from waiting for the device, as the page cache's writeback did.
+blocks. Staging keeps small adds off the device: a batch of one 1 KiB entry is a copy into memory. Small
+buffers written as soon as they fill keep a sync short: it finds at most one buffer's worth not yet handed
+over, where two large buffers left it a whole buffer to write after the one in flight (docs/measurements.md,
+"Direct writes from a ring of buffers").
 
 Staged bytes are not in the file: a bookie killed before they were written loses them there, which costs
 nothing, because an entry-log body is relied on only after a sync (docs/protocol.md B1, B2): a journal
 reference to a body is written after the entry log's sync, and a body copied into the journal is replayed
 from it.
 
-Locking: every method holds the writer's condition; ``read_staged`` takes it only for bytes at or past
-``written``, the end of what the file holds, which only grows within a log and is set after the bytes are
-written. A sync hands its staged bytes over as the thread's buffers are handed over, then writes them itself with
-the condition released, so appends go on into the other buffer while it waits for the device.
+Locking: every method holds the writer's condition, released only while waiting (for a free buffer, or for
+the thread to write what a sync needs); appends must come one at a time (the storage's lock serializes them). The
+thread writes with the condition released: the buffers it writes are not changed until it gives them back.
+``read_staged`` takes the condition only for bytes at or past ``written``, the end of what the file holds,
+which only grows within a log and is set after the bytes are written.
 """
 from __future__ import annotations
 
@@ -30,13 +34,15 @@ import errno
 import mmap
 import os
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Sequence
 
 from bookie_server.files import Buffer
 
 BLOCK = 4096  # the unit of a direct write's offset and length, and of the padding rule (B9)
-STAGE_BYTES = 2 * 1024 * 1024  # the aligned buffer: written whenever full
+STAGE_BYTES = 256 * 1024  # one aligned buffer of the ring: handed to the thread whenever full
+BUFFERS = 16  # buffers in the ring: appends wait for a free one only when the disk falls this far behind
 _ZEROS = bytes(BLOCK)
 
 
@@ -67,29 +73,34 @@ def open_direct(path: Path) -> int | None:
 class DirectWriter:
     """Writes one log at a time (``begin``) through a descriptor from ``open_direct`` (see the module docstring).
 
-    Two aligned buffers: appends fill the *active* one; a full one is handed to a thread of the writer's own,
-    which writes it while appends fill the other (an append waits only when both are full), so an add never
-    waits for the device unless the disk is slower than the adds. Methods raise OSError once a write failed
-    (this writer's thread's or their own); the log's tail is then undefined (the caller stops appending)."""
+    A ring of ``buffers`` aligned buffers of ``stage_bytes`` each: appends fill the *active* one; a full one is
+    queued for a thread of the writer's own, which writes all that is queued at once while appends fill the next
+    free buffer (an append waits only when every buffer is queued), so an add never waits for the device unless
+    the disk is slower than the adds. Methods raise OSError once a write failed; the log's tail is then undefined
+    (the caller stops appending)."""
 
-    def __init__(self, stage_bytes: int | None = None) -> None:
+    def __init__(self, stage_bytes: int | None = None, buffers: int | None = None) -> None:
         stage_bytes = STAGE_BYTES if stage_bytes is None else stage_bytes
+        buffers = BUFFERS if buffers is None else buffers
         if stage_bytes < BLOCK or stage_bytes % BLOCK:
             raise ValueError(f"the direct-write buffer must be a positive multiple of {BLOCK} bytes")
+        if buffers < 2:
+            raise ValueError("the direct writer needs at least 2 buffers")
         self._cond = threading.Condition()
-        self._buffers = (mmap.mmap(-1, stage_bytes), mmap.mmap(-1, stage_bytes))  # page aligned
+        self._buffers = tuple(mmap.mmap(-1, stage_bytes) for _ in range(buffers))  # page aligned
         self._capacity = stage_bytes
+        self._free = deque(range(1, buffers))  # buffers neither filled nor queued
+        # queued for the thread, in the log's order: (buffer, offset in the log, bytes: whole blocks); the first
+        # starts at ``written``, each where the one before ends, the last at ``_active_at``
+        self._queue: deque[tuple[int, int, int]] = deque()
         self._fd: int | None = None
         self._log_id: int | None = None
         self._thread: threading.Thread | None = None  # started at the first hand-off
         self._stopping = False
         self._error: OSError | None = None
         self.written = 0  # the file holds the log's bytes below this offset (a block boundary)
-        self._writing: int | None = None  # the buffer the thread writes: the log's bytes from ``written`` on
-        self._writing_len = 0  # how many of its bytes: the whole buffer, or a sync's staged bytes padded
-        self._caller_writes = False  # the buffer being written is a sync's, written by the syncing thread
-        self._active = 0  # the buffer appends fill: the log's bytes from ``_active_at`` on
-        self._active_at = 0  # ``written``, or ``written + _writing_len`` while a buffer is being written
+        self._active: int | None = 0  # the buffer appends fill (None: all are queued), the log's bytes from:
+        self._active_at = 0  # the end of the queued bytes
         self._staged = 0  # bytes in the active buffer
         self.end = 0  # the log's end: where its next records go (``_active_at + _staged``)
 
@@ -102,12 +113,12 @@ class DirectWriter:
 
     def append(self, chunks: Sequence[Buffer], nbytes: int) -> int:
         """Stage records (their bytes in order, ``nbytes`` in all) at the log's end; return where they start.
-        A buffer that fills is handed to the writing thread."""
+        A buffer that fills is queued for the writing thread."""
         with self._cond:
             self._check()
             start = self.end
-            capacity, pos = self._capacity, self._staged
-            buffer = self._buffers[self._active]
+            capacity = self._capacity
+            buffer, pos = self._buffer(), self._staged
             if pos + nbytes < capacity:  # the usual case: the batch fits, copied chunk by chunk in C
                 buffer.seek(pos)
                 write = buffer.write
@@ -119,14 +130,16 @@ class DirectWriter:
                 view = memoryview(chunk).cast("B")
                 taken, size = 0, len(view)
                 while taken < size:
+                    if buffer is None:  # the last one filled: the next free one (waits if all are queued)
+                        buffer, pos = self._buffer(), 0
                     step = min(size - taken, capacity - pos)
                     buffer[pos:pos + step] = view[taken:taken + step]
                     pos += step
                     taken += step
                     if pos == capacity:
-                        self._staged, self.end = pos, self._active_at + pos
-                        self._hand_off()
-                        pos, buffer = self._staged, self._buffers[self._active]
+                        self._staged = pos
+                        self._queue_active(capacity)
+                        buffer, pos = None, 0
             self._staged, self.end = pos, self._active_at + pos
             if self.end - start != nbytes:
                 raise ValueError(f"records of {self.end - start} bytes staged, {nbytes} announced")
@@ -135,7 +148,7 @@ class DirectWriter:
     def flush(self, log_id: int) -> None:
         """Write every staged byte of log ``log_id`` (if it is the current one), the last block padded with zeros;
         its next records start at the next block boundary. Returns once they are written; appends go on into
-        the other buffer meanwhile."""
+        the other buffers meanwhile."""
         with self._cond:
             if log_id == self._log_id:
                 self._write_out()
@@ -152,13 +165,16 @@ class DirectWriter:
             on_disk = max(0, written - offset)
             at, left = offset + on_disk, length - on_disk
             parts = []
-            if self._writing is not None and at < self._active_at:  # in the buffer being written
-                step = min(left, self._active_at - at)
-                parts.append(self._buffers[self._writing][at - written:at - written + step])
-                at, left = at + step, left - step
-            if left > 0 and at >= self._active_at:
-                begin = at - self._active_at
-                parts.append(self._buffers[self._active][begin:min(begin + left, self._staged)])
+            pieces = list(self._queue)
+            if self._active is not None:
+                pieces.append((self._active, self._active_at, self._staged))
+            for index, begin, size in pieces:  # contiguous from ``written``
+                if left <= 0:
+                    break
+                if at < begin + size:
+                    step = min(left, begin + size - at)
+                    parts.append(self._buffers[index][at - begin:at - begin + step])
+                    at, left = at + step, left - step
             return on_disk, b"".join(parts)
 
     def read(self, fd: int, log_id: int, size: int, offset: int) -> bytes:
@@ -196,54 +212,41 @@ class DirectWriter:
         if self._error is not None:
             raise OSError(self._error.errno, f"an earlier direct write of this entry log failed: {self._error}")
 
-    def _wait_written(self) -> None:
-        while self._writing is not None:
-            self._cond.wait()
-        self._check()
+    def _buffer(self) -> mmap.mmap:
+        """The active buffer; when every buffer is queued, the first the thread gives back."""
+        while self._active is None:
+            self._check()
+            if self._free:
+                self._active = self._free.popleft()
+            else:
+                self._cond.wait()
+        return self._buffers[self._active]
 
-    def _hand_off(self) -> None:
-        """The active buffer is full: hand it to the thread (once the other one is written) and fill the other."""
-        self._wait_written()
-        if self._staged < self._capacity:  # a sync handed it off while this waited (its lock was released)
-            return
-        self._start_write(self._capacity)
-
-    def _start_write(self, length: int, by_caller: bool = False) -> None:
-        """Give the active buffer's first ``length`` bytes (whole blocks) to the thread, or with ``by_caller`` mark
-        them as written by the caller; appends fill the other buffer. No write is under way (``_wait_written``)."""
-        self._writing, self._writing_len, self._active = self._active, length, 1 - self._active
-        self._active_at = self.end = self.written + length
+    def _queue_active(self, length: int) -> None:
+        """Queue the active buffer's first ``length`` bytes (whole blocks) for the thread; the log's next bytes go
+        to the next free buffer, at the block after them."""
+        self._queue.append((self._active, self._active_at, length))
+        self._active = None
+        self._active_at = self.end = self._active_at + length
         self._staged = 0
-        self._caller_writes = by_caller
-        if by_caller:
-            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="entry-log-writer", daemon=True)
             self._thread.start()
         self._cond.notify_all()
 
     def _write_out(self) -> None:
-        """Everything staged written: the buffer in the thread's hands, then the active one's bytes, padded, by
-        this caller with the lock released (held once here), so appends go on into the other buffer."""
-        self._wait_written()
+        """Everything staged written: the active buffer's bytes, padded, queued behind the rest; returns once the
+        thread wrote them all (the condition released while it waits, so appends go on)."""
+        self._check()
         staged = self._staged
-        if not staged:
-            return
-        padded = staged + (-staged) % BLOCK
-        buffer = self._buffers[self._active]
-        buffer[staged:padded] = _ZEROS[:padded - staged]
-        fd, offset = self._fd, self.written
-        self._start_write(padded, by_caller=True)
-        self._cond.release()  # held once (flush, finish, begin, release)
-        try:
-            _write_blocks(fd, buffer, padded, offset)
-        except OSError as exc:
-            error = exc
-        else:
-            error = None
-        finally:
-            self._cond.acquire()
-        self._written_out(padded, error)
+        if staged:
+            padded = staged + (-staged) % BLOCK
+            self._buffers[self._active][staged:padded] = _ZEROS[:padded - staged]
+            self._queue_active(padded)
+        log_id, target = self._log_id, self._active_at
+        while self._log_id == log_id and self.written < target:  # a new log: this one was written (finish)
+            self._check()
+            self._cond.wait()
         self._check()
 
     def _finish(self) -> None:
@@ -261,45 +264,60 @@ class DirectWriter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while (self._writing is None or self._caller_writes) and not self._stopping:
+                while not self._queue and not self._stopping:
                     self._cond.wait()
-                if self._writing is None or self._caller_writes:
+                if not self._queue:
                     return
-                buffer, fd, offset, length = self._buffers[self._writing], self._fd, self.written, self._writing_len
+                pieces, fd = tuple(self._queue), self._fd
+                if self._error is not None:  # the log's tail is undefined: nothing more is written to it
+                    self._written_out(pieces, self._error)
+                    continue
             try:
-                _write_blocks(fd, buffer, length, offset)
+                _write_blocks(fd, [memoryview(self._buffers[index])[:size] for index, _, size in pieces], pieces[0][1])
             except OSError as exc:
                 error = exc
             else:
                 error = None
             with self._cond:
-                self._written_out(length, error)
+                self._written_out(pieces, error)
 
-    def _written_out(self, length: int, error: OSError | None) -> None:
-        """The buffer being written is written (or its write failed: ``error``); under the lock."""
+    def _written_out(self, pieces: tuple[tuple[int, int, int], ...], error: OSError | None) -> None:
+        """The queue's first ``pieces`` are written (or their write failed: ``error``); under the lock. Their
+        buffers are free again."""
+        for _ in pieces:
+            self._free.append(self._queue.popleft()[0])
         if error is None:
-            self.written += length
+            self.written = pieces[-1][1] + pieces[-1][2]
         else:
             self._error = error
-        self._writing = None
-        self._caller_writes = False
         self._cond.notify_all()
 
 
-def _write_blocks(fd: int, buffer: mmap.mmap, length: int, offset: int) -> None:
-    """Write ``buffer[:length]`` (whole blocks) at ``offset``."""
-    view = memoryview(buffer)
+def _write_blocks(fd: int, views: list[memoryview], offset: int) -> None:
+    """Write the views (whole blocks each, page aligned) one after another from ``offset``, in one ``pwritev``
+    unless the kernel writes less at a time; the views are released."""
+    length = sum(len(view) for view in views)
     try:
-        done = 0
+        done, left = 0, views
         while done < length:
-            part = view[done:length]
-            try:
-                written = os.pwrite(fd, part, offset + done)
-            finally:
-                part.release()
+            written = os.pwritev(fd, left, offset + done)
             if written <= 0 or written % BLOCK:
                 raise OSError(errno.EIO, f"a direct write of {length} bytes at offset {offset} wrote "
                                          f"{done + max(written, 0)}")
             done += written
+            left = _after(left, written)
     finally:
-        view.release()
+        for view in views:
+            view.release()
+
+
+def _after(views: list[memoryview], nbytes: int) -> list[memoryview]:
+    """The views with their first ``nbytes`` dropped (a write that wrote less than asked)."""
+    rest = []
+    for view in views:
+        if nbytes >= len(view):
+            nbytes -= len(view)
+        else:
+            rest.append(view[nbytes:])
+            nbytes = 0
+    return rest

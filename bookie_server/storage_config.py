@@ -67,9 +67,10 @@ class StorageConfig:
     start after a crash (docs/protocol.md B8). 0, or a file system that cannot,
     appends as the log grows. At most ``MAX_ENTRY_LOG_PREALLOCATE`` (1 GiB).
     ``entry_log_direct_io``: True writes the current entry log
-    around the page cache (``O_DIRECT``): records are staged in aligned
-    buffers of 2 MiB, written in whole blocks by a thread of their own, each
-    block once, with zeros after a sync's end (docs/protocol.md B9); False (the default), or a file system without
+    around the page cache (``O_DIRECT``): records are staged in a ring of
+    aligned buffers (16 of 256 KiB), each written in whole blocks by a thread
+    of their own as soon as it fills, each block once, with zeros after a
+    sync's end (docs/protocol.md B9); False (the default), or a file system without
     direct I/O, writes through the page cache.
     """
 

@@ -46,13 +46,13 @@ class Spy:
 
     def __init__(self, monkeypatch) -> None:
         self.writes: list[tuple[int, int]] = []
-        real_pwrite = os.pwrite
+        real_pwritev = os.pwritev
 
-        def pwrite(fd, data, offset):
-            self.writes.append((offset, len(data)))
-            return real_pwrite(fd, data, offset)
+        def pwritev(fd, views, offset):
+            self.writes.append((offset, sum(len(view) for view in views)))
+            return real_pwritev(fd, views, offset)
 
-        monkeypatch.setattr(entry_log_direct.os, "pwrite", pwrite)
+        monkeypatch.setattr(entry_log_direct.os, "pwritev", pwritev)
 
     def check_each_block_written_once(self) -> None:
         """The writes are whole blocks, each starting where the previous one ended: no block is written twice."""
@@ -91,16 +91,16 @@ def test_padding_at_every_offset_of_a_block():
 # --- DirectWriter on a real file ------------------------------------------------------------------------------
 
 
-def open_writer(path, stage_bytes=entry_log_direct.STAGE_BYTES) -> DirectWriter:
+def open_writer(path, stage_bytes=entry_log_direct.STAGE_BYTES, buffers=None) -> DirectWriter:
     path.touch()
-    writer = DirectWriter(stage_bytes)
+    writer = DirectWriter(stage_bytes, buffers)
     writer.begin(1, open_direct(path))
     return writer
 
 
 def test_batches_of_every_size_are_staged_then_written_in_whole_blocks_byte_for_byte(direct_dir, monkeypatch):
     path = direct_dir / "1.log"
-    writer = open_writer(path, stage_bytes=4 * BLOCK)  # small: batches larger than the buffer fill it on the way
+    writer = open_writer(path, stage_bytes=4 * BLOCK, buffers=3)  # small: batches fill several on the way
     spy = Spy(monkeypatch)
     rng = random.Random(7)
     expected = bytearray()
@@ -112,7 +112,7 @@ def test_batches_of_every_size_are_staged_then_written_in_whole_blocks_byte_for_
             expected += b"".join(chunks)
             written = writer.written  # the thread may write more while the test reads the file: never less
             on_disk = path.read_bytes()
-            assert written <= len(expected) < written + 2 * 4 * BLOCK  # at most the two buffers unwritten
+            assert written <= len(expected) < written + 3 * 4 * BLOCK  # at most the 3 buffers unwritten
             assert len(on_disk) >= written and on_disk[:written] == expected[:written]
             for offset in (0, written - 10, written, len(expected) - 30):
                 offset = max(0, offset)
@@ -127,7 +127,7 @@ def test_batches_of_every_size_are_staged_then_written_in_whole_blocks_byte_for_
         assert writer.read_staged(2, len(expected) - 1, 1) is None  # another log: never staged here
         writer.flush(1)
         spy.check_each_block_written_once()
-        assert max(length for _, length in spy.writes) == 4 * BLOCK
+        assert max(length for _, length in spy.writes) <= 3 * 4 * BLOCK  # one write: what was queued
     finally:
         writer.release()
     data = path.read_bytes()
@@ -166,14 +166,14 @@ def test_a_flush_writes_the_staged_bytes_padded_and_the_next_records_start_at_th
 
 def test_a_failed_write_of_the_thread_fails_the_next_append_and_every_flush(direct_dir, monkeypatch):
     path = direct_dir / "1.log"
-    writer = open_writer(path, stage_bytes=BLOCK)
-    real_pwrite = os.pwrite
+    writer = open_writer(path, stage_bytes=BLOCK, buffers=2)
+    real_pwritev = os.pwritev
 
-    def failing(fd, data, offset):
+    def failing(fd, views, offset):
         if offset >= BLOCK:
             raise OSError(errno.EIO, "injected")
-        return real_pwrite(fd, data, offset)
-    monkeypatch.setattr(entry_log_direct.os, "pwrite", failing)
+        return real_pwritev(fd, views, offset)
+    monkeypatch.setattr(entry_log_direct.os, "pwritev", failing)
     try:
         writer.append([b"a" * BLOCK], BLOCK)  # the thread writes block 0
         writer.append([b"b" * BLOCK], BLOCK)  # block 1: handed to the thread, which fails
@@ -190,19 +190,19 @@ def test_a_failed_write_of_the_thread_fails_the_next_append_and_every_flush(dire
 
 
 def test_appends_and_reads_go_on_while_a_sync_writes(direct_dir, monkeypatch):
-    """A sync's write holds the device, not the writer: appends fill the other buffer and staged bytes are read
+    """A sync's write holds the device, not the writer: appends fill another buffer and staged bytes are read
     meanwhile; the sync returns once its bytes are in the file, and the next sync writes what came meanwhile."""
     path = direct_dir / "1.log"
     writer = open_writer(path, stage_bytes=4 * BLOCK)
-    real_pwrite = os.pwrite
+    real_pwritev = os.pwritev
     in_write, release = threading.Event(), threading.Event()
 
-    def slow(fd, data, offset):
+    def slow(fd, views, offset):
         if offset == 0:  # the sync's write of the first block
             in_write.set()
             assert release.wait(10)
-        return real_pwrite(fd, data, offset)
-    monkeypatch.setattr(entry_log_direct.os, "pwrite", slow)
+        return real_pwritev(fd, views, offset)
+    monkeypatch.setattr(entry_log_direct.os, "pwritev", slow)
     syncing = threading.Thread(target=writer.flush, args=(1,))
     try:
         assert writer.append([b"a" * 100], 100) == 0
@@ -225,13 +225,60 @@ def test_appends_and_reads_go_on_while_a_sync_writes(direct_dir, monkeypatch):
         writer.release()
 
 
+def test_full_buffers_are_written_as_they_fill_and_those_queued_meanwhile_in_one_write(direct_dir, monkeypatch):
+    """Each buffer goes to the thread when it fills, without a sync; while the device holds one write, the next
+    full buffers queue up and leave together in the next write; an append waits only when all are queued."""
+    path = direct_dir / "1.log"
+    writer = open_writer(path, stage_bytes=BLOCK, buffers=4)
+    spy = Spy(monkeypatch)
+    recording = entry_log_direct.os.pwritev
+    in_write, release = threading.Event(), threading.Event()
+
+    def held(fd, views, offset):
+        if offset == 0:
+            in_write.set()
+            assert release.wait(10)
+        return recording(fd, views, offset)
+    monkeypatch.setattr(entry_log_direct.os, "pwritev", held)
+
+    def append_in_thread(data: bytes) -> threading.Thread:
+        thread = threading.Thread(target=writer.append, args=([data], len(data)), daemon=True)
+        thread.start()
+        return thread
+    try:
+        writer.append([b"a" * BLOCK], BLOCK)  # fills buffer 1 of 4: handed over at once
+        assert in_write.wait(10)
+        filling = append_in_thread(b"b" * BLOCK + b"c" * BLOCK + b"d" * BLOCK)  # 3 more buffers, queued
+        filling.join(10)
+        assert not filling.is_alive()
+        assert writer.written == 0 and writer.end == 4 * BLOCK
+        waiting = append_in_thread(b"e" * 10)  # every buffer is queued: waits for one to come back
+        waiting.join(0.2)
+        assert waiting.is_alive()
+        assert writer.read_staged(1, 2 * BLOCK, BLOCK) == (0, b"c" * BLOCK)  # from a queued buffer
+        release.set()
+        waiting.join(10)
+        assert not waiting.is_alive()
+        deadline = time.monotonic() + 10
+        while writer.written < 4 * BLOCK and time.monotonic() < deadline:  # no sync: the thread writes them
+            time.sleep(0.001)
+        assert spy.writes == [(0, BLOCK), (BLOCK, 3 * BLOCK)]
+        assert writer.read_staged(1, 4 * BLOCK, 10) == (0, b"e" * 10)
+        writer.flush(1)
+        assert spy.writes[2:] == [(4 * BLOCK, BLOCK)]
+        assert path.read_bytes()[:4 * BLOCK + 10] == b"".join(c * BLOCK for c in (b"a", b"b", b"c", b"d")) + b"e" * 10
+    finally:
+        release.set()
+        writer.release()
+
+
 def test_a_failed_write_of_a_sync_fails_it_and_the_next_append(direct_dir, monkeypatch):
     path = direct_dir / "1.log"
     writer = open_writer(path)
 
-    def failing(fd, data, offset):
+    def failing(fd, views, offset):
         raise OSError(errno.EIO, "injected")
-    monkeypatch.setattr(entry_log_direct.os, "pwrite", failing)
+    monkeypatch.setattr(entry_log_direct.os, "pwritev", failing)
     try:
         writer.append([b"a" * 100], 100)
         with pytest.raises(OSError, match="injected"):
@@ -244,10 +291,12 @@ def test_a_failed_write_of_a_sync_fails_it_and_the_next_append(direct_dir, monke
             writer.release()
 
 
-def test_the_buffer_size_must_be_whole_blocks():
+def test_the_buffer_size_must_be_whole_blocks_and_the_ring_at_least_two():
     for bad in (0, 100, BLOCK + 1):
         with pytest.raises(ValueError, match=str(BLOCK)):
             DirectWriter(bad)
+    with pytest.raises(ValueError, match="at least 2 buffers"):
+        DirectWriter(BLOCK, 1)
 
 
 # --- the entry logger written directly, and every reader --------------------------------------------------------
@@ -287,10 +336,11 @@ def test_entry_logger_with_syncs_between_batches_reads_scans_and_replays_over_pa
         matcher.close()
 
 
-@pytest.mark.parametrize("stage_blocks", [1, 3, 512])
+@pytest.mark.parametrize("stage_blocks, buffers", [(1, 2), (1, 16), (3, 3), (512, 16)])
 def test_syncs_and_reads_racing_appends_never_write_a_block_twice_nor_read_a_wrong_byte(
-        direct_dir, monkeypatch, stage_blocks):
+        direct_dir, monkeypatch, stage_blocks, buffers):
     monkeypatch.setattr(entry_log_direct, "STAGE_BYTES", stage_blocks * BLOCK)  # buffers fill, syncs race hand-offs
+    monkeypatch.setattr(entry_log_direct, "BUFFERS", buffers)  # 2: appends wait for free buffers
     logger = EntryLogger(direct_dir, 1024 * MIB, preallocate_bytes=0, direct_io=True)
     spy = Spy(monkeypatch)
     stop = threading.Event()
