@@ -5,8 +5,9 @@ A connection whose HELLO asks ``frames.READS`` (and is granted it) is a read con
 frame (the same id and the ``ReadResponse``) from the very handler the gRPC port runs (``BookieServicer.Read``: its
 checks, keys (K1), its caller's identity for ``--admin-identity`` (K2, the TLS client certificate's names), the
 budget of reads served at once ``--max-concurrent-reads``, metrics). gRPC copies every answer into messages and
-frames of its own; here an answer's bytes (``read_wire``'s encoding: each body joined once) go to the socket as
-they are (docs/measurements.md, "Range reads without gRPC").
+frames of its own; here an answer's bytes (``read_wire``'s encoding, each body a piece of its own, never joined) go
+to the socket as they are, in one ``sendmsg`` (docs/measurements.md, "Range reads without gRPC" and "Read answers
+sent as pieces").
 
 What a read connection may cost is bounded before it is read from: the listener caps read connections at
 ``--max-read-connections`` (one thread each); a client that takes no byte of an answer for ``READ_IDLE_S`` loses
@@ -24,13 +25,14 @@ from typing import Callable
 
 from google.protobuf.message import DecodeError
 
-from bookie_server.read_wire import serialize_read_response
+from bookie_server.read_wire import read_response_pieces
 from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.frames import Kind
 from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 REQUEST_BYTES = 4096  # what one receive of a read connection takes at most (READ frames are small)
 READ_IDLE_S = 60.0  # a read connection with nothing to answer this long is ended
+MAX_SEND_BUFFERS = 512  # buffers one sendmsg is given, under the kernel's IOV_MAX (1024 on Linux)
 
 
 class FramedReadCall:
@@ -91,8 +93,9 @@ def serve_reads(conn, reader: frames.FrameReader, received: list, read: Callable
             return pb.BAD_REQUEST, str(exc)
 
 
-def _answer(payload: bytes, read: Callable, call: FramedReadCall) -> tuple[bytes, bytes] | str:
-    """(the READ_ANSWER's head, its ReadResponse bytes) for one READ payload, or what is wrong with the payload."""
+def _answer(payload: bytes, read: Callable, call: FramedReadCall) -> tuple[bytes, list[bytes]] | str:
+    """(the READ_ANSWER's head, its ReadResponse bytes as buffers in order) for one READ payload, or what is wrong
+    with the payload."""
     try:
         request_id, message = frames.split_request_id(payload)
     except ValueError as exc:
@@ -101,23 +104,31 @@ def _answer(payload: bytes, read: Callable, call: FramedReadCall) -> tuple[bytes
         request = pb.ReadRequest.FromString(message)
     except DecodeError:
         return f"READ frame {request_id} does not hold a ReadRequest"
-    data = serialize_read_response(read(request, call))
-    return frames.read_answer_head(request_id, len(data)), data
+    pieces, size = read_response_pieces(read(request, call))
+    return frames.read_answer_head(request_id, size), pieces
 
 
-def _send(conn, head: bytes, data: bytes, timeout_s: float) -> None:
-    """The frame's head then its answer, not joined (an answer may be megabytes: no copy of it is made here); a
-    socket.timeout if the client takes nothing for ``timeout_s``."""
+def _send(conn, head: bytes, pieces: list[bytes], timeout_s: float) -> None:
+    """The frame's head then its answer's pieces, not joined (an answer may be megabytes, its bodies pieces of their
+    own: the socket's copy is the only one); a socket.timeout if the client takes nothing for ``timeout_s``."""
     conn.settimeout(timeout_s)
     if isinstance(conn, socket.socket):
-        sent = conn.sendmsg([head, data])
-        total = len(head) + len(data)
-        if sent < total:  # the rest, from where the socket stopped (rare: a full send buffer)
-            if sent < len(head):
-                conn.sendall(head[sent:])
-                sent = len(head)
-            with memoryview(data) as view:
-                conn.sendall(view[sent - len(head):])
+        buffers = [head, *pieces]
+        while buffers:  # most often one call; more for a full send buffer or more pieces than one call takes
+            sent = conn.sendmsg(buffers[:MAX_SEND_BUFFERS])
+            buffers = _after(buffers, sent)
         return
-    conn.sendall(head)
-    conn.sendall(data)
+    conn.sendall(head)  # TLS: one record for the answer, not one per piece
+    conn.sendall(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+
+
+def _after(buffers: list, nbytes: int) -> list:
+    """``buffers`` without their first ``nbytes`` bytes (those the socket took)."""
+    for index, buffer in enumerate(buffers):
+        if nbytes < len(buffer):
+            rest = buffers[index:]
+            if nbytes:
+                rest[0] = memoryview(buffer)[nbytes:]
+            return rest
+        nbytes -= len(buffer)
+    return []

@@ -4,10 +4,11 @@ Built as a protobuf message, an answer's bodies are copied into the message (``e
 by ``SerializeToString``, each time into freshly allocated memory, and reading ``entry.body`` back (to
 count the bytes returned) copied each once more. ``read_response`` instead writes an answer whose
 entries are all ``LARGE_BODY_BYTES`` or more by hand, exactly the bytes protobuf would write (fields in
-number order, defaults left out; the tests compare them), joining each body once into the answer; any
-other answer is a ``pb.ReadResponse`` as before. ``serialize_read_response`` is the Read method's
-response serializer (``add_wire.register_bookie_service``): it passes encoded answers through and
-serializes messages.
+number order, defaults left out; the tests compare them), as a list of pieces that refer to the bodies
+without copying them; any other answer is a ``pb.ReadResponse`` as before. ``serialize_read_response``
+is the Read method's response serializer (``add_wire.register_bookie_service``): gRPC needs one buffer,
+so it joins an encoded answer's pieces (each body copied once) and serializes messages. The framed read
+port sends the pieces as they are (``read_response_pieces``): the socket's copy is the only one.
 """
 from __future__ import annotations
 
@@ -23,13 +24,19 @@ _UINT64 = 2**64
 
 
 class EncodedReadResponse:
-    """A ReadResponse already in its wire form (``read_response``): ``data``, its status, and the entry bytes it
-    returns."""
+    """A ReadResponse already in its wire form (``read_response``): its bytes as ``pieces`` in order (``size`` in
+    all; ``data`` joins them), its status, and the entry bytes it returns."""
 
-    __slots__ = ("data", "status", "returned_bytes")
+    __slots__ = ("pieces", "size", "status", "returned_bytes")
 
-    def __init__(self, data: bytes, status: int, returned_bytes: int) -> None:
-        self.data, self.status, self.returned_bytes = data, status, returned_bytes
+    def __init__(self, pieces: list[bytes], status: int, returned_bytes: int) -> None:
+        self.pieces, self.status, self.returned_bytes = pieces, status, returned_bytes
+        self.size = sum(map(len, pieces))
+
+    @property
+    def data(self) -> bytes:
+        """The answer in one buffer (a copy of every piece)."""
+        return b"".join(self.pieces)
 
 
 def read_response(status: int, message: str, entries: Sequence[tuple[int, bytes]], last_add_confirmed: int,
@@ -58,12 +65,21 @@ def read_response(status: int, message: str, entries: Sequence[tuple[int, bytes]
             pieces += (tag, _varint(value % _UINT64))
     if fenced:
         pieces += (_FENCED, b"\x01")
-    return EncodedReadResponse(b"".join(pieces), status, returned)
+    return EncodedReadResponse(pieces, status, returned)
 
 
 def serialize_read_response(response: "EncodedReadResponse | pb.ReadResponse") -> bytes:
-    """The Read method's response serializer: an encoded answer as it is, a message serialized."""
+    """The Read method's response serializer: an encoded answer joined, a message serialized."""
     return response.data if isinstance(response, EncodedReadResponse) else response.SerializeToString()
+
+
+def read_response_pieces(response: "EncodedReadResponse | pb.ReadResponse") -> tuple[list[bytes], int]:
+    """The answer's wire bytes as buffers to send in order, and their total size: an encoded answer's pieces
+    (no copy), a message serialized."""
+    if isinstance(response, EncodedReadResponse):
+        return response.pieces, response.size
+    data = response.SerializeToString()
+    return [data], len(data)
 
 
 def returned_bytes(response: "EncodedReadResponse | pb.ReadResponse") -> int:

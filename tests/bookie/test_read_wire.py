@@ -8,8 +8,8 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookie_server.read_wire import (LARGE_BODY_BYTES, EncodedReadResponse, read_response, returned_bytes,
-                                     serialize_read_response)
+from bookie_server.read_wire import (LARGE_BODY_BYTES, EncodedReadResponse, read_response, read_response_pieces,
+                                     returned_bytes, serialize_read_response)
 from pyspark_ledger.client.add_wire import varint
 from pyspark_ledger.client.bookie_answers import read_result
 from pyspark_ledger.client.read_wire import LARGE_ENTRY_BYTES, WireReadResponse, decode_read_response
@@ -52,6 +52,9 @@ def test_large_answers_are_encoded_as_protobuf_encodes_them_and_decoded_in_place
     assert isinstance(encoded, EncodedReadResponse)
     assert serialize_read_response(encoded) == expected
     assert encoded.status == status and returned_bytes(encoded) == sum(len(body) for _, body in entries)
+    pieces, size = read_response_pieces(encoded)  # what the framed port sends: the bodies themselves, not copies
+    assert b"".join(pieces) == expected and size == len(expected)
+    assert all(any(piece is body for piece in pieces) for _, body in entries)
     decoded = decode_read_response(expected)
     assert isinstance(decoded, WireReadResponse)
     for entry in decoded.entries:  # the bodies are the received bytes themselves, read-only
@@ -65,6 +68,7 @@ def test_answers_with_a_small_entry_or_none_stay_protobuf_messages():
     for response in (small, empty):
         assert isinstance(response, pb.ReadResponse)
         assert serialize_read_response(response) == response.SerializeToString()
+        assert read_response_pieces(response) == ([response.SerializeToString()], response.ByteSize())
     assert returned_bytes(small) == LARGE + 100 and returned_bytes(empty) == 0
     assert isinstance(decode_read_response(small.SerializeToString()), pb.ReadResponse)
 
