@@ -10,9 +10,12 @@ import threading
 from bookie_server import framed_reads
 
 
-def received_through(pieces: list[bytes], head: bytes = b"HEAD", send_buffer: int | None = None) -> bytes:
-    """What a peer receives of ``_send(head, pieces)`` over a socket pair, read slowly in small steps."""
-    sender, receiver = socket.socketpair()
+def received_through(pieces: list[bytes], head: bytes = b"HEAD", send_buffer: int | None = None,
+                     socket_class: type = socket.socket) -> bytes:
+    """What a peer receives of ``_send(head, pieces)`` over a socket pair (the sending end a ``socket_class``), read
+    in small steps by a thread of its own."""
+    first, receiver = socket.socketpair()
+    sender = socket_class(fileno=first.detach())
     if send_buffer:
         sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     total = len(head) + sum(map(len, pieces))
@@ -43,34 +46,13 @@ def test_pieces_arrive_whole_and_in_order_through_partial_sends():
 
 def test_more_pieces_than_one_sendmsg_takes():
     calls = []
-    real = socket.socket.sendmsg
 
     class Counting(socket.socket):
         def sendmsg(self, buffers, *args):
             calls.append(len(buffers))
-            return real(self, buffers, *args)
+            return super().sendmsg(buffers, *args)
     pieces = [bytes([index % 251]) * (1 + index % 9) for index in range(3 * framed_reads.MAX_SEND_BUFFERS + 5)]
-    sender_pair = socket.socketpair()
-    sender = Counting(fileno=sender_pair[0].detach())
-    receiver = sender_pair[1]
-    total = 4 + sum(map(len, pieces))
-    got = bytearray()
-
-    def receive():
-        while len(got) < total:
-            data = receiver.recv(65536)
-            if not data:
-                return
-            got.extend(data)
-    reading = threading.Thread(target=receive, daemon=True)
-    reading.start()
-    try:
-        framed_reads._send(sender, b"HEAD", pieces, 10.0)
-        reading.join(10)
-    finally:
-        sender.close()
-        receiver.close()
-    assert bytes(got) == b"HEAD" + b"".join(pieces)
+    assert received_through(pieces, socket_class=Counting) == b"HEAD" + b"".join(pieces)
     assert len(calls) >= 4 and max(calls) <= framed_reads.MAX_SEND_BUFFERS
 
 
