@@ -1,8 +1,6 @@
 """AddStream.send against a real bookie: answers per received batch, one failure call per broken stream."""
 from __future__ import annotations
 
-import os
-import signal
 import threading
 
 import pytest
@@ -71,7 +69,7 @@ def test_a_broken_stream_reports_every_unanswered_add_once(make_bookie, client_f
     stream = client.add_stream()
     stream.send(952, [(0, encoder.encode(0, entry(952, 0)))], recorder.listener)
     wait_until(lambda: recorder.answered() == 1, 30, "the first add to be answered")
-    os.kill(bookie.pid, signal.SIGSTOP)  # the next adds reach a bookie that cannot answer
+    bookie.pause()  # the next adds reach a bookie that cannot answer
     stream.send(952, [(e, encoder.encode(e, entry(952, e))) for e in range(1, 6)], recorder.listener)
     bookie.kill()
     wait_until(lambda: recorder.failures, 30, "the stream to report its failure")

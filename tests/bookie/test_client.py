@@ -42,7 +42,7 @@ def test_a_frozen_bookie_times_out_then_answers_when_resumed(make_bookie, client
     client = client_for(bookie)
     stream = client.add_stream()
     assert stream.add(701, 0, KEY, entry(701, 0)).result(30).ok
-    os.kill(bookie.pid, signal.SIGSTOP)
+    bookie.pause()
     try:
         pending = stream.add(701, 1, KEY, entry(701, 1))
         with pytest.raises(InvalidStateError, match="already in flight"):
@@ -62,7 +62,7 @@ def test_a_bookie_slow_to_answer_a_new_connection_is_waited_for_not_failed(make_
     bookie = make_bookie().start()
     with client_for(bookie).add_stream() as stream:
         assert stream.add(702, 0, KEY, entry(702, 0)).result(30).ok
-    os.kill(bookie.pid, signal.SIGSTOP)  # the kernel still accepts the connection; the handshake waits
+    bookie.pause()  # the kernel still accepts the connection; the handshake waits
     resume = threading.Timer(0.6, os.kill, (bookie.pid, signal.SIGCONT))
     resume.start()
     try:

@@ -124,7 +124,7 @@ def test_w12_a_stopped_bookie_times_the_read_out_and_a_new_connection_serves_onc
     bookie = bookies[0]
     with BookieClient(bookie.bookie_id, address=bookie.address, read_port=lambda: add_port(bookies, bookie)) as client:
         assert client.read(ledger_id, 0, 0, master_key=master_key(PASSWORD)).ok  # connected
-        os.kill(bookie.pid, signal.SIGSTOP)
+        bookie.pause()
         try:
             with pytest.raises(BookieUnavailableError) as raised:
                 client.read(ledger_id, 1, 1, master_key=master_key(PASSWORD), timeout=1.0)

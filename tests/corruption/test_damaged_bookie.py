@@ -154,7 +154,7 @@ def test_damaged_bookie_never_yields_wrong_bytes_or_a_short_ledger(tmp_path, see
         victim, stopped, other = rng.sample(list(cluster.bookies), 3)
         report.append(f"victim {victim.bookie_id}, stopped during the tail {stopped.bookie_id}, "
                       f"other {other.bookie_id}, open ledger {writer.ledger_id}, closed {closed_ids}")
-        os.kill(stopped.pid, signal.SIGSTOP)
+        stopped.pause()
         writer.write(TAIL_ENTRIES)  # acknowledged by the victim and the other bookie only
         writer.kill()
         last_acked = max(writer.confirmed)

@@ -44,7 +44,7 @@ def test_L7_a_batch_read_ahead_is_timed_only_once_the_reader_waits_for_it(bookie
     reader = make_client(speculative_read_delay_s=0.2, read_batch_entries=10, read_ahead_batches=3,
                          read_timeout_s=30.0).open_ledger(ledger_id, PASSWORD, recovery=False)
     stopped = next(bookie for bookie in bookies if bookie.bookie_id == ensemble[10 % 3])  # asked first for 10..19
-    os.kill(stopped.pid, signal.SIGSTOP)
+    stopped.pause()
     try:
         entries = reader.read()
         head = [next(entries).data for _ in range(10)]  # 0..9; 10..19 and 20..29 are read ahead

@@ -26,7 +26,7 @@ def test_L7_a_stopped_bookie_of_a_striped_ledger_is_read_around_by_speculative_r
     ensemble = writer.metadata.current_fragment.bookies
     stopped = next(bookie for bookie in bookies if bookie.bookie_id == ensemble[2])  # first replica of stripe 2
     reader = make_client(speculative_read_delay_s=0.2, read_timeout_s=20.0, read_batch_entries=100)
-    os.kill(stopped.pid, signal.SIGSTOP)
+    stopped.pause()
     try:
         opened = reader.open_ledger(writer.ledger_id, PASSWORD, recovery=False)
         assert [entry.data for entry in opened.read()] == [payload(i, 64) for i in range(ENTRIES)]

@@ -24,7 +24,7 @@ def test_W6_sigstopped_bookie_writes_continue_without_an_ensemble_change(bookies
     ensemble = writer.metadata.current_fragment.bookies
     victim = {bookie.bookie_id: bookie for bookie in bookies}[ensemble[1]]
     assert append_all(writer, 0, 100) == list(range(100))
-    os.kill(victim.pid, signal.SIGSTOP)
+    victim.pause()
     try:
         assert append_all(writer, 100, 200) == list(range(100, 300))  # confirmed by the other two (Qa = 2)
         wait_until(lambda: writer.degraded_bookies == (victim.bookie_id,),

@@ -14,8 +14,6 @@ replacement, in the crowded zone makes both fail.
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
 from collections import Counter
 
 import pytest
@@ -76,7 +74,7 @@ def write_with_the_adversary(cluster, writer, first: int, count: int) -> tuple[s
     by_id = {bookie.bookie_id: bookie for bookie in cluster.bookies}
     paused = [by_id[b] for b in outside[:writer.metadata.write_quorum - writer.metadata.ack_quorum]]
     for bookie in paused:
-        os.kill(bookie.pid, signal.SIGSTOP)
+        bookie.pause()
     futures = [writer.append_async(payload(first + i)) for i in range(count)]
     assert [future.result(60) for future in futures] == list(range(first, first + count))
     return doomed, paused
