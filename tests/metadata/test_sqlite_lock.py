@@ -16,6 +16,7 @@ import pytest
 
 from pyspark_ledger.errors import MetadataError
 from pyspark_ledger.metadata import open_metadata_store, sqlite_db, sqlite_lock_holder
+from pyspark_ledger.testing.bookies import wait_stopped
 from tests.metadata.helpers import ledger, start_child, stop_child
 
 IDLE_AFTER_WRITING = """
@@ -61,6 +62,7 @@ def _stopped_child(code: str, argument: str, ready: str):
     try:
         assert child.stdout.readline().strip() == ready, child.stderr.read()
         os.kill(child.pid, signal.SIGSTOP)
+        assert wait_stopped(child.pid), f"child {child.pid} still runs"  # the kill returns before it stops
     except BaseException:
         stop_child(child)
         raise
