@@ -38,7 +38,7 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
-from bookie_server.files import Buffer
+from bookie_server.files import Buffer, unwritten
 
 BLOCK = 4096  # the unit of a direct write's offset and length, and of the padding rule (B9)
 STAGE_BYTES = 256 * 1024  # one aligned buffer of the ring: handed to the thread whenever full
@@ -305,19 +305,7 @@ def _write_blocks(fd: int, views: list[memoryview], offset: int) -> None:
                 raise OSError(errno.EIO, f"a direct write of {length} bytes at offset {offset} wrote "
                                          f"{done + max(written, 0)}")
             done += written
-            left = _after(left, written)
+            left = unwritten(left, written)
     finally:
         for view in views:
             view.release()
-
-
-def _after(views: list[memoryview], nbytes: int) -> list[memoryview]:
-    """The views with their first ``nbytes`` dropped (a write that wrote less than asked)."""
-    rest = []
-    for view in views:
-        if nbytes >= len(view):
-            nbytes -= len(view)
-        else:
-            rest.append(view[nbytes:])
-            nbytes = 0
-    return rest

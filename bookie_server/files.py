@@ -80,6 +80,19 @@ def write_all(fd: int, chunks: Sequence[Buffer]) -> int:
     return total
 
 
+def unwritten(buffers: Sequence[Buffer], nbytes: int) -> list:
+    """``buffers`` without their first ``nbytes`` bytes: what is left after a vectored write or send took
+    ``nbytes`` (the buffer cut in two becomes a view of its rest)."""
+    for index, buffer in enumerate(buffers):
+        if nbytes < len(buffer):
+            rest = list(buffers[index:])
+            if nbytes:
+                rest[0] = memoryview(buffer)[nbytes:]
+            return rest
+        nbytes -= len(buffer)
+    return []
+
+
 def _finish_short_write(fd: int, group: Sequence[Buffer], written: int) -> None:
     for chunk in group:
         if written >= len(chunk):

@@ -25,6 +25,7 @@ from typing import Callable
 
 from google.protobuf.message import DecodeError
 
+from bookie_server.files import IOV_MAX, unwritten
 from bookie_server.read_wire import read_response_pieces
 from pyspark_ledger.wire import frames
 from pyspark_ledger.wire.frames import Kind
@@ -32,7 +33,7 @@ from pyspark_ledger.wire.v1 import bookie_pb2 as pb
 
 REQUEST_BYTES = 4096  # what one receive of a read connection takes at most (READ frames are small)
 READ_IDLE_S = 60.0  # a read connection with nothing to answer this long is ended
-MAX_SEND_BUFFERS = 512  # buffers one sendmsg is given, under the kernel's IOV_MAX (1024 on Linux)
+MAX_SEND_BUFFERS = IOV_MAX  # buffers one sendmsg is given: the kernel refuses more
 
 
 class FramedReadCall:
@@ -116,19 +117,7 @@ def _send(conn, head: bytes, pieces: list[bytes], timeout_s: float) -> None:
         buffers = [head, *pieces]
         while buffers:  # most often one call; more for a full send buffer or more pieces than one call takes
             sent = conn.sendmsg(buffers[:MAX_SEND_BUFFERS])
-            buffers = _after(buffers, sent)
+            buffers = unwritten(buffers, sent)
         return
     conn.sendall(head)  # TLS: one record for the answer, not one per piece
     conn.sendall(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-
-
-def _after(buffers: list, nbytes: int) -> list:
-    """``buffers`` without their first ``nbytes`` bytes (those the socket took)."""
-    for index, buffer in enumerate(buffers):
-        if nbytes < len(buffer):
-            rest = buffers[index:]
-            if nbytes:
-                rest[0] = memoryview(buffer)[nbytes:]
-            return rest
-        nbytes -= len(buffer)
-    return []

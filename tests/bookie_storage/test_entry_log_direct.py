@@ -272,6 +272,23 @@ def test_full_buffers_are_written_as_they_fill_and_those_queued_meanwhile_in_one
         writer.release()
 
 
+def test_a_write_the_kernel_cuts_short_is_resumed_where_it_stopped(direct_dir, monkeypatch):
+    path = direct_dir / "1.log"
+    writer = open_writer(path, stage_bytes=2 * BLOCK, buffers=4)
+    real_pwritev = os.pwritev
+
+    def one_block_a_call(fd, views, offset):  # as a kernel may: fewer bytes than asked, whole blocks
+        return real_pwritev(fd, [memoryview(views[0])[:BLOCK]], offset)
+    monkeypatch.setattr(entry_log_direct.os, "pwritev", one_block_a_call)
+    data = os.urandom(7 * BLOCK + 100)
+    try:
+        assert writer.append([data], len(data)) == 0
+        writer.flush(1)
+    finally:
+        writer.release()
+    assert path.read_bytes()[:len(data)] == data
+
+
 def test_a_failed_write_of_a_sync_fails_it_and_the_next_append(direct_dir, monkeypatch):
     path = direct_dir / "1.log"
     writer = open_writer(path)
